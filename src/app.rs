@@ -1,0 +1,275 @@
+//! Assembly: binds the listeners, starts the table writer, the TLS watcher, one probe task per
+//! backend, the proxy and the admin server; applies reloads; shuts down in order.
+//!
+//! Every task is tracked here and cancellable. Does not own signals (`shutdown`) or any behaviour
+//! of the parts it wires together.
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::net::TcpListener;
+use tokio::sync::{mpsc, oneshot};
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+
+use crate::admin::Admin;
+use crate::backend::BackendSpec;
+use crate::config::Config;
+use crate::health::ProbeTask;
+use crate::metrics::Metrics;
+use crate::proxy::Proxy;
+use crate::table::{self, Routing, Table, TableCmd};
+use crate::tls::{self, TlsError, TlsSource};
+
+/// Why the balancer could not start or a reload was rejected. One line each, naming the culprit.
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    /// A listener could not be bound (port in use, address not local, …).
+    #[error("cannot listen on {addr} ({what}): {source}")]
+    Bind {
+        /// `listen` or `admin`.
+        what: &'static str,
+        /// The address.
+        addr: SocketAddr,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// A CA, certificate or key file is unusable.
+    #[error("tls: {0}")]
+    Tls(#[from] TlsError),
+    /// Internal: the table writer is gone (only during shutdown).
+    #[error("the routing table is shutting down")]
+    TableGone,
+}
+
+struct Listener {
+    configured: SocketAddr,
+    bound: SocketAddr,
+    stop: CancellationToken,
+}
+
+struct Probe {
+    spec: Arc<BackendSpec>,
+    stop: CancellationToken,
+}
+
+/// A running balancer.
+pub struct App {
+    config: Config,
+    table: Arc<Table>,
+    metrics: Arc<Metrics>,
+    tls: Arc<TlsSource>,
+    proxy: Arc<Proxy>,
+    admin: Arc<Admin>,
+    writer: mpsc::Sender<TableCmd>,
+    tasks: TaskTracker,
+    background: CancellationToken,
+    probes: Vec<Probe>,
+    listeners: Vec<Listener>,
+    admin_listener: Listener,
+    admin_tasks: TaskTracker,
+}
+
+async fn bind(what: &'static str, addr: SocketAddr) -> Result<(TcpListener, SocketAddr), StartError> {
+    let err = |source| StartError::Bind { what, addr, source };
+    let listener = TcpListener::bind(addr).await.map_err(err)?;
+    let bound = listener.local_addr().map_err(err)?;
+    Ok((listener, bound))
+}
+
+impl App {
+    /// Loads certificates, binds every address, then starts everything. Nothing is started if any
+    /// step fails.
+    pub async fn start(config: Config) -> Result<App, StartError> {
+        let tls_state = TlsSource::load(&config.tls, 0)?;
+        let mut bound = Vec::new();
+        for &addr in &config.listen {
+            bound.push((addr, bind("listen", addr).await?));
+        }
+        let (admin_l, admin_bound) = bind("admin", config.admin).await?;
+
+        let metrics = Arc::new(Metrics::new());
+        tls::publish_expiry(&metrics, &tls_state.client_cert);
+        let tls = TlsSource::new(config.tls.clone(), tls_state);
+        let table = Table::new();
+        let (writer, rx) = mpsc::channel(256);
+        let tasks = TaskTracker::new();
+        let background = CancellationToken::new();
+        tasks.spawn(table::run_writer(table.clone(), metrics.clone(), rx, background.clone()));
+        tasks.spawn(tls.clone().watch(metrics.clone(), background.clone()));
+        let proxy = Proxy::new(table.clone());
+        let admin = Arc::new(Admin { table: table.clone(), metrics: metrics.clone(), tls: tls.clone(), shutting_down: false.into() });
+        let admin_tasks = TaskTracker::new();
+        let admin_stop = CancellationToken::new();
+        admin_tasks.spawn(admin.clone().serve(admin_l, admin_stop.clone()));
+
+        let mut app = App {
+            config: config.clone(),
+            table,
+            metrics,
+            tls,
+            proxy,
+            admin,
+            writer,
+            tasks,
+            background,
+            probes: Vec::new(),
+            listeners: Vec::new(),
+            admin_listener: Listener { configured: config.admin, bound: admin_bound, stop: admin_stop },
+            admin_tasks,
+        };
+        app.configure_table(&config).await?;
+        app.sync_probes(&config, false);
+        for (configured, (listener, bound)) in bound {
+            app.spawn_listener(configured, listener, bound);
+        }
+        tracing::info!(listen = ?app.listen_addrs(), admin = %admin_bound, backends = config.backends.len(), zone = config.zone.as_deref().unwrap_or(""), "readyprism started");
+        Ok(app)
+    }
+
+    /// The bound client listener addresses (real ports when configured with port 0).
+    pub fn listen_addrs(&self) -> Vec<SocketAddr> {
+        self.listeners.iter().map(|l| l.bound).collect()
+    }
+
+    /// The bound admin address.
+    pub fn admin_addr(&self) -> SocketAddr {
+        self.admin_listener.bound
+    }
+
+    /// The routing table (tests and the demo watch it).
+    pub fn table(&self) -> Arc<Table> {
+        self.table.clone()
+    }
+
+    /// The metrics registry.
+    pub fn metrics(&self) -> Arc<Metrics> {
+        self.metrics.clone()
+    }
+
+    /// The running config.
+    pub fn config(&self) -> &Config {
+        &self.config
+    }
+
+    /// Applies a new config: certificates and listeners first (any failure leaves the running
+    /// config untouched), then backends. Unchanged backends keep their state and connections.
+    pub async fn reload(&mut self, new: Config) -> Result<(), StartError> {
+        let tls_state = TlsSource::load(&new.tls, 0)?;
+        let mut fresh = Vec::new();
+        for &addr in new.listen.iter().filter(|a| !self.config.listen.contains(a)) {
+            fresh.push((addr, bind("listen", addr).await?));
+        }
+        let new_admin = if new.admin != self.config.admin { Some(bind("admin", new.admin).await?) } else { None };
+
+        tls::publish_expiry(&self.metrics, &tls_state.client_cert);
+        self.tls.replace(new.tls.clone(), tls_state);
+        self.configure_table(&new).await?;
+        let restart_all = new.health != self.config.health;
+        self.sync_probes(&new, restart_all);
+        self.listeners.retain(|l| {
+            let keep = new.listen.contains(&l.configured);
+            if !keep {
+                tracing::info!(addr = %l.bound, "listener removed; established connections stay");
+                l.stop.cancel();
+            }
+            keep
+        });
+        for (configured, (listener, bound)) in fresh {
+            self.spawn_listener(configured, listener, bound);
+        }
+        if let Some((listener, bound)) = new_admin {
+            self.admin_listener.stop.cancel();
+            let stop = CancellationToken::new();
+            self.admin_tasks.spawn(self.admin.clone().serve(listener, stop.clone()));
+            self.admin_listener = Listener { configured: new.admin, bound, stop };
+        }
+        self.config = new;
+        Ok(())
+    }
+
+    /// Readiness 503 → stop accepting → `shutdown_grace` for connections to end → cut the rest →
+    /// stop probes → admin last.
+    pub async fn shutdown(self) {
+        self.admin.shutting_down.store(true, Ordering::Relaxed);
+        for l in &self.listeners {
+            l.stop.cancel();
+        }
+        let conns = &self.proxy.conns;
+        conns.close();
+        let open = conns.len();
+        if open > 0 {
+            tracing::info!(open, grace = ?self.config.shutdown_grace, "draining connections");
+        }
+        if tokio::time::timeout(self.config.shutdown_grace, conns.wait()).await.is_err() {
+            tracing::info!(open = conns.len(), "grace period over; closing remaining connections");
+            self.proxy.cut.cancel();
+            conns.wait().await;
+        }
+        for p in &self.probes {
+            p.stop.cancel();
+        }
+        self.background.cancel();
+        self.tasks.close();
+        self.tasks.wait().await;
+        self.admin_listener.stop.cancel();
+        self.admin_tasks.close();
+        self.admin_tasks.wait().await;
+        tracing::info!("stopped");
+    }
+
+    async fn configure_table(&self, config: &Config) -> Result<(), StartError> {
+        let routing = Routing {
+            zone: config.zone.clone(),
+            backends: config.backends.iter().cloned().map(Arc::new).collect(),
+            when_none_ready: config.when_none_ready,
+            connect_timeout: config.connect_timeout,
+        };
+        let (done, wait) = oneshot::channel();
+        self.writer.send(TableCmd::Configure { routing, done }).await.map_err(|_| StartError::TableGone)?;
+        wait.await.map_err(|_| StartError::TableGone)
+    }
+
+    /// Stops probes of backends no longer configured and starts probes for new ones (all of them
+    /// when `restart_all`), each starting from the health the table already holds.
+    fn sync_probes(&mut self, config: &Config, restart_all: bool) {
+        let snap = self.table.load();
+        self.probes.retain(|p| {
+            let keep = !restart_all && config.backends.iter().any(|b| *b == *p.spec);
+            if !keep {
+                p.stop.cancel();
+            }
+            keep
+        });
+        let running: HashMap<&str, ()> = self.probes.iter().map(|p| (p.spec.address.as_str(), ())).collect();
+        let mut started = Vec::new();
+        for b in snap.backends.iter().filter(|b| !running.contains_key(b.spec.address.as_str())) {
+            let stop = self.background.child_token();
+            let task = ProbeTask {
+                spec: b.spec.clone(),
+                health: config.health.clone(),
+                tls: self.tls.clone(),
+                initial: b.health.clone(),
+                table: self.writer.clone(),
+                metrics: b.live.metrics.clone(),
+            };
+            self.tasks.spawn(task.run(stop.clone()));
+            started.push(Probe { spec: b.spec.clone(), stop });
+        }
+        self.probes.extend(started);
+    }
+
+    fn spawn_listener(&mut self, configured: SocketAddr, listener: TcpListener, bound: SocketAddr) {
+        let stop = CancellationToken::new();
+        self.tasks.spawn(self.proxy.clone().serve(listener, stop.clone()));
+        self.listeners.push(Listener { configured, bound, stop });
+    }
+}
+
+/// How long [`App::shutdown`] may take at most: the grace period plus a second to cut and stop.
+pub fn shutdown_bound(config: &Config) -> Duration {
+    config.shutdown_grace + Duration::from_secs(1)
+}

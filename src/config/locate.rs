@@ -1,0 +1,83 @@
+//! Finding the line of a key or value in the config text, for errors that serde cannot place.
+//!
+//! Cross-field rules (`timeout` < `interval`, unique addresses) are checked after parsing, when the
+//! YAML positions are gone. This scans the text instead. It only has to be good enough to point an
+//! operator at the right line; it does not own any parsing.
+
+/// 1-based line of the first `key:` (as a whole word, block or flow style) at or after `from_line`.
+pub fn key_line(src: &str, key: &str, from_line: usize) -> Option<usize> {
+    src.lines()
+        .enumerate()
+        .skip(from_line.saturating_sub(1))
+        .find(|(_, line)| has_key(strip_comment(line), key))
+        .map(|(i, _)| i + 1)
+}
+
+/// 1-based line of the `nth` (0-based) line whose content mentions `value` as a YAML scalar.
+pub fn value_line(src: &str, value: &str, nth: usize) -> Option<usize> {
+    src.lines()
+        .enumerate()
+        .filter(|(_, line)| {
+            let line = strip_comment(line);
+            line.contains(&format!("\"{value}\""))
+                || line.contains(&format!("'{value}'"))
+                || line
+                    .split(|c: char| c.is_whitespace() || c == ',' || c == '{' || c == '}')
+                    .any(|tok| tok == value)
+        })
+        .nth(nth)
+        .map(|(i, _)| i + 1)
+}
+
+/// The key written on 1-based `line` (`  interval: 5x` → `interval`; `- address: x` → `address`).
+pub fn key_at(src: &str, line: usize) -> Option<&str> {
+    let text = src.lines().nth(line.checked_sub(1)?)?;
+    let text = text.trim_start().trim_start_matches("- ").trim_start();
+    let (key, _) = text.split_once(':')?;
+    (!key.is_empty() && key.chars().all(|c| c.is_alphanumeric() || c == '_')).then_some(key)
+}
+
+fn strip_comment(line: &str) -> &str {
+    // A '#' starts a comment only after whitespace or at the start; good enough for our keys.
+    match line.find(" #") {
+        Some(i) => &line[..i],
+        None if line.trim_start().starts_with('#') => "",
+        None => line,
+    }
+}
+
+fn has_key(line: &str, key: &str) -> bool {
+    let mut rest = line;
+    while let Some(i) = rest.find(key) {
+        let before = rest[..i].chars().next_back();
+        let after = rest[i + key.len()..].trim_start();
+        let boundary_before = before.is_none_or(|c| !(c.is_alphanumeric() || c == '_'));
+        if boundary_before && after.starts_with(':') {
+            return true;
+        }
+        rest = &rest[i + key.len()..];
+    }
+    false
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const SRC: &str = "connect_timeout: 1s\nhealth:\n  interval: 2s  # short\n  fast_interval: 1s\n  timeout: 3s\nbackends:\n  - { address: \"a:1\", zone: x }\n  - address: a:1\n";
+
+    #[test]
+    fn keys_are_matched_as_whole_words() {
+        assert_eq!(key_line(SRC, "timeout", 1), Some(5));
+        assert_eq!(key_line(SRC, "interval", 1), Some(3));
+        assert_eq!(key_line(SRC, "fast_interval", 1), Some(4));
+        assert_eq!(key_line(SRC, "zone", 1), Some(7));
+        assert_eq!(key_line(SRC, "missing", 1), None);
+    }
+
+    #[test]
+    fn values_are_found_in_block_and_flow_style() {
+        assert_eq!(value_line(SRC, "a:1", 0), Some(7));
+        assert_eq!(value_line(SRC, "a:1", 1), Some(8));
+    }
+}

@@ -1,0 +1,77 @@
+//! Unit tests for config resolution: defaults, overrides and the position of every kind of error.
+
+use super::*;
+
+const MINIMAL: &str = "backends:\n  - address: 10.0.1.10:6443\ntls:\n  ca: /ca.crt\n";
+
+fn err(src: &str) -> String {
+    Config::parse(src, "node.yaml").expect_err("should be rejected").to_string()
+}
+
+#[test]
+fn defaults_are_filled_in() {
+    let c = Config::parse(MINIMAL, "node.yaml").expect("valid");
+    assert_eq!(c.listen, vec!["127.0.0.1:7445".parse::<SocketAddr>().expect("addr")]);
+    assert_eq!(c.admin.to_string(), "127.0.0.1:7446");
+    assert_eq!(c.health.interval, Duration::from_secs(5));
+    assert_eq!(c.health.timeout, Duration::from_secs(3));
+    assert_eq!(c.health.fast_interval, Duration::from_secs(1));
+    assert_eq!((c.health.rise, c.health.fall), (2, 2));
+    assert_eq!(c.health.path, "/readyz");
+    assert_eq!(c.connect_timeout, Duration::from_secs(1));
+    assert_eq!(c.shutdown_grace, Duration::from_secs(5));
+    assert_eq!(c.when_none_ready, WhenNoneReady::FailOpen);
+    assert_eq!(c.tls.client_cert, None);
+    assert_eq!(server_name_text(&c.backends[0].server_name), "10.0.1.10");
+}
+
+#[test]
+fn resolved_form_parses_back_to_the_same_config() {
+    let src = "zone: dc-a\nlisten: [\"127.0.0.1:7445\", \"[::1]:7445\"]\nbackends:\n  - { address: \"[fd00::1]:6443\", zone: dc-a }\n  - { address: \"api.example:6443\", server_name: kubernetes }\ntls:\n  ca: /ca.crt\n  client_cert: /kubelet.pem\n";
+    let c = Config::parse(src, "a.yaml").expect("valid");
+    assert_eq!(c.backends[0].host, "fd00::1");
+    assert_eq!(c.tls.client_key.as_deref(), Some(Path::new("/kubelet.pem")));
+    let again = Config::parse(&c.to_yaml(), "b.yaml").expect("printed form is valid");
+    assert_eq!(again, c);
+}
+
+#[test]
+fn errors_name_file_field_and_line() {
+    let cases = [
+        // (config, expected substrings)
+        ("backends:\n  - address: 10.0.1.10:6443\ntls:\n  ca: /ca\nlisen: []\n", vec!["node.yaml:5:1", "unknown field `lisen`"]),
+        (
+            "backends:\n  - address: 10.0.1.10:6443\n    zon: a\ntls:\n  ca: /ca\n",
+            vec!["node.yaml:3:", "backends[0]", "unknown field `zon`"],
+        ),
+        (
+            "backends:\n  - address: 10.0.1.10:6443\ntls:\n  ca: /ca\nhealth:\n  interval: 5x\n",
+            vec!["node.yaml:6:", "health.interval", "invalid duration"],
+        ),
+        (
+            "backends:\n  - address: 10.0.1.10:6443\ntls:\n  ca: /ca\nhealth:\n  interval: 2s\n  timeout: 3s\n",
+            vec!["node.yaml:7:", "health.timeout", "less than health.interval"],
+        ),
+        (
+            "backends:\n  - address: 10.0.1.10:6443\n  - address: 10.0.1.10:6443\ntls:\n  ca: /ca\n",
+            vec!["node.yaml:3:", "backends[1].address", "twice"],
+        ),
+        ("backends:\n  - address: fd00::1:6443\ntls:\n  ca: /ca\n", vec!["node.yaml:2:", "backends[0].address", "brackets"]),
+        ("backends:\n  - address: 10.0.1.10\ntls:\n  ca: /ca\n", vec!["node.yaml:2:", "backends[0].address", "host:port"]),
+        ("backends: []\ntls:\n  ca: /ca\n", vec!["node.yaml:1:", "backends", "at least one"]),
+        ("tls:\n  ca: /ca\n", vec!["node.yaml:1:", "backends", "required"]),
+        ("backends:\n  - address: a:1\n", vec!["node.yaml:1:", "tls.ca", "required"]),
+        ("backends:\n  - address: a:1\ntls:\n  ca: /ca\nlisten: [\"localhost:7445\"]\n", vec!["node.yaml:5:", "listen[0]", "not an IP socket address"]),
+        ("backends:\n  - address: a:1\ntls:\n  ca: /ca\nhealth:\n  rise: 0\n", vec!["node.yaml:6:", "health.rise", "at least 1"]),
+        ("backends:\n  - address: a:1\ntls:\n  ca: /ca\nwhen_none_ready: maybe\n", vec!["node.yaml:5:", "when_none_ready", "unknown variant"]),
+        ("backends:\n  - address: a:1\ntls:\n  ca: /ca\nhealth:\n  rise: -1\n", vec!["node.yaml:6:", "health.rise"]),
+        ("backends: [\n", vec!["node.yaml:2:"]),
+    ];
+    for (src, wants) in cases {
+        let e = err(src);
+        for want in wants {
+            assert!(e.contains(want), "error {e:?} should contain {want:?} (config {src:?})");
+        }
+        assert!(!e.contains('\n'), "one line: {e:?}");
+    }
+}

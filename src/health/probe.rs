@@ -1,0 +1,210 @@
+//! One backend's `/readyz` client: HTTPS with the cluster CA and the kubelet client certificate,
+//! keeping its connection alive between probes so steady state costs no TLS handshake.
+//!
+//! Owns dialing, the request, bounded reading of the answer and the failure reason. Does not own
+//! timing or state (`health::scheduler`, `health::state`).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use http_body_util::{BodyExt, Empty};
+use hyper::client::conn::http1::SendRequest;
+use hyper::{header, Request, StatusCode};
+use hyper_util::rt::TokioIo;
+use tokio::net::TcpStream;
+use tokio::task::JoinHandle;
+use tokio::time::Instant;
+use tokio_rustls::TlsConnector;
+
+use super::state::Outcome;
+use crate::backend::BackendSpec;
+use crate::config::DurationValue;
+use crate::tls::{TlsSource, TlsState};
+
+/// Most of an answer we read. A `/readyz?verbose` body is ~2 KiB; anything longer is cut off and the
+/// connection dropped, so a hostile backend cannot make us buffer without bound.
+pub const MAX_BODY: usize = 8 * 1024;
+
+/// Probes one backend; holds at most one kept-alive connection.
+#[derive(Debug)]
+pub struct Prober {
+    spec: Arc<BackendSpec>,
+    path: String,
+    tls: Arc<TlsSource>,
+    conn: Option<Conn>,
+}
+
+#[derive(Debug)]
+struct Conn {
+    sender: SendRequest<Empty<Bytes>>,
+    driver: JoinHandle<()>,
+    tls_generation: u64,
+}
+
+impl Drop for Conn {
+    fn drop(&mut self) {
+        self.driver.abort();
+    }
+}
+
+struct Failure {
+    reason: String,
+    latency: Option<Duration>,
+    /// Failed before any answer on a reused connection: the server may just have closed it idle.
+    stale: bool,
+}
+
+impl Failure {
+    fn new(reason: String) -> Self {
+        Failure { reason, latency: None, stale: false }
+    }
+}
+
+impl Prober {
+    /// A prober with no connection yet.
+    pub fn new(spec: Arc<BackendSpec>, path: String, tls: Arc<TlsSource>) -> Self {
+        Prober { spec, path, tls, conn: None }
+    }
+
+    /// One probe, bounded by `timeout` end to end. Any failure drops the connection.
+    pub async fn probe(&mut self, timeout: Duration) -> Outcome {
+        let result = match tokio::time::timeout(timeout, self.attempt()).await {
+            Ok(r) => r,
+            Err(_) => Err(Failure::new(format!("timeout after {}", DurationValue(timeout)))),
+        };
+        match result {
+            Ok(latency) => Outcome { pass: true, latency: Some(latency), reason: None },
+            Err(f) => {
+                self.conn = None;
+                Outcome { pass: false, latency: f.latency, reason: Some(f.reason.into()) }
+            }
+        }
+    }
+
+    async fn attempt(&mut self) -> Result<Duration, Failure> {
+        let tls = self.tls.current();
+        let reusable = self
+            .conn
+            .as_ref()
+            .is_some_and(|c| c.tls_generation == tls.generation && !c.sender.is_closed());
+        if !reusable {
+            self.conn = None;
+            self.conn = Some(self.dial(&tls).await?);
+        }
+        match self.request(reusable).await {
+            Err(f) if f.stale => {
+                self.conn = Some(self.dial(&tls).await?);
+                self.request(false).await
+            }
+            r => r,
+        }
+    }
+
+    async fn dial(&self, tls: &TlsState) -> Result<Conn, Failure> {
+        let tcp = TcpStream::connect((self.spec.host.as_str(), self.spec.port))
+            .await
+            .map_err(|e| Failure::new(connect_reason(&e)))?;
+        let _ = tcp.set_nodelay(true); // best effort: only affects probe latency by a few µs
+        let stream = TlsConnector::from(tls.client.clone())
+            .connect(self.spec.server_name.clone(), tcp)
+            .await
+            .map_err(|e| Failure::new(tls_reason(&e)))?;
+        let (sender, connection) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
+            .await
+            .map_err(|e| Failure::new(format!("HTTP: {e}")))?;
+        let driver = tokio::spawn(async move {
+            // Ends when the connection closes; errors surface on the next request instead.
+            let _ = connection.await;
+        });
+        Ok(Conn { sender, driver, tls_generation: tls.generation })
+    }
+
+    async fn request(&mut self, reused: bool) -> Result<Duration, Failure> {
+        let conn = self.conn.as_mut().ok_or_else(|| Failure::new("HTTP: no connection".to_string()))?;
+        let stale = |e: hyper::Error| Failure { reason: format!("HTTP: {e}"), latency: None, stale: reused };
+        conn.sender.ready().await.map_err(stale)?;
+        let req = Request::get(self.path.as_str())
+            .header(header::HOST, self.spec.address.as_str())
+            .header(header::USER_AGENT, concat!("readyprism/", env!("CARGO_PKG_VERSION")))
+            .header(header::ACCEPT, "*/*")
+            .body(Empty::<Bytes>::new())
+            .map_err(|e| Failure::new(format!("HTTP: bad request: {e}")))?;
+        let start = Instant::now();
+        let resp = conn.sender.send_request(req).await.map_err(stale)?;
+        let latency = start.elapsed();
+        let status = resp.status();
+        let (body, complete) = read_bounded(resp.into_body()).await;
+        if !complete {
+            self.conn = None; // unread bytes would poison the next request
+        }
+        if status == StatusCode::OK {
+            return Ok(latency);
+        }
+        let reason = match first_line(&body) {
+            Some(line) => format!("HTTP {}: {line}", status.as_u16()),
+            None => format!("HTTP {}", status.as_u16()),
+        };
+        Err(Failure { reason, latency: Some(latency), stale: false })
+    }
+}
+
+/// Reads at most [`MAX_BODY`] bytes; `complete` is false if the body was longer or broke.
+async fn read_bounded(mut body: hyper::body::Incoming) -> (Vec<u8>, bool) {
+    let mut out = Vec::new();
+    loop {
+        match body.frame().await {
+            None => return (out, true),
+            Some(Err(_)) => return (out, false),
+            Some(Ok(frame)) => {
+                if let Ok(data) = frame.into_data() {
+                    let room = MAX_BODY - out.len();
+                    out.extend_from_slice(&data[..data.len().min(room)]);
+                    if data.len() > room {
+                        return (out, false);
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// The line an operator wants from a failed `/readyz`: the first `[-]` check, else the first line.
+fn first_line(body: &[u8]) -> Option<String> {
+    let text = String::from_utf8_lossy(body);
+    let mut lines = text.lines().map(str::trim).filter(|l| !l.is_empty());
+    let line = text
+        .lines()
+        .map(str::trim)
+        .find(|l| l.starts_with("[-]"))
+        .or_else(|| lines.next())?;
+    Some(line.chars().take(200).collect())
+}
+
+fn connect_reason(e: &std::io::Error) -> String {
+    match e.kind() {
+        std::io::ErrorKind::ConnectionRefused => "connection refused".to_string(),
+        _ => format!("connect: {e}"),
+    }
+}
+
+fn tls_reason(e: &std::io::Error) -> String {
+    match e.get_ref().and_then(|inner| inner.downcast_ref::<rustls::Error>()) {
+        Some(rustls::Error::InvalidCertificate(c)) => format!("TLS: invalid certificate: {c:?}"),
+        Some(r) => format!("TLS: {r}"),
+        None => format!("TLS: {e}"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn failed_check_line_is_preferred() {
+        let body = b"[+]ping ok\n[-]etcd failed: reason withheld\nreadyz check failed\n";
+        assert_eq!(first_line(body).as_deref(), Some("[-]etcd failed: reason withheld"));
+        assert_eq!(first_line(b"\n  lost quorum \n").as_deref(), Some("lost quorum"));
+        assert_eq!(first_line(b""), None);
+    }
+}

@@ -1,0 +1,211 @@
+//! Prometheus metrics: the registry, every family registered once, and per-backend handles resolved
+//! once so that the relay path only touches atomics.
+//!
+//! Does not own when metrics move: the owners of the events (probe, table, proxy, reload) do.
+
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
+use prometheus_client::registry::Registry;
+
+/// `Content-Type` of [`Metrics::encode`]'s output.
+pub const CONTENT_TYPE: &str = prometheus_client::encoding::prometheus_text::CONTENT_TYPE;
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct BackendLabel {
+    backend: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct BackendZone {
+    backend: String,
+    zone: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct BackendTo {
+    backend: String,
+    to: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct BackendResult {
+    backend: String,
+    result: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct BackendDirection {
+    backend: String,
+    direction: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ResultLabel {
+    result: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct VersionLabel {
+    version: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct NoLabels {}
+
+type HistogramFamily = Family<BackendLabel, Histogram, fn() -> Histogram>;
+
+/// The process's metrics. One instance, shared by `Arc`.
+#[derive(Debug)]
+pub struct Metrics {
+    registry: Registry,
+    backend_ready: Family<BackendZone, Gauge>,
+    state_changes: Family<BackendTo, Counter>,
+    health_checks: Family<BackendResult, Counter>,
+    check_duration: HistogramFamily,
+    connections: Family<BackendLabel, Counter>,
+    connections_active: Family<BackendLabel, Gauge>,
+    dial_failures: Family<BackendLabel, Counter>,
+    closed_unready: Family<BackendLabel, Counter>,
+    bytes: Family<BackendDirection, Counter>,
+    /// 1 while no backend is ready (failing open or refusing).
+    pub no_ready_backends: Gauge,
+    reloads: Family<ResultLabel, Counter>,
+    cert_expiry: Family<NoLabels, Gauge>,
+}
+
+/// Handles for one backend, resolved once when the backend is added.
+#[derive(Debug, Clone)]
+pub struct BackendMetrics {
+    /// `readyprism_backend_ready` 0/1.
+    pub ready: Gauge,
+    /// State changes to ready.
+    pub to_ready: Counter,
+    /// State changes to unready.
+    pub to_unready: Counter,
+    /// Passed probes.
+    pub checks_pass: Counter,
+    /// Failed probes.
+    pub checks_fail: Counter,
+    /// `/readyz` request→response seconds.
+    pub check_duration: Histogram,
+    /// Connections relayed, ever.
+    pub connections: Counter,
+    /// Connections relayed now; also the picker's "active connections".
+    pub active: Gauge,
+    /// Dials that failed (timeout, refused).
+    pub dial_failures: Counter,
+    /// Connections closed because the backend turned unready or was removed.
+    pub closed_unready: Counter,
+    /// Bytes from client to backend.
+    pub bytes_to_backend: Counter,
+    /// Bytes from backend to client.
+    pub bytes_to_client: Counter,
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Metrics {
+    /// Registers every family under the `readyprism_` prefix.
+    pub fn new() -> Self {
+        let mut registry = Registry::with_prefix("readyprism");
+        let m = Metrics {
+            backend_ready: Family::default(),
+            state_changes: Family::default(),
+            health_checks: Family::default(),
+            // 1 ms .. ~16 s: a LAN answer to the slowest timeout we accept.
+            check_duration: Family::new_with_constructor(|| Histogram::new(exponential_buckets(0.001, 2.0, 15))),
+            connections: Family::default(),
+            connections_active: Family::default(),
+            dial_failures: Family::default(),
+            closed_unready: Family::default(),
+            bytes: Family::default(),
+            no_ready_backends: Gauge::default(),
+            reloads: Family::default(),
+            cert_expiry: Family::default(),
+            registry: Registry::default(),
+        };
+        registry.register("backend_ready", "1 if the backend passes its /readyz checks", m.backend_ready.clone());
+        registry.register("backend_state_changes", "Backend state changes by new state", m.state_changes.clone());
+        registry.register("health_checks", "Health probes by result", m.health_checks.clone());
+        registry.register("health_check_duration_seconds", "/readyz request to response time", m.check_duration.clone());
+        registry.register("connections", "Client connections relayed to the backend", m.connections.clone());
+        registry.register("connections_active", "Client connections relayed now", m.connections_active.clone());
+        registry.register("dial_failures", "Failed dials to the backend", m.dial_failures.clone());
+        registry.register("connections_closed_unready", "Connections closed because the backend turned unready or was removed", m.closed_unready.clone());
+        registry.register("bytes", "Bytes relayed by direction", m.bytes.clone());
+        registry.register("no_ready_backends", "1 while no backend is ready (failing open or refusing)", m.no_ready_backends.clone());
+        registry.register("config_reloads", "Config reloads by result", m.reloads.clone());
+        registry.register("client_cert_expiry_timestamp_seconds", "notAfter of the client certificate in use", m.cert_expiry.clone());
+        let build_info: Family<VersionLabel, Gauge> = Family::default();
+        build_info
+            .get_or_create(&VersionLabel { version: env!("CARGO_PKG_VERSION") })
+            .set(1);
+        registry.register("build_info", "Build information", build_info);
+        Metrics { registry, ..m }
+    }
+
+    /// Resolves (creating if needed) every handle for one backend.
+    pub fn backend(&self, address: &str, zone: Option<&str>) -> BackendMetrics {
+        let b = || BackendLabel { backend: address.to_string() };
+        let with = |to| BackendTo { backend: address.to_string(), to };
+        let result = |result| BackendResult { backend: address.to_string(), result };
+        let dir = |direction| BackendDirection { backend: address.to_string(), direction };
+        BackendMetrics {
+            ready: self
+                .backend_ready
+                .get_or_create_owned(&BackendZone { backend: address.to_string(), zone: zone.unwrap_or("").to_string() }),
+            to_ready: self.state_changes.get_or_create_owned(&with("ready")),
+            to_unready: self.state_changes.get_or_create_owned(&with("unready")),
+            checks_pass: self.health_checks.get_or_create_owned(&result("pass")),
+            checks_fail: self.health_checks.get_or_create_owned(&result("fail")),
+            check_duration: self.check_duration.get_or_create_owned(&b()),
+            connections: self.connections.get_or_create_owned(&b()),
+            active: self.connections_active.get_or_create_owned(&b()),
+            dial_failures: self.dial_failures.get_or_create_owned(&b()),
+            closed_unready: self.closed_unready.get_or_create_owned(&b()),
+            bytes_to_backend: self.bytes.get_or_create_owned(&dir("to_backend")),
+            bytes_to_client: self.bytes.get_or_create_owned(&dir("to_client")),
+        }
+    }
+
+    /// Drops the gauges of a removed backend so it stops showing as ready/active; counters stay.
+    pub fn forget_backend(&self, address: &str, zone: Option<&str>) {
+        self.backend_ready
+            .remove(&BackendZone { backend: address.to_string(), zone: zone.unwrap_or("").to_string() });
+        self.connections_active.remove(&BackendLabel { backend: address.to_string() });
+    }
+
+    /// Counts a config reload.
+    pub fn reload(&self, success: bool) {
+        let result = if success { "success" } else { "failure" };
+        self.reloads.get_or_create(&ResultLabel { result }).inc();
+    }
+
+    /// Sets (or with `None`, removes) the client certificate's notAfter, in Unix seconds.
+    pub fn set_client_cert_expiry(&self, not_after: Option<i64>) {
+        match not_after {
+            Some(t) => {
+                self.cert_expiry.get_or_create(&NoLabels {}).set(t);
+            }
+            None => {
+                self.cert_expiry.remove(&NoLabels {});
+            }
+        }
+    }
+
+    /// The Prometheus text exposition of every metric.
+    pub fn encode(&self) -> String {
+        let mut out = String::new();
+        if let Err(e) = prometheus_client::encoding::prometheus_text::encode(&mut out, &self.registry) {
+            tracing::error!(error = %e, "cannot encode metrics");
+        }
+        out
+    }
+}

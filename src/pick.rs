@@ -1,0 +1,200 @@
+//! The picker: a pure function from the backends' health to the order in which to dial them.
+//!
+//! No clock, no I/O, no atomics: the caller copies active counts into [`Candidate`]s first. Does not
+//! own dialing or retries (`proxy`), only the order.
+
+use std::cmp::Ordering;
+use std::time::Duration;
+
+use crate::config::WhenNoneReady;
+
+/// Backends whose latency is within this fraction of the best one in their zone group count as
+/// equal. 25 % keeps a 23 ms and a 43 ms site apart but treats LAN jitter as noise.
+pub const TOLERANCE_FRACTION: f64 = 0.25;
+
+/// ... and never less than this absolute band, so sub-millisecond noise on one LAN does not decide.
+pub const TOLERANCE_FLOOR: Duration = Duration::from_millis(2);
+
+/// What the picker needs to know about one backend.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Candidate {
+    /// Passing its `/readyz` checks.
+    pub ready: bool,
+    /// In the node's own zone.
+    pub local: bool,
+    /// Smoothed `/readyz` latency, if measured.
+    pub latency: Option<Duration>,
+    /// Connections currently relayed to it.
+    pub active: usize,
+}
+
+/// The picker's answer: indices into the candidate slice, best first.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Pick {
+    /// Ready backends only.
+    Ready(Vec<usize>),
+    /// Nothing is ready and the policy is fail-open: every backend, same ordering rules.
+    Panic(Vec<usize>),
+    /// Nothing is ready and the policy is refuse.
+    Refuse,
+}
+
+impl Pick {
+    /// The dial order (empty when refusing).
+    pub fn order(&self) -> &[usize] {
+        match self {
+            Pick::Ready(o) | Pick::Panic(o) => o,
+            Pick::Refuse => &[],
+        }
+    }
+
+    /// True when no backend is ready (failing open or refusing).
+    pub fn no_ready(&self) -> bool {
+        !matches!(self, Pick::Ready(_))
+    }
+}
+
+/// Orders candidates: ready only (or all, failing open), local zone first, then by latency, with
+/// near-equal latencies sharing by fewest active connections and then round-robin on `rr`.
+pub fn pick(cands: &[Candidate], when_none_ready: WhenNoneReady, rr: usize) -> Pick {
+    let ready: Vec<usize> = (0..cands.len()).filter(|&i| cands[i].ready).collect();
+    if !ready.is_empty() {
+        return Pick::Ready(order(cands, ready, rr));
+    }
+    match when_none_ready {
+        WhenNoneReady::FailOpen if !cands.is_empty() => {
+            Pick::Panic(order(cands, (0..cands.len()).collect(), rr))
+        }
+        _ => Pick::Refuse,
+    }
+}
+
+fn order(cands: &[Candidate], members: Vec<usize>, rr: usize) -> Vec<usize> {
+    let (local, remote): (Vec<usize>, Vec<usize>) =
+        members.into_iter().partition(|&i| cands[i].local);
+    let mut out = Vec::with_capacity(cands.len());
+    for group in [local, remote] {
+        order_group(cands, group, rr, &mut out);
+    }
+    out
+}
+
+fn order_group(cands: &[Candidate], mut group: Vec<usize>, rr: usize, out: &mut Vec<usize>) {
+    if group.is_empty() {
+        return;
+    }
+    // Unmeasured latency sorts last; ties keep config order, so the result is deterministic.
+    group.sort_by(|&a, &b| cmp_latency(cands[a].latency, cands[b].latency).then(a.cmp(&b)));
+    let band_end = match cands[group[0]].latency {
+        Some(best) => {
+            let limit = best + tolerance(best);
+            group
+                .iter()
+                .position(|&i| cands[i].latency.is_none_or(|l| l > limit))
+                .unwrap_or(group.len())
+        }
+        // Nothing measured: all are equally unknown and share.
+        None => group.len(),
+    };
+    let mut band: Vec<usize> = group[..band_end].to_vec();
+    let len = band.len();
+    band.rotate_left(rr % len);
+    band.sort_by_key(|&i| cands[i].active); // stable: ties keep the rotated order
+    out.extend(band);
+    out.extend_from_slice(&group[band_end..]);
+}
+
+fn tolerance(best: Duration) -> Duration {
+    best.mul_f64(TOLERANCE_FRACTION).max(TOLERANCE_FLOOR)
+}
+
+fn cmp_latency(a: Option<Duration>, b: Option<Duration>) -> Ordering {
+    match (a, b) {
+        (Some(a), Some(b)) => a.cmp(&b),
+        (Some(_), None) => Ordering::Less,
+        (None, Some(_)) => Ordering::Greater,
+        (None, None) => Ordering::Equal,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn c(ready: bool, local: bool, ms: Option<u64>, active: usize) -> Candidate {
+        Candidate {
+            ready,
+            local,
+            latency: ms.map(Duration::from_millis),
+            active,
+        }
+    }
+
+    #[test]
+    fn table_of_orders() {
+        use WhenNoneReady::*;
+        let cases: Vec<(&str, Vec<Candidate>, WhenNoneReady, Pick)> = vec![
+            (
+                "unready fastest local is skipped",
+                vec![c(false, true, Some(0), 0), c(true, false, Some(23), 0), c(true, false, Some(43), 0)],
+                FailOpen,
+                Pick::Ready(vec![1, 2]),
+            ),
+            (
+                "ready local beats faster remote",
+                vec![c(true, false, Some(1), 0), c(true, true, Some(30), 0)],
+                FailOpen,
+                Pick::Ready(vec![1, 0]),
+            ),
+            (
+                "lower latency wins among remotes",
+                vec![c(true, false, Some(43), 0), c(true, false, Some(23), 0)],
+                FailOpen,
+                Pick::Ready(vec![1, 0]),
+            ),
+            (
+                "near-equal: fewer active first",
+                vec![c(true, false, Some(20), 5), c(true, false, Some(21), 1)],
+                FailOpen,
+                Pick::Ready(vec![1, 0]),
+            ),
+            (
+                "unmeasured sorts after measured",
+                vec![c(true, false, None, 0), c(true, false, Some(40), 0)],
+                FailOpen,
+                Pick::Ready(vec![1, 0]),
+            ),
+            (
+                "none ready fails open in zone+latency order",
+                vec![c(false, false, Some(5), 0), c(false, true, Some(9), 0), c(false, false, Some(1), 0)],
+                FailOpen,
+                Pick::Panic(vec![1, 2, 0]),
+            ),
+            ("none ready refuses", vec![c(false, true, Some(1), 0)], Refuse, Pick::Refuse),
+            ("empty refuses", vec![], FailOpen, Pick::Refuse),
+        ];
+        for (name, cands, policy, want) in cases {
+            assert_eq!(pick(&cands, policy, 0), want, "{name}");
+        }
+    }
+
+    #[test]
+    fn near_equal_backends_share_by_round_robin() {
+        let cands = [c(true, false, Some(20), 0), c(true, false, Some(21), 0), c(true, false, Some(90), 0)];
+        let firsts: Vec<usize> = (0..4)
+            .map(|rr| pick(&cands, WhenNoneReady::FailOpen, rr).order()[0])
+            .collect();
+        assert_eq!(firsts, vec![0, 1, 0, 1]);
+        assert_eq!(pick(&cands, WhenNoneReady::FailOpen, 1).order(), &[1, 0, 2]);
+    }
+
+    #[test]
+    fn tolerance_band_scales_with_latency_but_has_a_floor() {
+        // 1 ms vs 2.5 ms: inside the 2 ms floor, so they share.
+        let lan = [c(true, false, Some(1), 3), Candidate { latency: Some(Duration::from_micros(2500)), ..c(true, false, None, 0) }];
+        assert_eq!(pick(&lan, WhenNoneReady::FailOpen, 0).order()[0], 1);
+        // 23 ms vs 43 ms: far apart, the faster one always first whatever its load.
+        let wan = [c(true, false, Some(43), 0), c(true, false, Some(23), 100)];
+        assert_eq!(pick(&wan, WhenNoneReady::FailOpen, 0).order(), &[1, 0]);
+    }
+}

@@ -1,0 +1,178 @@
+//! The routing table: one `ArcSwap<Snapshot>` with a single writer task and lock-free readers.
+//!
+//! Health results and config changes arrive as [`TableCmd`]s; the writer folds them into a new
+//! snapshot, publishes it, and signals the connections of backends that stopped being ready.
+//! Does not own probing (`health/`) or connection handling (`proxy`).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use arc_swap::ArcSwap;
+use tokio::sync::{mpsc, oneshot, watch};
+use tokio_util::sync::CancellationToken;
+
+use crate::backend::{Backend, BackendLive, BackendSpec, Health, Snapshot, State};
+use crate::config::WhenNoneReady;
+use crate::metrics::Metrics;
+
+/// The published snapshot and its generation counter.
+#[derive(Debug)]
+pub struct Table {
+    current: ArcSwap<Snapshot>,
+    generation: watch::Sender<u64>,
+}
+
+/// A change for the writer.
+#[derive(Debug)]
+pub enum TableCmd {
+    /// A backend's health changed (state, latency or reason).
+    Health {
+        /// Which backend; ignored if it is no longer configured.
+        spec: Arc<BackendSpec>,
+        /// The new health.
+        health: Health,
+    },
+    /// Replace the backend list and routing settings (start-up and reload).
+    Configure {
+        /// The new settings.
+        routing: Routing,
+        /// Signalled once the new snapshot is published.
+        done: oneshot::Sender<()>,
+    },
+}
+
+/// The config-derived part of a snapshot.
+#[derive(Debug, Clone)]
+pub struct Routing {
+    /// This node's zone.
+    pub zone: Option<String>,
+    /// Backends in config order.
+    pub backends: Vec<Arc<BackendSpec>>,
+    /// Behaviour with no ready backend.
+    pub when_none_ready: WhenNoneReady,
+    /// Per-attempt dial timeout.
+    pub connect_timeout: Duration,
+}
+
+impl Table {
+    /// An empty table (no backends) at generation 0.
+    pub fn new() -> Arc<Table> {
+        Arc::new(Table {
+            current: ArcSwap::from_pointee(Snapshot {
+                generation: 0,
+                zone: None,
+                backends: Vec::new(),
+                when_none_ready: WhenNoneReady::FailOpen,
+                connect_timeout: Duration::from_secs(1),
+            }),
+            generation: watch::Sender::new(0),
+        })
+    }
+
+    /// The current snapshot. Cheap; hold it only for the synchronous part of a decision.
+    pub fn load(&self) -> Arc<Snapshot> {
+        self.current.load_full()
+    }
+
+    /// Notified with the generation of every published snapshot.
+    pub fn subscribe(&self) -> watch::Receiver<u64> {
+        self.generation.subscribe()
+    }
+
+    fn publish(&self, snap: Snapshot) {
+        let generation = snap.generation;
+        self.current.store(Arc::new(snap));
+        self.generation.send_replace(generation);
+    }
+}
+
+/// Runs the single writer until cancelled or every sender is gone.
+pub async fn run_writer(
+    table: Arc<Table>,
+    metrics: Arc<Metrics>,
+    mut rx: mpsc::Receiver<TableCmd>,
+    cancel: CancellationToken,
+) {
+    loop {
+        let cmd = tokio::select! {
+            _ = cancel.cancelled() => return,
+            cmd = rx.recv() => match cmd { Some(c) => c, None => return },
+        };
+        let old = table.load();
+        let next = match cmd {
+            TableCmd::Health { spec, health } => {
+                let Some(i) = old.backends.iter().position(|b| b.spec == spec) else { continue };
+                let mut backends = old.backends.clone();
+                backends[i].health = health;
+                Snapshot { backends, ..(*old).clone() }
+            }
+            TableCmd::Configure { routing, done } => {
+                let next = configure(&old, routing, &metrics);
+                finish(&table, &metrics, &old, next);
+                let _ = done.send(()); // the reloader may have given up waiting; nothing to undo
+                continue;
+            }
+        };
+        finish(&table, &metrics, &old, next);
+    }
+}
+
+fn configure(old: &Snapshot, routing: Routing, metrics: &Metrics) -> Snapshot {
+    let backends: Vec<Backend> = routing
+        .backends
+        .into_iter()
+        .map(|spec| match old.backends.iter().find(|b| b.spec == spec) {
+            Some(kept) => kept.clone(),
+            None => Backend {
+                live: Arc::new(BackendLive::new(metrics.backend(&spec.address, spec.zone.as_deref()))),
+                spec,
+                health: Health::UNKNOWN,
+            },
+        })
+        .collect();
+    for gone in old.backends.iter().filter(|o| !backends.iter().any(|b| b.spec == o.spec)) {
+        tracing::info!(backend = %gone.spec.address, "backend removed from config; closing its connections");
+        gone.live.evict_all();
+        metrics.forget_backend(&gone.spec.address, gone.spec.zone.as_deref());
+    }
+    Snapshot {
+        generation: old.generation,
+        zone: routing.zone,
+        backends,
+        when_none_ready: routing.when_none_ready,
+        connect_timeout: routing.connect_timeout,
+    }
+}
+
+/// Publishes `next` and acts on what changed since `old`: evictions, gauges, warnings.
+fn finish(table: &Table, metrics: &Metrics, old: &Snapshot, mut next: Snapshot) {
+    next.generation = old.generation + 1;
+    let was_none_ready = !old.any_ready();
+    let none_ready = !next.any_ready();
+    for b in &next.backends {
+        let before = old.backends.iter().find(|o| o.spec == b.spec).map(|o| o.health.state);
+        let is_ready = b.health.state == State::Ready;
+        b.live.metrics.ready.set(i64::from(is_ready));
+        // Close connections of a backend that stopped being ready; and when we leave the
+        // no-ready state, those routed to still-unready backends while failing open.
+        let lost_ready = before == Some(State::Ready) && !is_ready;
+        let left_panic = was_none_ready && !none_ready && !is_ready && before.is_some();
+        if lost_ready || left_panic {
+            b.live.evict_all();
+        }
+    }
+    metrics.no_ready_backends.set(i64::from(none_ready));
+    // Start-up (every backend still unknown) is neither entering nor leaving the no-ready state.
+    let decided = |s: &Snapshot| s.backends.iter().any(|b| b.health.state != State::Unknown);
+    let (was_known, is_known) = (decided(old) && was_none_ready, decided(&next) && none_ready);
+    if is_known && !was_known {
+        let action = match next.when_none_ready {
+            WhenNoneReady::FailOpen => "failing open: routing to all backends",
+            WhenNoneReady::Refuse => "refusing client connections",
+        };
+        tracing::warn!("no backend is ready; {action}");
+    } else if was_known && !none_ready {
+        tracing::warn!("a backend is ready again; leaving the no-ready-backend state");
+    }
+    table.publish(next);
+}

@@ -1,0 +1,224 @@
+//! The probe's TLS client config, built from the CA and the (optional) client certificate files, and
+//! rebuilt when any of those files changes — kubelet rotates its client certificate in place.
+//!
+//! Owns file loading and change detection. Does not own the probe's connections (`health::probe`),
+//! which redial when they see a new [`TlsState::generation`].
+
+mod expiry;
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+use arc_swap::ArcSwap;
+use rustls::{ClientConfig, RootCertStore};
+use rustls_pki_types::pem::PemObject;
+use rustls_pki_types::{CertificateDer, PrivateKeyDer};
+use tokio_util::sync::CancellationToken;
+
+use crate::config::TlsFiles;
+use crate::metrics::Metrics;
+
+/// How often certificate files are checked for changes. Kubelet rotates well before expiry, so a
+/// second of delay costs nothing; stat() of three files per second costs nothing either.
+pub const WATCH_INTERVAL: Duration = Duration::from_secs(1);
+
+/// A certificate file could not be used. Each variant names the file.
+#[derive(Debug, thiserror::Error)]
+pub enum TlsError {
+    /// The file could not be read.
+    #[error("{path}: cannot read: {source}")]
+    Read {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// The file holds no usable PEM of the expected kind.
+    #[error("{path}: {what}")]
+    Pem {
+        /// The file.
+        path: PathBuf,
+        /// What is wrong.
+        what: String,
+    },
+    /// rustls refused the material (e.g. key does not match certificate).
+    #[error("{path}: {source}")]
+    Rustls {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        source: rustls::Error,
+    },
+}
+
+/// The client certificate the probes present.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ClientCert {
+    /// No `tls.client_cert` configured: anonymous by choice.
+    NotConfigured,
+    /// Configured but the file does not exist (yet): anonymous while kubelet bootstraps.
+    Absent(PathBuf),
+    /// Presented; `not_after` in Unix seconds when readable.
+    Loaded {
+        /// The certificate file.
+        path: PathBuf,
+        /// The leaf certificate's notAfter.
+        not_after: Option<i64>,
+    },
+}
+
+impl ClientCert {
+    /// Short word for status: `none`, `absent` (anonymous) or `loaded`.
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            ClientCert::NotConfigured => "none",
+            ClientCert::Absent(_) => "absent",
+            ClientCert::Loaded { .. } => "loaded",
+        }
+    }
+}
+
+/// One loaded generation of TLS material.
+#[derive(Debug)]
+pub struct TlsState {
+    /// Bumped on every successful reload; probe connections made with an older one are redialled.
+    pub generation: u64,
+    /// The rustls config for probes.
+    pub client: Arc<ClientConfig>,
+    /// What client certificate `client` presents.
+    pub client_cert: ClientCert,
+    fingerprint: Fingerprint,
+}
+
+/// The current TLS material plus the files it came from; one watcher task keeps it fresh.
+#[derive(Debug)]
+pub struct TlsSource {
+    files: ArcSwap<TlsFiles>,
+    current: ArcSwap<TlsState>,
+}
+
+type FileStamp = Option<(SystemTime, u64, u64)>;
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Fingerprint([FileStamp; 3]);
+
+impl Fingerprint {
+    fn of(files: &TlsFiles) -> Fingerprint {
+        let stamp = |p: Option<&PathBuf>| -> FileStamp {
+            use std::os::unix::fs::MetadataExt;
+            let m = std::fs::metadata(p?).ok()?;
+            Some((m.modified().ok()?, m.len(), m.ino()))
+        };
+        Fingerprint([stamp(Some(&files.ca)), stamp(files.client_cert.as_ref()), stamp(files.client_key.as_ref())])
+    }
+}
+
+impl TlsSource {
+    /// Loads the files once; errors here stop start-up (or reject a reload).
+    pub fn load(files: &TlsFiles, generation: u64) -> Result<TlsState, TlsError> {
+        let fingerprint = Fingerprint::of(files);
+        let provider = Arc::new(rustls::crypto::ring::default_provider());
+        let builder = ClientConfig::builder_with_provider(provider)
+            .with_safe_default_protocol_versions()
+            .map_err(|source| TlsError::Rustls { path: files.ca.clone(), source })?
+            .with_root_certificates(load_roots(&files.ca)?);
+        let (client, client_cert) = match (&files.client_cert, &files.client_key) {
+            (Some(cert_path), Some(key_path)) if cert_path.exists() => {
+                let chain = load_certs(cert_path)?;
+                let not_after = chain.first().and_then(|c| expiry::not_after(c));
+                let key = load_key(key_path)?;
+                let config = builder
+                    .with_client_auth_cert(chain, key)
+                    .map_err(|source| TlsError::Rustls { path: key_path.clone(), source })?;
+                (config, ClientCert::Loaded { path: cert_path.clone(), not_after })
+            }
+            (Some(cert_path), _) => (builder.with_no_client_auth(), ClientCert::Absent(cert_path.clone())),
+            (None, _) => (builder.with_no_client_auth(), ClientCert::NotConfigured),
+        };
+        Ok(TlsState { generation, client: Arc::new(client), client_cert, fingerprint })
+    }
+
+    /// A source starting from already loaded material.
+    pub fn new(files: TlsFiles, state: TlsState) -> Arc<TlsSource> {
+        Arc::new(TlsSource { files: ArcSwap::from_pointee(files), current: ArcSwap::from_pointee(state) })
+    }
+
+    /// The material to use for the next probe connection.
+    pub fn current(&self) -> Arc<TlsState> {
+        self.current.load_full()
+    }
+
+    /// Switches to new files (config reload), with material the caller already loaded from them.
+    pub fn replace(&self, files: TlsFiles, mut state: TlsState) {
+        state.generation = self.current.load().generation + 1;
+        self.files.store(Arc::new(files));
+        self.current.store(Arc::new(state));
+    }
+
+    /// Re-reads the files whenever their metadata changes, until cancelled. A file that fails to
+    /// load keeps the previous material in use and is retried on its next change.
+    pub async fn watch(self: Arc<Self>, metrics: Arc<Metrics>, cancel: CancellationToken) {
+        let mut failed: Option<Fingerprint> = None;
+        loop {
+            tokio::select! {
+                _ = cancel.cancelled() => return,
+                _ = tokio::time::sleep(WATCH_INTERVAL) => {}
+            }
+            let files = self.files.load_full();
+            let now = Fingerprint::of(&files);
+            let current = self.current();
+            if now == current.fingerprint || failed.as_ref() == Some(&now) {
+                continue;
+            }
+            match TlsSource::load(&files, current.generation + 1) {
+                Ok(state) => {
+                    failed = None;
+                    tracing::info!(client_cert = state.client_cert.as_str(), generation = state.generation, "TLS files changed; reloaded");
+                    publish_expiry(&metrics, &state.client_cert);
+                    self.current.store(Arc::new(state));
+                }
+                Err(e) => {
+                    tracing::warn!(error = %e, "TLS files changed but cannot be loaded; keeping the previous ones");
+                    failed = Some(now);
+                }
+            }
+        }
+    }
+}
+
+/// Exports the client certificate's expiry (or removes the metric when none is presented).
+pub fn publish_expiry(metrics: &Metrics, cert: &ClientCert) {
+    let not_after = match cert {
+        ClientCert::Loaded { not_after, .. } => *not_after,
+        _ => None,
+    };
+    metrics.set_client_cert_expiry(not_after);
+}
+
+fn read(path: &Path) -> Result<Vec<u8>, TlsError> {
+    std::fs::read(path).map_err(|source| TlsError::Read { path: path.to_path_buf(), source })
+}
+
+fn load_certs(path: &Path) -> Result<Vec<CertificateDer<'static>>, TlsError> {
+    let pem_error = |what: String| TlsError::Pem { path: path.to_path_buf(), what };
+    let certs = CertificateDer::pem_slice_iter(&read(path)?)
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| pem_error(format!("bad PEM: {e}")))?;
+    if certs.is_empty() {
+        return Err(pem_error("no CERTIFICATE block found".to_string()));
+    }
+    Ok(certs)
+}
+
+fn load_roots(path: &Path) -> Result<RootCertStore, TlsError> {
+    let mut roots = RootCertStore::empty();
+    for cert in load_certs(path)? {
+        roots.add(cert).map_err(|e| TlsError::Pem { path: path.to_path_buf(), what: format!("not a usable CA certificate: {e}") })?;
+    }
+    Ok(roots)
+}
+
+fn load_key(path: &Path) -> Result<PrivateKeyDer<'static>, TlsError> {
+    PrivateKeyDer::from_pem_slice(&read(path)?).map_err(|e| TlsError::Pem { path: path.to_path_buf(), what: format!("no usable private key: {e}") })
+}
