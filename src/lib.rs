@@ -18,6 +18,8 @@
 #![warn(missing_docs)]
 
 pub mod admin;
+pub mod fake;
+pub mod pki;
 pub mod app;
 pub mod backend;
 pub mod config;

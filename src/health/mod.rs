@@ -98,10 +98,8 @@ struct Jitter(u64);
 
 impl Jitter {
     fn seeded(name: &str) -> Self {
-        use std::hash::{BuildHasher, Hash, Hasher};
-        let mut h = std::collections::hash_map::RandomState::new().build_hasher();
-        name.hash(&mut h);
-        Jitter(h.finish() | 1)
+        use std::hash::BuildHasher;
+        Jitter(std::collections::hash_map::RandomState::new().hash_one(name) | 1)
     }
 
     /// `base` scaled by a uniform factor in [0.9, 1.1).

@@ -1,0 +1,235 @@
+//! A simulated kube-apiserver for the demo and the tests: real TLS with optional client
+//! certificates, a switchable `/readyz`, and the misbehaviours that matter (hang before TLS, reset).
+//!
+//! A connection whose first bytes are `RAW\n` instead of a TLS hello gets a plain echo service that
+//! names the server, so relay behaviour (half-close, eviction) can be tested without HTTP.
+
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use arc_swap::ArcSwapOption;
+use bytes::Bytes;
+use http_body_util::Full;
+use hyper::service::service_fn;
+use hyper::{Request, Response, StatusCode};
+use hyper_util::rt::TokioIo;
+use rustls::server::WebPkiClientVerifier;
+use rustls::{RootCertStore, ServerConfig};
+use rustls_pki_types::pem::PemObject;
+use rustls_pki_types::{CertificateDer, PrivateKeyDer};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+use tokio_rustls::TlsAcceptor;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+
+use crate::pki::{Ca, Issued};
+
+/// How the fake treats new connections.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(u8)]
+pub enum Mode {
+    /// TLS and HTTP as a real apiserver.
+    Serve = 0,
+    /// Accept TCP and never say anything (a process stuck before TLS).
+    Hang = 1,
+    /// Accept TCP and reset at once.
+    Reset = 2,
+}
+
+/// The knobs and counters of a running fake, shared with its tasks.
+#[derive(Debug)]
+pub struct Control {
+    /// Name returned by `/name` and the raw echo greeting.
+    pub name: String,
+    ready: AtomicBool,
+    mode: AtomicU8,
+    readyz_delay_us: AtomicU64,
+    /// `/readyz` requests answered.
+    pub readyz_hits: AtomicU64,
+    /// Completed TLS handshakes.
+    pub handshakes: AtomicU64,
+    /// DER of the client certificate presented on the latest `/readyz` (None: anonymous).
+    pub last_client_cert: ArcSwapOption<Vec<u8>>,
+}
+
+impl Control {
+    /// Makes `/readyz` answer 200 (`true`) or 500 with an etcd failure (`false`).
+    pub fn set_ready(&self, ready: bool) {
+        self.ready.store(ready, Ordering::SeqCst);
+    }
+
+    /// Whether `/readyz` currently passes.
+    pub fn is_ready(&self) -> bool {
+        self.ready.load(Ordering::SeqCst)
+    }
+
+    /// Delays every `/readyz` answer by `d` (simulated distance or load).
+    pub fn set_readyz_delay(&self, d: Duration) {
+        self.readyz_delay_us.store(d.as_micros() as u64, Ordering::SeqCst);
+    }
+
+    /// Changes how new connections are treated.
+    pub fn set_mode(&self, mode: Mode) {
+        self.mode.store(mode as u8, Ordering::SeqCst);
+    }
+
+    fn mode(&self) -> Mode {
+        match self.mode.load(Ordering::SeqCst) {
+            1 => Mode::Hang,
+            2 => Mode::Reset,
+            _ => Mode::Serve,
+        }
+    }
+}
+
+/// A running fake apiserver. Stops when dropped.
+#[derive(Debug)]
+pub struct FakeApiserver {
+    /// Where it listens.
+    pub addr: SocketAddr,
+    /// Its knobs.
+    pub control: Arc<Control>,
+    stop: CancellationToken,
+    tasks: TaskTracker,
+}
+
+impl Drop for FakeApiserver {
+    fn drop(&mut self) {
+        self.stop.cancel();
+    }
+}
+
+/// Server TLS config presenting `server`, accepting (but not requiring) clients signed by `ca`.
+pub fn server_tls(ca: &Ca, server: &Issued) -> Result<Arc<ServerConfig>, Box<dyn std::error::Error + Send + Sync>> {
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let mut roots = RootCertStore::empty();
+    roots.add(CertificateDer::from_pem_slice(ca.cert_pem.as_bytes())?)?;
+    let verifier = WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider.clone())
+        .allow_unauthenticated()
+        .build()?;
+    let chain = vec![CertificateDer::from_pem_slice(server.cert_pem.as_bytes())?];
+    let key = PrivateKeyDer::from_pem_slice(server.key_pem.as_bytes())?;
+    let config = ServerConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()?
+        .with_client_cert_verifier(verifier)
+        .with_single_cert(chain, key)?;
+    Ok(Arc::new(config))
+}
+
+impl FakeApiserver {
+    /// Serves on `listener` with `tls`, ready and in [`Mode::Serve`].
+    pub fn start(name: &str, listener: TcpListener, tls: Arc<ServerConfig>) -> std::io::Result<FakeApiserver> {
+        let addr = listener.local_addr()?;
+        let control = Arc::new(Control {
+            name: name.to_string(),
+            ready: AtomicBool::new(true),
+            mode: AtomicU8::new(Mode::Serve as u8),
+            readyz_delay_us: AtomicU64::new(0),
+            readyz_hits: AtomicU64::new(0),
+            handshakes: AtomicU64::new(0),
+            last_client_cert: ArcSwapOption::empty(),
+        });
+        let stop = CancellationToken::new();
+        let tasks = TaskTracker::new();
+        tasks.spawn(accept_loop(listener, TlsAcceptor::from(tls), control.clone(), stop.clone(), tasks.clone()));
+        Ok(FakeApiserver { addr, control, stop, tasks })
+    }
+
+    /// Stops accepting and closes every connection; the port then refuses.
+    pub async fn stop(&self) {
+        self.stop.cancel();
+        self.tasks.close();
+        self.tasks.wait().await;
+    }
+}
+
+async fn accept_loop(listener: TcpListener, tls: TlsAcceptor, control: Arc<Control>, stop: CancellationToken, tasks: TaskTracker) {
+    loop {
+        let stream = tokio::select! {
+            _ = stop.cancelled() => return,
+            a = listener.accept() => match a { Ok((s, _)) => s, Err(_) => continue },
+        };
+        let (tls, control, stop) = (tls.clone(), control.clone(), stop.clone());
+        tasks.spawn(async move {
+            tokio::select! {
+                _ = stop.cancelled() => {}
+                _ = connection(stream, tls, control) => {}
+            }
+        });
+    }
+}
+
+async fn connection(stream: TcpStream, tls: TlsAcceptor, control: Arc<Control>) {
+    match control.mode() {
+        Mode::Hang => return std::future::pending().await,
+        Mode::Reset => {
+            let _ = socket2::SockRef::from(&stream).set_linger(Some(Duration::ZERO));
+            return;
+        }
+        Mode::Serve => {}
+    }
+    let mut first = [0u8; 4];
+    if stream.peek(&mut first).await.is_ok() && &first == b"RAW\n" {
+        return raw_echo(stream, &control.name).await;
+    }
+    let Ok(tls_stream) = tls.accept(stream).await else { return };
+    control.handshakes.fetch_add(1, Ordering::SeqCst);
+    let peer_cert = tls_stream.get_ref().1.peer_certificates().and_then(|c| c.first()).map(|c| Arc::new(c.to_vec()));
+    let svc = service_fn(move |req: Request<hyper::body::Incoming>| {
+        let (control, peer_cert) = (control.clone(), peer_cert.clone());
+        async move { Ok::<_, std::convert::Infallible>(answer(&req, &control, peer_cert).await) }
+    });
+    let _ = hyper::server::conn::http1::Builder::new().serve_connection(TokioIo::new(tls_stream), svc).await;
+}
+
+async fn answer<B>(req: &Request<B>, control: &Control, peer_cert: Option<Arc<Vec<u8>>>) -> Response<Full<Bytes>> {
+    let (status, body) = match req.uri().path() {
+        "/readyz" => {
+            let delay = control.readyz_delay_us.load(Ordering::SeqCst);
+            if delay > 0 {
+                tokio::time::sleep(Duration::from_micros(delay)).await;
+            }
+            control.last_client_cert.store(peer_cert);
+            control.readyz_hits.fetch_add(1, Ordering::SeqCst);
+            if control.is_ready() {
+                (StatusCode::OK, "ok".to_string())
+            } else {
+                (StatusCode::INTERNAL_SERVER_ERROR, "[+]ping ok\n[-]etcd failed: reason withheld\nreadyz check failed\n".to_string())
+            }
+        }
+        "/livez" => (StatusCode::OK, "ok".to_string()),
+        "/name" => (StatusCode::OK, control.name.clone()),
+        "/version" => (StatusCode::OK, format!("{{\"major\":\"1\",\"minor\":\"32\",\"gitVersion\":\"v1.32.0-fake\",\"platform\":\"{}\"}}", control.name)),
+        _ => (StatusCode::NOT_FOUND, "not found".to_string()),
+    };
+    let mut resp = Response::new(Full::new(Bytes::from(body)));
+    *resp.status_mut() = status;
+    resp
+}
+
+/// `RAW\n` protocol: greet with the name, echo everything, and on EOF say `bye\n` and close.
+async fn raw_echo(mut stream: TcpStream, name: &str) {
+    let mut hello = [0u8; 4];
+    if stream.read_exact(&mut hello).await.is_err() || stream.write_all(format!("{name}\n").as_bytes()).await.is_err() {
+        return;
+    }
+    let mut buf = vec![0u8; 16 * 1024];
+    loop {
+        match stream.read(&mut buf).await {
+            Ok(0) => {
+                let _ = stream.write_all(b"bye\n").await;
+                let _ = stream.shutdown().await;
+                return;
+            }
+            Ok(n) => {
+                if stream.write_all(&buf[..n]).await.is_err() {
+                    return;
+                }
+            }
+            Err(_) => return,
+        }
+    }
+}
