@@ -88,11 +88,18 @@ impl Admin {
                 }
             }
             "/status" => {
-                let body = status_json(&self.table.load(), self.shutting_down.load(Ordering::Relaxed), self.tls.current().client_cert.as_str());
+                let body = status_json(
+                    &self.table.load(),
+                    self.shutting_down.load(Ordering::Relaxed),
+                    self.tls.current().client_cert.as_str(),
+                );
                 respond(StatusCode::OK, "application/json", body.to_string())
             }
             "/metrics" => respond(StatusCode::OK, metrics::CONTENT_TYPE, self.metrics.encode()),
-            _ => text(StatusCode::NOT_FOUND, "not found: try /livez /readyz /status /metrics\n"),
+            _ => text(
+                StatusCode::NOT_FOUND,
+                "not found: try /livez /readyz /status /metrics\n",
+            ),
         }
     }
 }

@@ -28,21 +28,27 @@ use crate::tls::{self, TlsError, TlsSource};
 #[derive(Debug, thiserror::Error)]
 pub enum StartError {
     /// A listener could not be bound (port in use, address not local, …).
-    #[error("cannot listen on {addr} ({what}): {source}")]
+    #[error("cannot listen on {addr} ({what}): {cause}")]
     Bind {
         /// `listen` or `admin`.
         what: &'static str,
         /// The address.
         addr: SocketAddr,
         /// Why.
-        source: std::io::Error,
+        cause: std::io::Error,
     },
     /// A CA, certificate or key file is unusable.
     #[error("tls: {0}")]
-    Tls(#[from] TlsError),
+    Tls(TlsError),
     /// Internal: the table writer is gone (only during shutdown).
     #[error("the routing table is shutting down")]
     TableGone,
+}
+
+impl From<TlsError> for StartError {
+    fn from(e: TlsError) -> Self {
+        StartError::Tls(e)
+    }
 }
 
 struct Listener {
@@ -73,8 +79,11 @@ pub struct App {
     admin_tasks: TaskTracker,
 }
 
-async fn bind(what: &'static str, addr: SocketAddr) -> Result<(TcpListener, SocketAddr), StartError> {
-    let err = |source| StartError::Bind { what, addr, source };
+async fn bind(
+    what: &'static str,
+    addr: SocketAddr,
+) -> Result<(TcpListener, SocketAddr), StartError> {
+    let err = |cause| StartError::Bind { what, addr, cause };
     let listener = TcpListener::bind(addr).await.map_err(err)?;
     let bound = listener.local_addr().map_err(err)?;
     Ok((listener, bound))
@@ -98,10 +107,20 @@ impl App {
         let (writer, rx) = mpsc::channel(256);
         let tasks = TaskTracker::new();
         let background = CancellationToken::new();
-        tasks.spawn(table::run_writer(table.clone(), metrics.clone(), rx, background.clone()));
+        tasks.spawn(table::run_writer(
+            table.clone(),
+            metrics.clone(),
+            rx,
+            background.clone(),
+        ));
         tasks.spawn(tls.clone().watch(metrics.clone(), background.clone()));
         let proxy = Proxy::new(table.clone());
-        let admin = Arc::new(Admin { table: table.clone(), metrics: metrics.clone(), tls: tls.clone(), shutting_down: false.into() });
+        let admin = Arc::new(Admin {
+            table: table.clone(),
+            metrics: metrics.clone(),
+            tls: tls.clone(),
+            shutting_down: false.into(),
+        });
         let admin_tasks = TaskTracker::new();
         let admin_stop = CancellationToken::new();
         admin_tasks.spawn(admin.clone().serve(admin_l, admin_stop.clone()));
@@ -118,7 +137,11 @@ impl App {
             background,
             probes: Vec::new(),
             listeners: Vec::new(),
-            admin_listener: Listener { configured: config.admin, bound: admin_bound, stop: admin_stop },
+            admin_listener: Listener {
+                configured: config.admin,
+                bound: admin_bound,
+                stop: admin_stop,
+            },
             admin_tasks,
         };
         app.configure_table(&config).await?;
@@ -160,10 +183,18 @@ impl App {
     pub async fn reload(&mut self, new: Config) -> Result<(), StartError> {
         let tls_state = TlsSource::load(&new.tls, 0)?;
         let mut fresh = Vec::new();
-        for &addr in new.listen.iter().filter(|a| !self.config.listen.contains(a)) {
+        for &addr in new
+            .listen
+            .iter()
+            .filter(|a| !self.config.listen.contains(a))
+        {
             fresh.push((addr, bind("listen", addr).await?));
         }
-        let new_admin = if new.admin != self.config.admin { Some(bind("admin", new.admin).await?) } else { None };
+        let new_admin = if new.admin != self.config.admin {
+            Some(bind("admin", new.admin).await?)
+        } else {
+            None
+        };
 
         tls::publish_expiry(&self.metrics, &tls_state.client_cert);
         self.tls.replace(new.tls.clone(), tls_state);
@@ -184,8 +215,13 @@ impl App {
         if let Some((listener, bound)) = new_admin {
             self.admin_listener.stop.cancel();
             let stop = CancellationToken::new();
-            self.admin_tasks.spawn(self.admin.clone().serve(listener, stop.clone()));
-            self.admin_listener = Listener { configured: new.admin, bound, stop };
+            self.admin_tasks
+                .spawn(self.admin.clone().serve(listener, stop.clone()));
+            self.admin_listener = Listener {
+                configured: new.admin,
+                bound,
+                stop,
+            };
         }
         self.config = new;
         Ok(())
@@ -204,8 +240,14 @@ impl App {
         if open > 0 {
             tracing::info!(open, grace = ?self.config.shutdown_grace, "draining connections");
         }
-        if tokio::time::timeout(self.config.shutdown_grace, conns.wait()).await.is_err() {
-            tracing::info!(open = conns.len(), "grace period over; closing remaining connections");
+        if tokio::time::timeout(self.config.shutdown_grace, conns.wait())
+            .await
+            .is_err()
+        {
+            tracing::info!(
+                open = conns.len(),
+                "grace period over; closing remaining connections"
+            );
             self.proxy.cut.cancel();
             conns.wait().await;
         }
@@ -229,7 +271,10 @@ impl App {
             connect_timeout: config.connect_timeout,
         };
         let (done, wait) = oneshot::channel();
-        self.writer.send(TableCmd::Configure { routing, done }).await.map_err(|_| StartError::TableGone)?;
+        self.writer
+            .send(TableCmd::Configure { routing, done })
+            .await
+            .map_err(|_| StartError::TableGone)?;
         wait.await.map_err(|_| StartError::TableGone)
     }
 
@@ -244,9 +289,17 @@ impl App {
             }
             keep
         });
-        let running: HashMap<&str, ()> = self.probes.iter().map(|p| (p.spec.address.as_str(), ())).collect();
+        let running: HashMap<&str, ()> = self
+            .probes
+            .iter()
+            .map(|p| (p.spec.address.as_str(), ()))
+            .collect();
         let mut started = Vec::new();
-        for b in snap.backends.iter().filter(|b| !running.contains_key(b.spec.address.as_str())) {
+        for b in snap
+            .backends
+            .iter()
+            .filter(|b| !running.contains_key(b.spec.address.as_str()))
+        {
             let stop = self.background.child_token();
             let task = ProbeTask {
                 spec: b.spec.clone(),
@@ -257,15 +310,23 @@ impl App {
                 metrics: b.live.metrics.clone(),
             };
             self.tasks.spawn(task.run(stop.clone()));
-            started.push(Probe { spec: b.spec.clone(), stop });
+            started.push(Probe {
+                spec: b.spec.clone(),
+                stop,
+            });
         }
         self.probes.extend(started);
     }
 
     fn spawn_listener(&mut self, configured: SocketAddr, listener: TcpListener, bound: SocketAddr) {
         let stop = CancellationToken::new();
-        self.tasks.spawn(self.proxy.clone().serve(listener, stop.clone()));
-        self.listeners.push(Listener { configured, bound, stop });
+        self.tasks
+            .spawn(self.proxy.clone().serve(listener, stop.clone()));
+        self.listeners.push(Listener {
+            configured,
+            bound,
+            stop,
+        });
     }
 }
 

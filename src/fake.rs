@@ -47,6 +47,8 @@ pub struct Control {
     ready: AtomicBool,
     mode: AtomicU8,
     readyz_delay_us: AtomicU64,
+    fail_next: AtomicU64,
+    pass_next: AtomicU64,
     /// `/readyz` requests answered.
     pub readyz_hits: AtomicU64,
     /// Completed TLS handshakes.
@@ -68,7 +70,33 @@ impl Control {
 
     /// Delays every `/readyz` answer by `d` (simulated distance or load).
     pub fn set_readyz_delay(&self, d: Duration) {
-        self.readyz_delay_us.store(d.as_micros() as u64, Ordering::SeqCst);
+        self.readyz_delay_us
+            .store(d.as_micros() as u64, Ordering::SeqCst);
+    }
+
+    /// The next `n` `/readyz` answers fail, whatever [`Control::set_ready`] says.
+    pub fn fail_next(&self, n: u64) {
+        self.fail_next.store(n, Ordering::SeqCst);
+    }
+
+    /// The next `n` `/readyz` answers pass, whatever [`Control::set_ready`] says.
+    pub fn pass_next(&self, n: u64) {
+        self.pass_next.store(n, Ordering::SeqCst);
+    }
+
+    /// This answer's verdict: a scripted one if any is left, else the ready switch.
+    fn verdict(&self) -> bool {
+        let take = |c: &AtomicU64| {
+            c.fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
+                .is_ok()
+        };
+        if take(&self.fail_next) {
+            false
+        } else if take(&self.pass_next) {
+            true
+        } else {
+            self.is_ready()
+        }
     }
 
     /// Changes how new connections are treated.
@@ -103,7 +131,10 @@ impl Drop for FakeApiserver {
 }
 
 /// Server TLS config presenting `server`, accepting (but not requiring) clients signed by `ca`.
-pub fn server_tls(ca: &Ca, server: &Issued) -> Result<Arc<ServerConfig>, Box<dyn std::error::Error + Send + Sync>> {
+pub fn server_tls(
+    ca: &Ca,
+    server: &Issued,
+) -> Result<Arc<ServerConfig>, Box<dyn std::error::Error + Send + Sync>> {
     let provider = Arc::new(rustls::crypto::ring::default_provider());
     let mut roots = RootCertStore::empty();
     roots.add(CertificateDer::from_pem_slice(ca.cert_pem.as_bytes())?)?;
@@ -121,21 +152,38 @@ pub fn server_tls(ca: &Ca, server: &Issued) -> Result<Arc<ServerConfig>, Box<dyn
 
 impl FakeApiserver {
     /// Serves on `listener` with `tls`, ready and in [`Mode::Serve`].
-    pub fn start(name: &str, listener: TcpListener, tls: Arc<ServerConfig>) -> std::io::Result<FakeApiserver> {
+    pub fn start(
+        name: &str,
+        listener: TcpListener,
+        tls: Arc<ServerConfig>,
+    ) -> std::io::Result<FakeApiserver> {
         let addr = listener.local_addr()?;
         let control = Arc::new(Control {
             name: name.to_string(),
             ready: AtomicBool::new(true),
             mode: AtomicU8::new(Mode::Serve as u8),
             readyz_delay_us: AtomicU64::new(0),
+            fail_next: AtomicU64::new(0),
+            pass_next: AtomicU64::new(0),
             readyz_hits: AtomicU64::new(0),
             handshakes: AtomicU64::new(0),
             last_client_cert: ArcSwapOption::empty(),
         });
         let stop = CancellationToken::new();
         let tasks = TaskTracker::new();
-        tasks.spawn(accept_loop(listener, TlsAcceptor::from(tls), control.clone(), stop.clone(), tasks.clone()));
-        Ok(FakeApiserver { addr, control, stop, tasks })
+        tasks.spawn(accept_loop(
+            listener,
+            TlsAcceptor::from(tls),
+            control.clone(),
+            stop.clone(),
+            tasks.clone(),
+        ));
+        Ok(FakeApiserver {
+            addr,
+            control,
+            stop,
+            tasks,
+        })
     }
 
     /// Stops accepting and closes every connection; the port then refuses.
@@ -146,7 +194,13 @@ impl FakeApiserver {
     }
 }
 
-async fn accept_loop(listener: TcpListener, tls: TlsAcceptor, control: Arc<Control>, stop: CancellationToken, tasks: TaskTracker) {
+async fn accept_loop(
+    listener: TcpListener,
+    tls: TlsAcceptor,
+    control: Arc<Control>,
+    stop: CancellationToken,
+    tasks: TaskTracker,
+) {
     loop {
         let stream = tokio::select! {
             _ = stop.cancelled() => return,
@@ -175,17 +229,30 @@ async fn connection(stream: TcpStream, tls: TlsAcceptor, control: Arc<Control>) 
     if stream.peek(&mut first).await.is_ok() && &first == b"RAW\n" {
         return raw_echo(stream, &control.name).await;
     }
-    let Ok(tls_stream) = tls.accept(stream).await else { return };
+    let Ok(tls_stream) = tls.accept(stream).await else {
+        return;
+    };
     control.handshakes.fetch_add(1, Ordering::SeqCst);
-    let peer_cert = tls_stream.get_ref().1.peer_certificates().and_then(|c| c.first()).map(|c| Arc::new(c.to_vec()));
+    let peer_cert = tls_stream
+        .get_ref()
+        .1
+        .peer_certificates()
+        .and_then(|c| c.first())
+        .map(|c| Arc::new(c.to_vec()));
     let svc = service_fn(move |req: Request<hyper::body::Incoming>| {
         let (control, peer_cert) = (control.clone(), peer_cert.clone());
         async move { Ok::<_, std::convert::Infallible>(answer(&req, &control, peer_cert).await) }
     });
-    let _ = hyper::server::conn::http1::Builder::new().serve_connection(TokioIo::new(tls_stream), svc).await;
+    let _ = hyper::server::conn::http1::Builder::new()
+        .serve_connection(TokioIo::new(tls_stream), svc)
+        .await;
 }
 
-async fn answer<B>(req: &Request<B>, control: &Control, peer_cert: Option<Arc<Vec<u8>>>) -> Response<Full<Bytes>> {
+async fn answer<B>(
+    req: &Request<B>,
+    control: &Control,
+    peer_cert: Option<Arc<Vec<u8>>>,
+) -> Response<Full<Bytes>> {
     let (status, body) = match req.uri().path() {
         "/readyz" => {
             let delay = control.readyz_delay_us.load(Ordering::SeqCst);
@@ -193,8 +260,9 @@ async fn answer<B>(req: &Request<B>, control: &Control, peer_cert: Option<Arc<Ve
                 tokio::time::sleep(Duration::from_micros(delay)).await;
             }
             control.last_client_cert.store(peer_cert);
+            let pass = control.verdict();
             control.readyz_hits.fetch_add(1, Ordering::SeqCst);
-            if control.is_ready() {
+            if pass {
                 (StatusCode::OK, "ok".to_string())
             } else {
                 (StatusCode::INTERNAL_SERVER_ERROR, "[+]ping ok\n[-]etcd failed: reason withheld\nreadyz check failed\n".to_string())
@@ -213,7 +281,12 @@ async fn answer<B>(req: &Request<B>, control: &Control, peer_cert: Option<Arc<Ve
 /// `RAW\n` protocol: greet with the name, echo everything, and on EOF say `bye\n` and close.
 async fn raw_echo(mut stream: TcpStream, name: &str) {
     let mut hello = [0u8; 4];
-    if stream.read_exact(&mut hello).await.is_err() || stream.write_all(format!("{name}\n").as_bytes()).await.is_err() {
+    if stream.read_exact(&mut hello).await.is_err()
+        || stream
+            .write_all(format!("{name}\n").as_bytes())
+            .await
+            .is_err()
+    {
         return;
     }
     let mut buf = vec![0u8; 16 * 1024];

@@ -18,14 +18,14 @@
 #![warn(missing_docs)]
 
 pub mod admin;
-pub mod fake;
-pub mod pki;
 pub mod app;
 pub mod backend;
 pub mod config;
+pub mod fake;
 pub mod health;
 pub mod metrics;
 pub mod pick;
+pub mod pki;
 pub mod proxy;
 pub mod relay;
 pub mod shutdown;

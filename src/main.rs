@@ -9,7 +9,11 @@ use readyprism::app::App;
 use readyprism::config::Config;
 
 #[derive(Parser)]
-#[command(name = "readyprism", version, about = "Node-local Kubernetes API server load balancer routing by /readyz, zone and latency")]
+#[command(
+    name = "readyprism",
+    version,
+    about = "Node-local Kubernetes API server load balancer routing by /readyz, zone and latency"
+)]
 struct Cli {
     /// Log format.
     #[arg(long, global = true, value_enum, default_value = "text")]
@@ -52,7 +56,10 @@ enum Command {
 fn main() -> ExitCode {
     let cli = Cli::parse();
     init_tracing(cli.log_format, cli.log_level.as_deref());
-    if rustls::crypto::ring::default_provider().install_default().is_err() {
+    if rustls::crypto::ring::default_provider()
+        .install_default()
+        .is_err()
+    {
         tracing::debug!("a rustls crypto provider was already installed");
     }
     match dispatch(cli.command) {
@@ -81,7 +88,9 @@ fn dispatch(command: Command) -> anyhow::Result<ExitCode> {
                         c.zone = Some(z.clone());
                     }
                 });
-                readyprism::shutdown::run_until_signalled(app, path, apply).await.context("signal handling")?;
+                readyprism::shutdown::run_until_signalled(app, path, apply)
+                    .await
+                    .context("signal handling")?;
                 Ok(ExitCode::SUCCESS)
             })
         }
@@ -109,7 +118,9 @@ fn init_tracing(format: LogFormat, level: Option<&str>) {
         Some(l) => EnvFilter::new(l),
         None => EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info")),
     };
-    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
     match format {
         LogFormat::Text => builder.init(),
         LogFormat::Json => builder.json().init(),

@@ -120,7 +120,9 @@ impl Metrics {
             state_changes: Family::default(),
             health_checks: Family::default(),
             // 1 ms .. ~16 s: a LAN answer to the slowest timeout we accept.
-            check_duration: Family::new_with_constructor(|| Histogram::new(exponential_buckets(0.001, 2.0, 15))),
+            check_duration: Family::new_with_constructor(|| {
+                Histogram::new(exponential_buckets(0.001, 2.0, 15))
+            }),
             connections: Family::default(),
             connections_active: Family::default(),
             dial_failures: Family::default(),
@@ -131,21 +133,67 @@ impl Metrics {
             cert_expiry: Family::default(),
             registry: Registry::default(),
         };
-        registry.register("backend_ready", "1 if the backend passes its /readyz checks", m.backend_ready.clone());
-        registry.register("backend_state_changes", "Backend state changes by new state", m.state_changes.clone());
-        registry.register("health_checks", "Health probes by result", m.health_checks.clone());
-        registry.register("health_check_duration_seconds", "/readyz request to response time", m.check_duration.clone());
-        registry.register("connections", "Client connections relayed to the backend", m.connections.clone());
-        registry.register("connections_active", "Client connections relayed now", m.connections_active.clone());
-        registry.register("dial_failures", "Failed dials to the backend", m.dial_failures.clone());
-        registry.register("connections_closed_unready", "Connections closed because the backend turned unready or was removed", m.closed_unready.clone());
+        registry.register(
+            "backend_ready",
+            "1 if the backend passes its /readyz checks",
+            m.backend_ready.clone(),
+        );
+        registry.register(
+            "backend_state_changes",
+            "Backend state changes by new state",
+            m.state_changes.clone(),
+        );
+        registry.register(
+            "health_checks",
+            "Health probes by result",
+            m.health_checks.clone(),
+        );
+        registry.register(
+            "health_check_duration_seconds",
+            "/readyz request to response time",
+            m.check_duration.clone(),
+        );
+        registry.register(
+            "connections",
+            "Client connections relayed to the backend",
+            m.connections.clone(),
+        );
+        registry.register(
+            "connections_active",
+            "Client connections relayed now",
+            m.connections_active.clone(),
+        );
+        registry.register(
+            "dial_failures",
+            "Failed dials to the backend",
+            m.dial_failures.clone(),
+        );
+        registry.register(
+            "connections_closed_unready",
+            "Connections closed because the backend turned unready or was removed",
+            m.closed_unready.clone(),
+        );
         registry.register("bytes", "Bytes relayed by direction", m.bytes.clone());
-        registry.register("no_ready_backends", "1 while no backend is ready (failing open or refusing)", m.no_ready_backends.clone());
-        registry.register("config_reloads", "Config reloads by result", m.reloads.clone());
-        registry.register("client_cert_expiry_timestamp_seconds", "notAfter of the client certificate in use", m.cert_expiry.clone());
+        registry.register(
+            "no_ready_backends",
+            "1 while no backend is ready (failing open or refusing)",
+            m.no_ready_backends.clone(),
+        );
+        registry.register(
+            "config_reloads",
+            "Config reloads by result",
+            m.reloads.clone(),
+        );
+        registry.register(
+            "client_cert_expiry_timestamp_seconds",
+            "notAfter of the client certificate in use",
+            m.cert_expiry.clone(),
+        );
         let build_info: Family<VersionLabel, Gauge> = Family::default();
         build_info
-            .get_or_create(&VersionLabel { version: env!("CARGO_PKG_VERSION") })
+            .get_or_create(&VersionLabel {
+                version: env!("CARGO_PKG_VERSION"),
+            })
             .set(1);
         registry.register("build_info", "Build information", build_info);
         Metrics { registry, ..m }
@@ -153,14 +201,26 @@ impl Metrics {
 
     /// Resolves (creating if needed) every handle for one backend.
     pub fn backend(&self, address: &str, zone: Option<&str>) -> BackendMetrics {
-        let b = || BackendLabel { backend: address.to_string() };
-        let with = |to| BackendTo { backend: address.to_string(), to };
-        let result = |result| BackendResult { backend: address.to_string(), result };
-        let dir = |direction| BackendDirection { backend: address.to_string(), direction };
+        let b = || BackendLabel {
+            backend: address.to_string(),
+        };
+        let with = |to| BackendTo {
+            backend: address.to_string(),
+            to,
+        };
+        let result = |result| BackendResult {
+            backend: address.to_string(),
+            result,
+        };
+        let dir = |direction| BackendDirection {
+            backend: address.to_string(),
+            direction,
+        };
         BackendMetrics {
-            ready: self
-                .backend_ready
-                .get_or_create_owned(&BackendZone { backend: address.to_string(), zone: zone.unwrap_or("").to_string() }),
+            ready: self.backend_ready.get_or_create_owned(&BackendZone {
+                backend: address.to_string(),
+                zone: zone.unwrap_or("").to_string(),
+            }),
             to_ready: self.state_changes.get_or_create_owned(&with("ready")),
             to_unready: self.state_changes.get_or_create_owned(&with("unready")),
             checks_pass: self.health_checks.get_or_create_owned(&result("pass")),
@@ -177,9 +237,13 @@ impl Metrics {
 
     /// Drops the gauges of a removed backend so it stops showing as ready/active; counters stay.
     pub fn forget_backend(&self, address: &str, zone: Option<&str>) {
-        self.backend_ready
-            .remove(&BackendZone { backend: address.to_string(), zone: zone.unwrap_or("").to_string() });
-        self.connections_active.remove(&BackendLabel { backend: address.to_string() });
+        self.backend_ready.remove(&BackendZone {
+            backend: address.to_string(),
+            zone: zone.unwrap_or("").to_string(),
+        });
+        self.connections_active.remove(&BackendLabel {
+            backend: address.to_string(),
+        });
     }
 
     /// Counts a config reload.
@@ -203,7 +267,9 @@ impl Metrics {
     /// The Prometheus text exposition of every metric.
     pub fn encode(&self) -> String {
         let mut out = String::new();
-        if let Err(e) = prometheus_client::encoding::prometheus_text::encode(&mut out, &self.registry) {
+        if let Err(e) =
+            prometheus_client::encoding::prometheus_text::encode(&mut out, &self.registry)
+        {
             tracing::error!(error = %e, "cannot encode metrics");
         }
         out

@@ -136,7 +136,11 @@ mod tests {
         let cases: Vec<(&str, Vec<Candidate>, WhenNoneReady, Pick)> = vec![
             (
                 "unready fastest local is skipped",
-                vec![c(false, true, Some(0), 0), c(true, false, Some(23), 0), c(true, false, Some(43), 0)],
+                vec![
+                    c(false, true, Some(0), 0),
+                    c(true, false, Some(23), 0),
+                    c(true, false, Some(43), 0),
+                ],
                 FailOpen,
                 Pick::Ready(vec![1, 2]),
             ),
@@ -166,11 +170,20 @@ mod tests {
             ),
             (
                 "none ready fails open in zone+latency order",
-                vec![c(false, false, Some(5), 0), c(false, true, Some(9), 0), c(false, false, Some(1), 0)],
+                vec![
+                    c(false, false, Some(5), 0),
+                    c(false, true, Some(9), 0),
+                    c(false, false, Some(1), 0),
+                ],
                 FailOpen,
                 Pick::Panic(vec![1, 2, 0]),
             ),
-            ("none ready refuses", vec![c(false, true, Some(1), 0)], Refuse, Pick::Refuse),
+            (
+                "none ready refuses",
+                vec![c(false, true, Some(1), 0)],
+                Refuse,
+                Pick::Refuse,
+            ),
             ("empty refuses", vec![], FailOpen, Pick::Refuse),
         ];
         for (name, cands, policy, want) in cases {
@@ -180,7 +193,11 @@ mod tests {
 
     #[test]
     fn near_equal_backends_share_by_round_robin() {
-        let cands = [c(true, false, Some(20), 0), c(true, false, Some(21), 0), c(true, false, Some(90), 0)];
+        let cands = [
+            c(true, false, Some(20), 0),
+            c(true, false, Some(21), 0),
+            c(true, false, Some(90), 0),
+        ];
         let firsts: Vec<usize> = (0..4)
             .map(|rr| pick(&cands, WhenNoneReady::FailOpen, rr).order()[0])
             .collect();
@@ -191,7 +208,13 @@ mod tests {
     #[test]
     fn tolerance_band_scales_with_latency_but_has_a_floor() {
         // 1 ms vs 2.5 ms: inside the 2 ms floor, so they share.
-        let lan = [c(true, false, Some(1), 3), Candidate { latency: Some(Duration::from_micros(2500)), ..c(true, false, None, 0) }];
+        let lan = [
+            c(true, false, Some(1), 3),
+            Candidate {
+                latency: Some(Duration::from_micros(2500)),
+                ..c(true, false, None, 0)
+            },
+        ];
         assert_eq!(pick(&lan, WhenNoneReady::FailOpen, 0).order()[0], 1);
         // 23 ms vs 43 ms: far apart, the faster one always first whatever its load.
         let wan = [c(true, false, Some(43), 0), c(true, false, Some(23), 100)];

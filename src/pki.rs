@@ -3,7 +3,10 @@
 //!
 //! Not used by the balancer itself, which only reads the files an operator gives it.
 
-use rcgen::{BasicConstraints, CertificateParams, DnType, ExtendedKeyUsagePurpose, IsCa, Issuer, KeyPair, KeyUsagePurpose};
+use rcgen::{
+    BasicConstraints, CertificateParams, DnType, ExtendedKeyUsagePurpose, IsCa, Issuer, KeyPair,
+    KeyUsagePurpose,
+};
 
 /// A generated CA able to issue certificates.
 pub struct Ca {
@@ -42,16 +45,26 @@ impl Ca {
         let mut params = CertificateParams::new(Vec::<String>::new())?;
         params.distinguished_name.push(DnType::CommonName, name);
         params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-        params.key_usages = vec![KeyUsagePurpose::KeyCertSign, KeyUsagePurpose::CrlSign, KeyUsagePurpose::DigitalSignature];
+        params.key_usages = vec![
+            KeyUsagePurpose::KeyCertSign,
+            KeyUsagePurpose::CrlSign,
+            KeyUsagePurpose::DigitalSignature,
+        ];
         let key = KeyPair::generate()?;
         let cert = params.self_signed(&key)?;
-        Ok(Ca { cert_pem: cert.pem(), issuer: Issuer::new(params, key) })
+        Ok(Ca {
+            cert_pem: cert.pem(),
+            issuer: Issuer::new(params, key),
+        })
     }
 
     /// A server certificate for `sans` (IP addresses or DNS names).
     pub fn server(&self, sans: &[&str]) -> Result<Issued, rcgen::Error> {
-        let mut params = CertificateParams::new(sans.iter().map(|s| s.to_string()).collect::<Vec<_>>())?;
-        params.distinguished_name.push(DnType::CommonName, "kube-apiserver");
+        let mut params =
+            CertificateParams::new(sans.iter().map(|s| s.to_string()).collect::<Vec<_>>())?;
+        params
+            .distinguished_name
+            .push(DnType::CommonName, "kube-apiserver");
         params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ServerAuth];
         self.issue(params)
     }
@@ -59,8 +72,12 @@ impl Ca {
     /// A client certificate like kubelet's: CN `system:node:<node>`, O `system:nodes`.
     pub fn client(&self, node: &str) -> Result<Issued, rcgen::Error> {
         let mut params = CertificateParams::new(Vec::<String>::new())?;
-        params.distinguished_name.push(DnType::CommonName, format!("system:node:{node}"));
-        params.distinguished_name.push(DnType::OrganizationName, "system:nodes");
+        params
+            .distinguished_name
+            .push(DnType::CommonName, format!("system:node:{node}"));
+        params
+            .distinguished_name
+            .push(DnType::OrganizationName, "system:nodes");
         params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ClientAuth];
         self.issue(params)
     }
@@ -68,6 +85,10 @@ impl Ca {
     fn issue(&self, params: CertificateParams) -> Result<Issued, rcgen::Error> {
         let key = KeyPair::generate()?;
         let cert = params.signed_by(&key, &self.issuer)?;
-        Ok(Issued { cert_pem: cert.pem(), key_pem: key.serialize_pem(), cert_der: cert.der().to_vec() })
+        Ok(Issued {
+            cert_pem: cert.pem(),
+            key_pem: key.serialize_pem(),
+            cert_der: cert.der().to_vec(),
+        })
     }
 }

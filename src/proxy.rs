@@ -43,7 +43,12 @@ pub struct Proxy {
 impl Proxy {
     /// A proxy routing by `table`.
     pub fn new(table: Arc<Table>) -> Arc<Proxy> {
-        Arc::new(Proxy { table, conns: TaskTracker::new(), cut: CancellationToken::new(), rr: AtomicUsize::new(0) })
+        Arc::new(Proxy {
+            table,
+            conns: TaskTracker::new(),
+            cut: CancellationToken::new(),
+            rr: AtomicUsize::new(0),
+        })
     }
 
     /// Accepts on `listener` until `stop` is cancelled. Established connections are not affected by
@@ -57,7 +62,8 @@ impl Proxy {
             match accepted {
                 Ok((client, peer)) => {
                     let span = tracing::debug_span!("conn", %peer);
-                    self.conns.spawn(self.clone().handle(client, peer).instrument(span));
+                    self.conns
+                        .spawn(self.clone().handle(client, peer).instrument(span));
                 }
                 Err(e) => {
                     tracing::warn!(error = %e, "accept failed; backing off");

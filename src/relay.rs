@@ -21,7 +21,10 @@ pub async fn relay(
     to_backend: &Counter,
     to_client: &Counter,
 ) -> io::Result<()> {
-    tokio::try_join!(pump(client, backend, to_backend), pump(backend, client, to_client))?;
+    tokio::try_join!(
+        pump(client, backend, to_backend),
+        pump(backend, client, to_client)
+    )?;
     Ok(())
 }
 

@@ -15,7 +15,11 @@ use crate::metrics::Metrics;
 pub type Override = Box<dyn Fn(&mut Config) + Send>;
 
 /// Runs `app` until SIGTERM or SIGINT, reloading `config_path` on SIGHUP.
-pub async fn run_until_signalled(mut app: App, config_path: PathBuf, apply: Override) -> std::io::Result<()> {
+pub async fn run_until_signalled(
+    mut app: App,
+    config_path: PathBuf,
+    apply: Override,
+) -> std::io::Result<()> {
     let mut hup = signal(SignalKind::hangup())?;
     let mut term = signal(SignalKind::terminate())?;
     let mut int = signal(SignalKind::interrupt())?;
@@ -28,7 +32,10 @@ pub async fn run_until_signalled(mut app: App, config_path: PathBuf, apply: Over
     }
     let bound = crate::app::shutdown_bound(app.config());
     if tokio::time::timeout(bound, app.shutdown()).await.is_err() {
-        tracing::error!(?bound, "shutdown took longer than its bound; exiting anyway");
+        tracing::error!(
+            ?bound,
+            "shutdown took longer than its bound; exiting anyway"
+        );
     }
     Ok(())
 }

@@ -101,10 +101,15 @@ pub async fn run_writer(
         let old = table.load();
         let next = match cmd {
             TableCmd::Health { spec, health } => {
-                let Some(i) = old.backends.iter().position(|b| b.spec == spec) else { continue };
+                let Some(i) = old.backends.iter().position(|b| b.spec == spec) else {
+                    continue;
+                };
                 let mut backends = old.backends.clone();
                 backends[i].health = health;
-                Snapshot { backends, ..(*old).clone() }
+                Snapshot {
+                    backends,
+                    ..(*old).clone()
+                }
             }
             TableCmd::Configure { routing, done } => {
                 let next = configure(&old, routing, &metrics);
@@ -124,13 +129,19 @@ fn configure(old: &Snapshot, routing: Routing, metrics: &Metrics) -> Snapshot {
         .map(|spec| match old.backends.iter().find(|b| b.spec == spec) {
             Some(kept) => kept.clone(),
             None => Backend {
-                live: Arc::new(BackendLive::new(metrics.backend(&spec.address, spec.zone.as_deref()))),
+                live: Arc::new(BackendLive::new(
+                    metrics.backend(&spec.address, spec.zone.as_deref()),
+                )),
                 spec,
                 health: Health::UNKNOWN,
             },
         })
         .collect();
-    for gone in old.backends.iter().filter(|o| !backends.iter().any(|b| b.spec == o.spec)) {
+    for gone in old
+        .backends
+        .iter()
+        .filter(|o| !backends.iter().any(|b| b.spec == o.spec))
+    {
         tracing::info!(backend = %gone.spec.address, "backend removed from config; closing its connections");
         gone.live.evict_all();
         metrics.forget_backend(&gone.spec.address, gone.spec.zone.as_deref());
@@ -150,7 +161,11 @@ fn finish(table: &Table, metrics: &Metrics, old: &Snapshot, mut next: Snapshot) 
     let was_none_ready = !old.any_ready();
     let none_ready = !next.any_ready();
     for b in &next.backends {
-        let before = old.backends.iter().find(|o| o.spec == b.spec).map(|o| o.health.state);
+        let before = old
+            .backends
+            .iter()
+            .find(|o| o.spec == b.spec)
+            .map(|o| o.health.state);
         let is_ready = b.health.state == State::Ready;
         b.live.metrics.ready.set(i64::from(is_ready));
         // Close connections of a backend that stopped being ready; and when we leave the

@@ -26,12 +26,12 @@ pub const DEFAULT_ADMIN: &str = "127.0.0.1:7446";
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
     /// The file could not be read.
-    #[error("{file}: cannot read config: {source}")]
+    #[error("{file}: cannot read config: {cause}")]
     Read {
         /// Config file path.
         file: String,
         /// Underlying I/O error.
-        source: std::io::Error,
+        cause: std::io::Error,
     },
     /// YAML syntax, an unknown key, a wrong type or a bad scalar; position from the parser.
     #[error("{file}:{line}:{column}: {message}")]
@@ -114,9 +114,9 @@ impl Config {
     /// Reads and validates a config file.
     pub fn load(path: &Path) -> Result<Config, ConfigError> {
         let file = path.display().to_string();
-        let src = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+        let src = std::fs::read_to_string(path).map_err(|cause| ConfigError::Read {
             file: file.clone(),
-            source,
+            cause,
         })?;
         Config::parse(&src, &file)
     }
@@ -158,8 +158,16 @@ impl Config {
             }),
             tls: Some(RawTls {
                 ca: Some(self.tls.ca.display().to_string()),
-                client_cert: self.tls.client_cert.as_ref().map(|p| p.display().to_string()),
-                client_key: self.tls.client_key.as_ref().map(|p| p.display().to_string()),
+                client_cert: self
+                    .tls
+                    .client_cert
+                    .as_ref()
+                    .map(|p| p.display().to_string()),
+                client_key: self
+                    .tls
+                    .client_key
+                    .as_ref()
+                    .map(|p| p.display().to_string()),
             }),
             connect_timeout: d(self.connect_timeout),
             when_none_ready: Some(self.when_none_ready),
@@ -180,12 +188,9 @@ pub fn server_name_text(name: &ServerName<'_>) -> String {
 
 fn parse_error(src: &str, file: &str, e: &yaml_serde::Error) -> ConfigError {
     let text = e.to_string();
-    // The parser appends " at line L column C"; we put the position first instead.
-    let message = match text.rfind(" at line ") {
-        Some(i) if e.location().is_some() => text[..i].to_string(),
-        _ => text,
-    };
     let (line, column) = e.location().map_or((1, 1), |l| (l.line(), l.column()));
+    // The parser writes " at line L column C" into the text; we put the position first instead.
+    let message = text.replace(&format!(" at line {line} column {column}"), "");
     let message = name_field(src, line, message);
     ConfigError::Parse {
         file: file.to_string(),
@@ -198,12 +203,20 @@ fn parse_error(src: &str, file: &str, e: &yaml_serde::Error) -> ConfigError {
 /// The parser's path stops at the parent for errors in scalar values (`health: invalid duration`);
 /// add the key written on the error's line so the message names the field itself.
 fn name_field(src: &str, line: usize, message: String) -> String {
-    let Some(key) = locate::key_at(src, line) else { return message };
+    let Some(key) = locate::key_at(src, line) else {
+        return message;
+    };
     let (path, rest) = match message.split_once(": ") {
-        Some((p, rest)) if !p.is_empty() && p.chars().all(|c| c.is_alphanumeric() || "_.[]".contains(c)) => (Some(p), rest),
+        Some((p, rest))
+            if !p.is_empty() && p.chars().all(|c| c.is_alphanumeric() || "_.[]".contains(c)) =>
+        {
+            (Some(p), rest)
+        }
         _ => (None, message.as_str()),
     };
-    if path.is_some_and(|p| p == key || p.ends_with(&format!(".{key}"))) || rest.contains(&format!("`{key}`")) {
+    if path.is_some_and(|p| p == key || p.ends_with(&format!(".{key}")))
+        || rest.contains(&format!("`{key}`"))
+    {
         return message;
     }
     match path {
@@ -218,7 +231,12 @@ struct Resolver<'a> {
 }
 
 impl Resolver<'_> {
-    fn invalid(&self, line: Option<usize>, field: impl Into<String>, message: impl Into<String>) -> ConfigError {
+    fn invalid(
+        &self,
+        line: Option<usize>,
+        field: impl Into<String>,
+        message: impl Into<String>,
+    ) -> ConfigError {
         ConfigError::Invalid {
             file: self.file.to_string(),
             line: line.unwrap_or(1),
@@ -234,12 +252,18 @@ impl Resolver<'_> {
     fn socket_addr(&self, field: &str, key: &str, text: &str) -> Result<SocketAddr, ConfigError> {
         text.parse().map_err(|_| {
             let line = locate::value_line(self.src, text, 0).or_else(|| self.key(key));
-            self.invalid(line, field, format!("{text:?} is not an IP socket address (e.g. 127.0.0.1:7445 or [::1]:7445)"))
+            self.invalid(
+                line,
+                field,
+                format!("{text:?} is not an IP socket address (e.g. 127.0.0.1:7445 or [::1]:7445)"),
+            )
         })
     }
 
     fn resolve(&self, raw: RawConfig) -> Result<Config, ConfigError> {
-        let listen_text = raw.listen.unwrap_or_else(|| vec![DEFAULT_LISTEN.to_string()]);
+        let listen_text = raw
+            .listen
+            .unwrap_or_else(|| vec![DEFAULT_LISTEN.to_string()]);
         if listen_text.is_empty() {
             return Err(self.invalid(self.key("listen"), "listen", "needs at least one address"));
         }
@@ -248,15 +272,25 @@ impl Resolver<'_> {
             .enumerate()
             .map(|(i, t)| self.socket_addr(&format!("listen[{i}]"), "listen", t))
             .collect::<Result<Vec<_>, _>>()?;
-        let admin = self.socket_addr("admin", "admin", raw.admin.as_deref().unwrap_or(DEFAULT_ADMIN))?;
+        let admin = self.socket_addr(
+            "admin",
+            "admin",
+            raw.admin.as_deref().unwrap_or(DEFAULT_ADMIN),
+        )?;
         let zone = match raw.zone {
-            Some(z) if z.trim().is_empty() => return Err(self.invalid(self.key("zone"), "zone", "must not be empty")),
+            Some(z) if z.trim().is_empty() => {
+                return Err(self.invalid(self.key("zone"), "zone", "must not be empty"))
+            }
             z => z,
         };
         let backends = self.backends(raw.backends)?;
         let health = self.health(raw.health.unwrap_or_default())?;
         let tls = self.tls(raw.tls)?;
-        let connect_timeout = self.positive("connect_timeout", raw.connect_timeout, Duration::from_secs(1))?;
+        let connect_timeout = self.positive(
+            "connect_timeout",
+            raw.connect_timeout,
+            Duration::from_secs(1),
+        )?;
         Ok(Config {
             listen,
             admin,
@@ -270,7 +304,12 @@ impl Resolver<'_> {
         })
     }
 
-    fn positive(&self, field: &str, v: Option<DurationValue>, default: Duration) -> Result<Duration, ConfigError> {
+    fn positive(
+        &self,
+        field: &str,
+        v: Option<DurationValue>,
+        default: Duration,
+    ) -> Result<Duration, ConfigError> {
         let d = v.map_or(default, |d| d.0);
         if d.is_zero() {
             let key = field.rsplit('.').next().unwrap_or(field);
@@ -280,9 +319,19 @@ impl Resolver<'_> {
     }
 
     fn backends(&self, raw: Option<Vec<RawBackend>>) -> Result<Vec<BackendSpec>, ConfigError> {
-        let raw = raw.ok_or_else(|| self.invalid(None, "backends", "is required: list the apiservers as `- address: host:port`"))?;
+        let raw = raw.ok_or_else(|| {
+            self.invalid(
+                None,
+                "backends",
+                "is required: list the apiservers as `- address: host:port`",
+            )
+        })?;
         if raw.is_empty() {
-            return Err(self.invalid(self.key("backends"), "backends", "needs at least one backend"));
+            return Err(self.invalid(
+                self.key("backends"),
+                "backends",
+                "needs at least one backend",
+            ));
         }
         let mut seen = HashSet::new();
         let mut occurrences = std::collections::HashMap::<&str, usize>::new();
@@ -292,14 +341,27 @@ impl Resolver<'_> {
             let line = locate::value_line(self.src, &b.address, *nth);
             *nth += 1;
             let field = format!("backends[{i}].address");
-            let (host, port) = split_host_port(&b.address).map_err(|m| self.invalid(line, &field, m))?;
+            let (host, port) =
+                split_host_port(&b.address).map_err(|m| self.invalid(line, &field, m))?;
             if !seen.insert(b.address.clone()) {
-                return Err(self.invalid(line, field, format!("{:?} is listed twice; addresses must be unique", b.address)));
+                return Err(self.invalid(
+                    line,
+                    field,
+                    format!("{:?} is listed twice; addresses must be unique", b.address),
+                ));
             }
             let name_text = b.server_name.clone().unwrap_or_else(|| host.clone());
             let server_name = ServerName::try_from(name_text.clone()).map_err(|_| {
-                let line = b.server_name.as_ref().and_then(|n| locate::value_line(self.src, n, 0)).or(line);
-                self.invalid(line, format!("backends[{i}].server_name"), format!("{name_text:?} is not a valid TLS server name"))
+                let line = b
+                    .server_name
+                    .as_ref()
+                    .and_then(|n| locate::value_line(self.src, n, 0))
+                    .or(line);
+                self.invalid(
+                    line,
+                    format!("backends[{i}].server_name"),
+                    format!("{name_text:?} is not a valid TLS server name"),
+                )
             })?;
             if b.zone.as_deref().is_some_and(|z| z.trim().is_empty()) {
                 return Err(self.invalid(line, format!("backends[{i}].zone"), "must not be empty"));
@@ -318,18 +380,42 @@ impl Resolver<'_> {
     fn health(&self, raw: RawHealth) -> Result<HealthConfig, ConfigError> {
         let path = raw.path.unwrap_or_else(|| "/readyz".to_string());
         if !path.starts_with('/') || path.contains(char::is_whitespace) {
-            return Err(self.invalid(self.key("path"), "health.path", format!("{path:?} must start with '/' and contain no spaces")));
+            return Err(self.invalid(
+                self.key("path"),
+                "health.path",
+                format!("{path:?} must start with '/' and contain no spaces"),
+            ));
         }
         let interval = self.positive("health.interval", raw.interval, Duration::from_secs(5))?;
         let timeout = self.positive("health.timeout", raw.timeout, Duration::from_secs(3))?;
-        let fast_interval = self.positive("health.fast_interval", raw.fast_interval, Duration::from_secs(1))?;
+        let fast_interval = self.positive(
+            "health.fast_interval",
+            raw.fast_interval,
+            Duration::from_secs(1),
+        )?;
         if timeout >= interval {
             let line = self.key("timeout").or_else(|| self.key("interval"));
-            return Err(self.invalid(line, "health.timeout", format!("{} must be less than health.interval ({})", DurationValue(timeout), DurationValue(interval))));
+            return Err(self.invalid(
+                line,
+                "health.timeout",
+                format!(
+                    "{} must be less than health.interval ({})",
+                    DurationValue(timeout),
+                    DurationValue(interval)
+                ),
+            ));
         }
         if fast_interval > interval {
             let line = self.key("fast_interval").or_else(|| self.key("interval"));
-            return Err(self.invalid(line, "health.fast_interval", format!("{} must not exceed health.interval ({})", DurationValue(fast_interval), DurationValue(interval))));
+            return Err(self.invalid(
+                line,
+                "health.fast_interval",
+                format!(
+                    "{} must not exceed health.interval ({})",
+                    DurationValue(fast_interval),
+                    DurationValue(interval)
+                ),
+            ));
         }
         let count = |field: &str, key: &str, v: Option<u32>| match v {
             Some(0) => Err(self.invalid(self.key(key), field, "must be at least 1")),
@@ -346,20 +432,41 @@ impl Resolver<'_> {
     }
 
     fn tls(&self, raw: Option<RawTls>) -> Result<TlsFiles, ConfigError> {
-        let raw = raw.ok_or_else(|| self.invalid(None, "tls.ca", "is required: the cluster CA that signs the apiserver certificates"))?;
+        let raw = raw.ok_or_else(|| {
+            self.invalid(
+                None,
+                "tls.ca",
+                "is required: the cluster CA that signs the apiserver certificates",
+            )
+        })?;
         let nonempty = |field: &str, key: &str, v: Option<String>| match v {
-            Some(p) if p.trim().is_empty() => Err(self.invalid(self.key(key), field, "must not be empty")),
+            Some(p) if p.trim().is_empty() => {
+                Err(self.invalid(self.key(key), field, "must not be empty"))
+            }
             v => Ok(v.map(PathBuf::from)),
         };
-        let ca = nonempty("tls.ca", "ca", raw.ca)?
-            .ok_or_else(|| self.invalid(self.key("tls"), "tls.ca", "is required: the cluster CA that signs the apiserver certificates"))?;
+        let ca = nonempty("tls.ca", "ca", raw.ca)?.ok_or_else(|| {
+            self.invalid(
+                self.key("tls"),
+                "tls.ca",
+                "is required: the cluster CA that signs the apiserver certificates",
+            )
+        })?;
         let client_cert = nonempty("tls.client_cert", "client_cert", raw.client_cert)?;
         let client_key = nonempty("tls.client_key", "client_key", raw.client_key)?;
         if client_key.is_some() && client_cert.is_none() {
-            return Err(self.invalid(self.key("client_key"), "tls.client_key", "is set but tls.client_cert is not"));
+            return Err(self.invalid(
+                self.key("client_key"),
+                "tls.client_key",
+                "is set but tls.client_cert is not",
+            ));
         }
         let client_key = client_key.or_else(|| client_cert.clone());
-        Ok(TlsFiles { ca, client_cert, client_key })
+        Ok(TlsFiles {
+            ca,
+            client_cert,
+            client_key,
+        })
     }
 }
 
@@ -377,7 +484,9 @@ fn split_host_port(text: &str) -> Result<(String, u16), String> {
             .rsplit_once(':')
             .ok_or_else(|| format!("{text:?}: expected host:port (e.g. 10.0.1.10:6443)"))?;
         if host.contains(':') {
-            return Err(format!("{text:?}: IPv6 addresses need brackets, e.g. [fd00::1]:6443"));
+            return Err(format!(
+                "{text:?}: IPv6 addresses need brackets, e.g. [fd00::1]:6443"
+            ));
         }
         (host, port)
     };
@@ -391,7 +500,9 @@ fn split_host_port(text: &str) -> Result<(String, u16), String> {
             .chars()
             .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '-' | ':' | '_'));
     if !valid_name {
-        return Err(format!("{text:?}: {host:?} is not an IP address or DNS name"));
+        return Err(format!(
+            "{text:?}: {host:?} is not an IP address or DNS name"
+        ));
     }
     Ok((host.to_string(), port))
 }

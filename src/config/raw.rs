@@ -79,7 +79,9 @@ impl DurationValue {
             .find(|c: char| !c.is_ascii_digit())
             .unwrap_or(text.len());
         let (number, unit) = text.split_at(digits_end);
-        let bad = || format!("invalid duration {text:?}: expected an integer with a unit ms, s or m (e.g. 250ms, 5s, 1m)");
+        let bad = || {
+            format!("invalid duration {text:?}: expected an integer with a unit ms, s or m (e.g. 250ms, 5s, 1m)")
+        };
         let n: u64 = number.parse().map_err(|_| bad())?;
         let d = match unit {
             "ms" => Duration::from_millis(n),
@@ -132,8 +134,20 @@ mod tests {
             assert_eq!(d.0, want);
             assert_eq!(d.to_string(), text);
         }
-        for bad in ["", "5", "s", "1.5s", "5 s", "-1s", "5h", "99999999999999999999m"] {
-            assert!(DurationValue::parse(bad).is_err(), "{bad:?} should be rejected");
+        for bad in [
+            "",
+            "5",
+            "s",
+            "1.5s",
+            "5 s",
+            "-1s",
+            "5h",
+            "99999999999999999999m",
+        ] {
+            assert!(
+                DurationValue::parse(bad).is_err(),
+                "{bad:?} should be rejected"
+            );
         }
     }
 }

@@ -5,13 +5,18 @@ use super::*;
 const MINIMAL: &str = "backends:\n  - address: 10.0.1.10:6443\ntls:\n  ca: /ca.crt\n";
 
 fn err(src: &str) -> String {
-    Config::parse(src, "node.yaml").expect_err("should be rejected").to_string()
+    Config::parse(src, "node.yaml")
+        .expect_err("should be rejected")
+        .to_string()
 }
 
 #[test]
 fn defaults_are_filled_in() {
     let c = Config::parse(MINIMAL, "node.yaml").expect("valid");
-    assert_eq!(c.listen, vec!["127.0.0.1:7445".parse::<SocketAddr>().expect("addr")]);
+    assert_eq!(
+        c.listen,
+        vec!["127.0.0.1:7445".parse::<SocketAddr>().expect("addr")]
+    );
     assert_eq!(c.admin.to_string(), "127.0.0.1:7446");
     assert_eq!(c.health.interval, Duration::from_secs(5));
     assert_eq!(c.health.timeout, Duration::from_secs(3));
@@ -70,7 +75,10 @@ fn errors_name_file_field_and_line() {
     for (src, wants) in cases {
         let e = err(src);
         for want in wants {
-            assert!(e.contains(want), "error {e:?} should contain {want:?} (config {src:?})");
+            assert!(
+                e.contains(want),
+                "error {e:?} should contain {want:?} (config {src:?})"
+            );
         }
         assert!(!e.contains('\n'), "one line: {e:?}");
     }

@@ -40,7 +40,14 @@ pub struct ProbeTask {
 impl ProbeTask {
     /// Probes at once, then on schedule, until cancelled or the table is gone.
     pub async fn run(self, cancel: CancellationToken) {
-        let ProbeTask { spec, health, tls, initial, table, metrics } = self;
+        let ProbeTask {
+            spec,
+            health,
+            tls,
+            initial,
+            table,
+            metrics,
+        } = self;
         let mut prober = Prober::new(spec.clone(), health.path.clone(), tls);
         let mut checker = Checker::new(health.rise, health.fall, initial);
         let mut jitter = Jitter::seeded(&spec.address);
@@ -58,11 +65,18 @@ impl ProbeTask {
                     _ => metrics.to_unready.inc(),
                 };
             }
-            let cmd = TableCmd::Health { spec: spec.clone(), health: checker.health().clone() };
+            let cmd = TableCmd::Health {
+                spec: spec.clone(),
+                health: checker.health().clone(),
+            };
             if table.send(cmd).await.is_err() {
                 return; // the writer is gone: shutting down
             }
-            let delay = if step.pending { health.fast_interval } else { jitter.around(health.interval) };
+            let delay = if step.pending {
+                health.fast_interval
+            } else {
+                jitter.around(health.interval)
+            };
             tokio::select! {
                 _ = cancel.cancelled() => return,
                 _ = tokio::time::sleep(delay) => {}
@@ -122,7 +136,9 @@ mod tests {
         let mut j = Jitter::seeded("10.0.0.1:6443");
         let base = Duration::from_secs(5);
         let samples: Vec<Duration> = (0..1000).map(|_| j.around(base)).collect();
-        assert!(samples.iter().all(|d| *d >= base.mul_f64(0.9) && *d < base.mul_f64(1.1)));
+        assert!(samples
+            .iter()
+            .all(|d| *d >= base.mul_f64(0.9) && *d < base.mul_f64(1.1)));
         let distinct: std::collections::HashSet<_> = samples.iter().collect();
         assert!(distinct.len() > 900);
     }

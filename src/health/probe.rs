@@ -57,27 +57,47 @@ struct Failure {
 
 impl Failure {
     fn new(reason: String) -> Self {
-        Failure { reason, latency: None, stale: false }
+        Failure {
+            reason,
+            latency: None,
+            stale: false,
+        }
     }
 }
 
 impl Prober {
     /// A prober with no connection yet.
     pub fn new(spec: Arc<BackendSpec>, path: String, tls: Arc<TlsSource>) -> Self {
-        Prober { spec, path, tls, conn: None }
+        Prober {
+            spec,
+            path,
+            tls,
+            conn: None,
+        }
     }
 
     /// One probe, bounded by `timeout` end to end. Any failure drops the connection.
     pub async fn probe(&mut self, timeout: Duration) -> Outcome {
         let result = match tokio::time::timeout(timeout, self.attempt()).await {
             Ok(r) => r,
-            Err(_) => Err(Failure::new(format!("timeout after {}", DurationValue(timeout)))),
+            Err(_) => Err(Failure::new(format!(
+                "timeout after {}",
+                DurationValue(timeout)
+            ))),
         };
         match result {
-            Ok(latency) => Outcome { pass: true, latency: Some(latency), reason: None },
+            Ok(latency) => Outcome {
+                pass: true,
+                latency: Some(latency),
+                reason: None,
+            },
             Err(f) => {
                 self.conn = None;
-                Outcome { pass: false, latency: f.latency, reason: Some(f.reason.into()) }
+                Outcome {
+                    pass: false,
+                    latency: f.latency,
+                    reason: Some(f.reason.into()),
+                }
             }
         }
     }
@@ -117,16 +137,30 @@ impl Prober {
             // Ends when the connection closes; errors surface on the next request instead.
             let _ = connection.await;
         });
-        Ok(Conn { sender, driver, tls_generation: tls.generation })
+        Ok(Conn {
+            sender,
+            driver,
+            tls_generation: tls.generation,
+        })
     }
 
     async fn request(&mut self, reused: bool) -> Result<Duration, Failure> {
-        let conn = self.conn.as_mut().ok_or_else(|| Failure::new("HTTP: no connection".to_string()))?;
-        let stale = |e: hyper::Error| Failure { reason: format!("HTTP: {e}"), latency: None, stale: reused };
+        let conn = self
+            .conn
+            .as_mut()
+            .ok_or_else(|| Failure::new("HTTP: no connection".to_string()))?;
+        let stale = |e: hyper::Error| Failure {
+            reason: format!("HTTP: {e}"),
+            latency: None,
+            stale: reused,
+        };
         conn.sender.ready().await.map_err(stale)?;
         let req = Request::get(self.path.as_str())
             .header(header::HOST, self.spec.address.as_str())
-            .header(header::USER_AGENT, concat!("readyprism/", env!("CARGO_PKG_VERSION")))
+            .header(
+                header::USER_AGENT,
+                concat!("readyprism/", env!("CARGO_PKG_VERSION")),
+            )
             .header(header::ACCEPT, "*/*")
             .body(Empty::<Bytes>::new())
             .map_err(|e| Failure::new(format!("HTTP: bad request: {e}")))?;
@@ -145,7 +179,11 @@ impl Prober {
             Some(line) => format!("HTTP {}: {line}", status.as_u16()),
             None => format!("HTTP {}", status.as_u16()),
         };
-        Err(Failure { reason, latency: Some(latency), stale: false })
+        Err(Failure {
+            reason,
+            latency: Some(latency),
+            stale: false,
+        })
     }
 }
 
@@ -189,7 +227,10 @@ fn connect_reason(e: &std::io::Error) -> String {
 }
 
 fn tls_reason(e: &std::io::Error) -> String {
-    match e.get_ref().and_then(|inner| inner.downcast_ref::<rustls::Error>()) {
+    match e
+        .get_ref()
+        .and_then(|inner| inner.downcast_ref::<rustls::Error>())
+    {
         Some(rustls::Error::InvalidCertificate(c)) => format!("TLS: invalid certificate: {c:?}"),
         Some(r) => format!("TLS: {r}"),
         None => format!("TLS: {e}"),
@@ -203,8 +244,14 @@ mod tests {
     #[test]
     fn failed_check_line_is_preferred() {
         let body = b"[+]ping ok\n[-]etcd failed: reason withheld\nreadyz check failed\n";
-        assert_eq!(first_line(body).as_deref(), Some("[-]etcd failed: reason withheld"));
-        assert_eq!(first_line(b"\n  lost quorum \n").as_deref(), Some("lost quorum"));
+        assert_eq!(
+            first_line(body).as_deref(),
+            Some("[-]etcd failed: reason withheld")
+        );
+        assert_eq!(
+            first_line(b"\n  lost quorum \n").as_deref(),
+            Some("lost quorum")
+        );
         assert_eq!(first_line(b""), None);
     }
 }

@@ -45,7 +45,12 @@ pub struct Step {
 impl Checker {
     /// A checker starting from `health` (unknown at start-up, kept across reloads).
     pub fn new(rise: u32, fall: u32, health: Health) -> Self {
-        Checker { rise: rise.max(1), fall: fall.max(1), health, streak: 0 }
+        Checker {
+            rise: rise.max(1),
+            fall: fall.max(1),
+            health,
+            streak: 0,
+        }
     }
 
     /// Current health.
@@ -61,27 +66,49 @@ impl Checker {
                 None => sample,
             });
         }
-        self.health.last_error = if outcome.pass { None } else { outcome.reason.clone() };
+        self.health.last_error = if outcome.pass {
+            None
+        } else {
+            outcome.reason.clone()
+        };
         let from = self.health.state;
-        let agrees = matches!((from, outcome.pass), (State::Ready, true) | (State::Unready, false));
+        let agrees = matches!(
+            (from, outcome.pass),
+            (State::Ready, true) | (State::Unready, false)
+        );
         let to = match from {
             // The first result decides at once: start-up must be fast.
-            State::Unknown => Some(if outcome.pass { State::Ready } else { State::Unready }),
+            State::Unknown => Some(if outcome.pass {
+                State::Ready
+            } else {
+                State::Unready
+            }),
             _ if agrees => {
                 self.streak = 0;
                 None
             }
             _ => {
                 self.streak += 1;
-                let needed = if from == State::Ready { self.fall } else { self.rise };
-                (self.streak >= needed).then_some(if outcome.pass { State::Ready } else { State::Unready })
+                let needed = if from == State::Ready {
+                    self.fall
+                } else {
+                    self.rise
+                };
+                (self.streak >= needed).then_some(if outcome.pass {
+                    State::Ready
+                } else {
+                    State::Unready
+                })
             }
         };
         if let Some(to) = to {
             self.health.state = to;
             self.streak = 0;
         }
-        Step { changed: to.map(|to| (from, to)), pending: self.streak > 0 }
+        Step {
+            changed: to.map(|to| (from, to)),
+            pending: self.streak > 0,
+        }
     }
 }
 
@@ -90,42 +117,95 @@ mod tests {
     use super::*;
 
     fn pass(ms: u64) -> Outcome {
-        Outcome { pass: true, latency: Some(Duration::from_millis(ms)), reason: None }
+        Outcome {
+            pass: true,
+            latency: Some(Duration::from_millis(ms)),
+            reason: None,
+        }
     }
 
     fn fail() -> Outcome {
-        Outcome { pass: false, latency: None, reason: Some("HTTP 500: [-]etcd failed".into()) }
+        Outcome {
+            pass: false,
+            latency: None,
+            reason: Some("HTTP 500: [-]etcd failed".into()),
+        }
     }
 
     #[test]
     fn first_result_decides_at_once() {
         let mut c = Checker::new(2, 2, Health::UNKNOWN);
-        assert_eq!(c.observe(&fail()).changed, Some((State::Unknown, State::Unready)));
+        assert_eq!(
+            c.observe(&fail()).changed,
+            Some((State::Unknown, State::Unready))
+        );
         let mut c = Checker::new(3, 3, Health::UNKNOWN);
-        assert_eq!(c.observe(&pass(1)).changed, Some((State::Unknown, State::Ready)));
+        assert_eq!(
+            c.observe(&pass(1)).changed,
+            Some((State::Unknown, State::Ready))
+        );
     }
 
     #[test]
     fn fall_needs_consecutive_failures_and_a_pass_resets_it() {
         let mut c = Checker::new(2, 3, Health::UNKNOWN);
         c.observe(&pass(1));
-        assert_eq!(c.observe(&fail()), Step { changed: None, pending: true });
-        assert_eq!(c.observe(&fail()), Step { changed: None, pending: true });
-        assert_eq!(c.observe(&pass(1)), Step { changed: None, pending: false });
+        assert_eq!(
+            c.observe(&fail()),
+            Step {
+                changed: None,
+                pending: true
+            }
+        );
+        assert_eq!(
+            c.observe(&fail()),
+            Step {
+                changed: None,
+                pending: true
+            }
+        );
+        assert_eq!(
+            c.observe(&pass(1)),
+            Step {
+                changed: None,
+                pending: false
+            }
+        );
         c.observe(&fail());
         c.observe(&fail());
-        assert_eq!(c.observe(&fail()).changed, Some((State::Ready, State::Unready)));
-        assert_eq!(c.health().last_error.as_deref(), Some("HTTP 500: [-]etcd failed"));
+        assert_eq!(
+            c.observe(&fail()).changed,
+            Some((State::Ready, State::Unready))
+        );
+        assert_eq!(
+            c.health().last_error.as_deref(),
+            Some("HTTP 500: [-]etcd failed")
+        );
     }
 
     #[test]
     fn rise_needs_consecutive_passes() {
         let mut c = Checker::new(2, 2, Health::UNKNOWN);
         c.observe(&fail());
-        assert_eq!(c.observe(&pass(1)), Step { changed: None, pending: true });
-        assert_eq!(c.observe(&fail()), Step { changed: None, pending: false });
+        assert_eq!(
+            c.observe(&pass(1)),
+            Step {
+                changed: None,
+                pending: true
+            }
+        );
+        assert_eq!(
+            c.observe(&fail()),
+            Step {
+                changed: None,
+                pending: false
+            }
+        );
         c.observe(&pass(1));
-        assert_eq!(c.observe(&pass(1)).changed, Some((State::Unready, State::Ready)));
+        assert_eq!(
+            c.observe(&pass(1)).changed,
+            Some((State::Unready, State::Ready))
+        );
         assert_eq!(c.health().last_error, None);
     }
 

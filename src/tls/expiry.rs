@@ -32,7 +32,9 @@ fn tlv(input: &[u8]) -> Option<(u8, &[u8], &[u8])> {
         }
         let (bytes, after) = rest.split_at(n);
         rest = after;
-        bytes.iter().fold(0usize, |acc, &b| (acc << 8) | usize::from(b))
+        bytes
+            .iter()
+            .fold(0usize, |acc, &b| (acc << 8) | usize::from(b))
     };
     (rest.len() >= len).then(|| (tag, &rest[..len], &rest[len..]))
 }
@@ -81,7 +83,10 @@ mod tests {
         params.not_after = rcgen::date_time_ymd(2031, 7, 15);
         let key = rcgen::KeyPair::generate().expect("key");
         let cert = params.self_signed(&key).expect("cert");
-        assert_eq!(not_after(cert.der()), Some(days_from_civil(2031, 7, 15) * 86_400));
+        assert_eq!(
+            not_after(cert.der()),
+            Some(days_from_civil(2031, 7, 15) * 86_400)
+        );
         assert_eq!(not_after(b"garbage"), None);
     }
 }

@@ -27,12 +27,12 @@ pub const WATCH_INTERVAL: Duration = Duration::from_secs(1);
 #[derive(Debug, thiserror::Error)]
 pub enum TlsError {
     /// The file could not be read.
-    #[error("{path}: cannot read: {source}")]
+    #[error("{path}: cannot read: {cause}")]
     Read {
         /// The file.
         path: PathBuf,
         /// Why.
-        source: std::io::Error,
+        cause: std::io::Error,
     },
     /// The file holds no usable PEM of the expected kind.
     #[error("{path}: {what}")]
@@ -43,12 +43,12 @@ pub enum TlsError {
         what: String,
     },
     /// rustls refused the material (e.g. key does not match certificate).
-    #[error("{path}: {source}")]
+    #[error("{path}: {cause}")]
     Rustls {
         /// The file.
         path: PathBuf,
         /// Why.
-        source: rustls::Error,
+        cause: rustls::Error,
     },
 }
 
@@ -110,7 +110,11 @@ impl Fingerprint {
             let m = std::fs::metadata(p?).ok()?;
             Some((m.modified().ok()?, m.len(), m.ino()))
         };
-        Fingerprint([stamp(Some(&files.ca)), stamp(files.client_cert.as_ref()), stamp(files.client_key.as_ref())])
+        Fingerprint([
+            stamp(Some(&files.ca)),
+            stamp(files.client_cert.as_ref()),
+            stamp(files.client_key.as_ref()),
+        ])
     }
 }
 
@@ -121,27 +125,50 @@ impl TlsSource {
         let provider = Arc::new(rustls::crypto::ring::default_provider());
         let builder = ClientConfig::builder_with_provider(provider)
             .with_safe_default_protocol_versions()
-            .map_err(|source| TlsError::Rustls { path: files.ca.clone(), source })?
+            .map_err(|cause| TlsError::Rustls {
+                path: files.ca.clone(),
+                cause,
+            })?
             .with_root_certificates(load_roots(&files.ca)?);
         let (client, client_cert) = match (&files.client_cert, &files.client_key) {
             (Some(cert_path), Some(key_path)) if cert_path.exists() => {
                 let chain = load_certs(cert_path)?;
                 let not_after = chain.first().and_then(|c| expiry::not_after(c));
                 let key = load_key(key_path)?;
-                let config = builder
-                    .with_client_auth_cert(chain, key)
-                    .map_err(|source| TlsError::Rustls { path: key_path.clone(), source })?;
-                (config, ClientCert::Loaded { path: cert_path.clone(), not_after })
+                let config = builder.with_client_auth_cert(chain, key).map_err(|cause| {
+                    TlsError::Rustls {
+                        path: key_path.clone(),
+                        cause,
+                    }
+                })?;
+                (
+                    config,
+                    ClientCert::Loaded {
+                        path: cert_path.clone(),
+                        not_after,
+                    },
+                )
             }
-            (Some(cert_path), _) => (builder.with_no_client_auth(), ClientCert::Absent(cert_path.clone())),
+            (Some(cert_path), _) => (
+                builder.with_no_client_auth(),
+                ClientCert::Absent(cert_path.clone()),
+            ),
             (None, _) => (builder.with_no_client_auth(), ClientCert::NotConfigured),
         };
-        Ok(TlsState { generation, client: Arc::new(client), client_cert, fingerprint })
+        Ok(TlsState {
+            generation,
+            client: Arc::new(client),
+            client_cert,
+            fingerprint,
+        })
     }
 
     /// A source starting from already loaded material.
     pub fn new(files: TlsFiles, state: TlsState) -> Arc<TlsSource> {
-        Arc::new(TlsSource { files: ArcSwap::from_pointee(files), current: ArcSwap::from_pointee(state) })
+        Arc::new(TlsSource {
+            files: ArcSwap::from_pointee(files),
+            current: ArcSwap::from_pointee(state),
+        })
     }
 
     /// The material to use for the next probe connection.
@@ -174,7 +201,11 @@ impl TlsSource {
             match TlsSource::load(&files, current.generation + 1) {
                 Ok(state) => {
                     failed = None;
-                    tracing::info!(client_cert = state.client_cert.as_str(), generation = state.generation, "TLS files changed; reloaded");
+                    tracing::info!(
+                        client_cert = state.client_cert.as_str(),
+                        generation = state.generation,
+                        "TLS files changed; reloaded"
+                    );
                     publish_expiry(&metrics, &state.client_cert);
                     self.current.store(Arc::new(state));
                 }
@@ -197,11 +228,17 @@ pub fn publish_expiry(metrics: &Metrics, cert: &ClientCert) {
 }
 
 fn read(path: &Path) -> Result<Vec<u8>, TlsError> {
-    std::fs::read(path).map_err(|source| TlsError::Read { path: path.to_path_buf(), source })
+    std::fs::read(path).map_err(|cause| TlsError::Read {
+        path: path.to_path_buf(),
+        cause,
+    })
 }
 
 fn load_certs(path: &Path) -> Result<Vec<CertificateDer<'static>>, TlsError> {
-    let pem_error = |what: String| TlsError::Pem { path: path.to_path_buf(), what };
+    let pem_error = |what: String| TlsError::Pem {
+        path: path.to_path_buf(),
+        what,
+    };
     let certs = CertificateDer::pem_slice_iter(&read(path)?)
         .collect::<Result<Vec<_>, _>>()
         .map_err(|e| pem_error(format!("bad PEM: {e}")))?;
@@ -214,11 +251,17 @@ fn load_certs(path: &Path) -> Result<Vec<CertificateDer<'static>>, TlsError> {
 fn load_roots(path: &Path) -> Result<RootCertStore, TlsError> {
     let mut roots = RootCertStore::empty();
     for cert in load_certs(path)? {
-        roots.add(cert).map_err(|e| TlsError::Pem { path: path.to_path_buf(), what: format!("not a usable CA certificate: {e}") })?;
+        roots.add(cert).map_err(|e| TlsError::Pem {
+            path: path.to_path_buf(),
+            what: format!("not a usable CA certificate: {e}"),
+        })?;
     }
     Ok(roots)
 }
 
 fn load_key(path: &Path) -> Result<PrivateKeyDer<'static>, TlsError> {
-    PrivateKeyDer::from_pem_slice(&read(path)?).map_err(|e| TlsError::Pem { path: path.to_path_buf(), what: format!("no usable private key: {e}") })
+    PrivateKeyDer::from_pem_slice(&read(path)?).map_err(|e| TlsError::Pem {
+        path: path.to_path_buf(),
+        what: format!("no usable private key: {e}"),
+    })
 }

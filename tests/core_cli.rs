@@ -1,0 +1,135 @@
+//! The command line: `check` output, and one clear line for every kind of bad input.
+
+use std::process::{Command, Output};
+
+use crate::support::*;
+
+fn readyprism(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_readyprism"))
+        .args(args)
+        .env_remove("READYPRISM_ZONE")
+        .output()
+        .expect("run readyprism")
+}
+
+fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).to_string()
+}
+
+fn write(lab: &Lab, name: &str, text: &str) -> String {
+    let p = lab.path(name);
+    std::fs::write(&p, text).expect("write");
+    p.display().to_string()
+}
+
+#[test]
+fn check_prints_the_resolved_config_with_defaults_and_zone_override() {
+    let lab = Lab::new();
+    let file = write(
+        &lab,
+        "c.yaml",
+        &format!(
+            "backends:\n  - address: 10.0.1.10:6443\ntls:\n  ca: {}\n",
+            lab.path("ca.crt").display()
+        ),
+    );
+    let o = readyprism(&["check", "--config", &file, "--zone", "dc-b"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let out = String::from_utf8_lossy(&o.stdout);
+    for want in [
+        "127.0.0.1:7445",
+        "127.0.0.1:7446",
+        "zone: dc-b",
+        "interval: 5s",
+        "timeout: 3s",
+        "fast_interval: 1s",
+        "rise: 2",
+        "fall: 2",
+        "connect_timeout: 1s",
+        "when_none_ready: fail_open",
+        "shutdown_grace: 5s",
+        "server_name: 10.0.1.10",
+        "path: /readyz",
+    ] {
+        assert!(out.contains(want), "missing {want:?} in:\n{out}");
+    }
+}
+
+#[test]
+fn each_kind_of_config_error_names_file_field_and_line() {
+    let lab = Lab::new();
+    let ca = lab.path("ca.crt").display().to_string();
+    let cases = [
+        (format!("backends:\n  - address: a:1\ntls:\n  ca: {ca}\nlisen: []\n"), "5:1", "lisen"),
+        (format!("backends:\n  - address: a:1\n    zome: x\ntls:\n  ca: {ca}\n"), "3:", "zome"),
+        (format!("backends:\n  - address: a:1\ntls:\n  ca: {ca}\nhealth:\n  interval: 5sec\n"), "6:", "health.interval"),
+        (format!("backends:\n  - address: a:1\ntls:\n  ca: {ca}\nhealth:\n  interval: 1s\n  timeout: 2s\n"), "7:", "health.timeout"),
+        (format!("backends:\n  - address: a:1\n  - address: a:1\ntls:\n  ca: {ca}\n"), "3:", "backends[1].address"),
+        (format!("backends:\n  - address: \"::1:6443\"\ntls:\n  ca: {ca}\n"), "2:", "backends[0].address"),
+        (format!("backends: []\ntls:\n  ca: {ca}\n"), "1:", "backends"),
+        (format!("backends:\n  - address: a:1\ntls:\n  ca: {ca}\nconnect_timeout: 0s\n"), "5:", "connect_timeout"),
+        (format!("backends:\n  - address: a:1\ntls:\n  ca: {ca}\nwhen_none_ready: sometimes\n"), "5:", "when_none_ready"),
+        (format!("backends:\n  - address: a:1\ntls:\n  ca: {ca}\nadmin: localhost:7446\n"), "5:", "admin"),
+        (format!("backends:\n  - address: a:1\ntls:\n  ca: {ca}\n  client_key: /k.pem\n"), "5:", "tls.client_key"),
+        ("backends:\n  - address: a:1\n  tls: [\n".to_string(), "", "bad.yaml"),
+    ];
+    for (i, (text, pos, field)) in cases.iter().enumerate() {
+        let file = write(&lab, "bad.yaml", text);
+        for cmd in ["check", "run"] {
+            let o = readyprism(&[cmd, "--config", &file]);
+            let err = stderr(&o);
+            assert!(!o.status.success(), "case {i} ({cmd}) accepted:\n{text}");
+            assert!(
+                err.contains(&format!("{file}:{pos}")),
+                "case {i}: {err:?} lacks {file}:{pos}"
+            );
+            assert!(err.contains(field), "case {i}: {err:?} lacks field {field}");
+            assert_eq!(err.trim().lines().count(), 1, "case {i}: one line: {err:?}");
+            assert!(!err.contains("panicked"), "{err}");
+        }
+    }
+}
+
+#[test]
+fn unreadable_files_and_busy_ports_are_one_clear_line_each() {
+    let lab = Lab::new();
+    let busy = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    let busy_addr = busy.local_addr().expect("addr").to_string();
+    let garbage = write(&lab, "garbage.pem", "this is not PEM\n");
+    let ca = lab.path("ca.crt").display().to_string();
+    let base = |tls: &str, listen: &str| {
+        format!("listen: [\"{listen}\"]\nadmin: \"127.0.0.1:0\"\nbackends:\n  - address: 127.0.0.1:1\ntls:\n{tls}")
+    };
+    let cases = [
+        (
+            base(&format!("  ca: {ca}\n"), &busy_addr),
+            format!("cannot listen on {busy_addr}"),
+        ),
+        (
+            base("  ca: /nonexistent/ca.crt\n", "127.0.0.1:0"),
+            "/nonexistent/ca.crt: cannot read".to_string(),
+        ),
+        (
+            base(&format!("  ca: {garbage}\n"), "127.0.0.1:0"),
+            format!("{garbage}: no CERTIFICATE"),
+        ),
+        (
+            base(&format!("  ca: {ca}\n  client_cert: {ca}\n"), "127.0.0.1:0"),
+            format!("{ca}: no usable private key"),
+        ),
+    ];
+    for (text, want) in cases {
+        let file = write(&lab, "c.yaml", &text);
+        let o = readyprism(&["run", "--config", &file]);
+        let err = stderr(&o);
+        assert!(!o.status.success());
+        assert!(err.contains(&want), "{err:?} lacks {want:?}");
+        assert_eq!(
+            err.lines().filter(|l| l.contains("readyprism:")).count(),
+            1,
+            "{err}"
+        );
+        assert!(!err.contains("panicked"), "{err}");
+    }
+    drop(busy);
+}

@@ -1,0 +1,199 @@
+//! Health checking: timeouts, hysteresis, reasons, connection reuse, client certificates.
+
+use std::sync::atomic::Ordering::SeqCst;
+use std::time::Duration;
+
+use readyprism::backend::State::{Ready, Unready};
+use readyprism::fake::Mode;
+
+use crate::support::*;
+
+#[tokio::test]
+async fn backend_that_accepts_tcp_but_never_answers_tls_is_unready_by_timeout_and_gets_no_clients()
+{
+    let lab = Lab::new();
+    let hung = lab.fake("hung").await;
+    hung.control.set_mode(Mode::Hang);
+    let good = lab.fake("good").await;
+    good.control.set_readyz_delay(Duration::from_millis(30));
+    let app = lab
+        .start(&lab.yaml("dc-a", &[(addr(&hung), "dc-a"), (addr(&good), "dc-b")], ""))
+        .await;
+    let snap = wait_states(&app, &[Unready, Ready]).await;
+    assert_eq!(
+        snap.backends[0].health.last_error.as_deref(),
+        Some("timeout after 200ms")
+    );
+    for _ in 0..5 {
+        assert_eq!(landed(app.listen_addrs()[0]).await, "good");
+    }
+    app.shutdown().await;
+}
+
+#[tokio::test]
+async fn failure_reasons_name_the_cause() {
+    let lab = Lab::new();
+    let refused = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+        l.local_addr().expect("addr").to_string() // closed when `l` drops: the port refuses
+    };
+    let reset = lab.fake("reset").await;
+    reset.control.set_mode(Mode::Reset);
+    // A server whose certificate comes from another CA.
+    let other = readyprism::pki::Ca::new("other-ca").expect("ca");
+    let other_server = other.server(&["127.0.0.1"]).expect("cert");
+    let l = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let stranger = readyprism::fake::FakeApiserver::start(
+        "stranger",
+        l,
+        readyprism::fake::server_tls(&other, &other_server).expect("tls"),
+    )
+    .expect("fake");
+    let app = lab
+        .start(&lab.yaml(
+            "dc-a",
+            &[(refused, "a"), (addr(&reset), "b"), (addr(&stranger), "c")],
+            "",
+        ))
+        .await;
+    let snap = wait_states(&app, &[Unready, Unready, Unready]).await;
+    let reasons: Vec<String> = snap
+        .backends
+        .iter()
+        .map(|b| b.health.last_error.as_deref().unwrap_or("").to_string())
+        .collect();
+    assert_eq!(reasons[0], "connection refused");
+    assert!(reasons[1].starts_with("TLS: "), "{reasons:?}");
+    assert!(
+        reasons[2].starts_with("TLS: ") && reasons[2].contains("UnknownIssuer"),
+        "{reasons:?}"
+    );
+    app.shutdown().await;
+}
+
+#[tokio::test]
+async fn one_failed_probe_does_not_flip_ready_and_one_pass_does_not_flip_unready() {
+    let lab = Lab::new();
+    let a = lab.fake("a").await;
+    // fall: 2 and rise: 2 (defaults).
+    let app = lab
+        .start(&lab.yaml("dc-a", &[(addr(&a), "dc-a")], ""))
+        .await;
+    wait_states(&app, &[Ready]).await;
+    let table = app.table();
+    let hits = || a.control.readyz_hits.load(SeqCst);
+
+    // One failure: stays ready, and the failure is visible as the last error.
+    a.control.fail_next(1);
+    let before = hits();
+    wait_until(&app, "the failure is recorded", |s| {
+        s.backends[0].health.last_error.is_some()
+    })
+    .await;
+    poll("a pass after the failure", || hits() >= before + 3).await;
+    assert_eq!(table.load().backends[0].health.state, Ready);
+    assert_eq!(
+        table.load().backends[0].live.metrics.to_unready.get(),
+        0,
+        "never flipped"
+    );
+
+    // Two failures: unready.
+    a.control.fail_next(2);
+    wait_states(&app, &[Unready]).await;
+    a.control.set_ready(false);
+
+    // One pass: stays unready.
+    let before = hits();
+    a.control.pass_next(1);
+    poll("the pass and a failure after it", || hits() >= before + 3).await;
+    assert_eq!(table.load().backends[0].health.state, Unready);
+    assert_eq!(
+        table.load().backends[0].live.metrics.to_ready.get(),
+        1,
+        "only the start-up transition"
+    );
+
+    // Two passes: ready.
+    a.control.pass_next(2);
+    wait_states(&app, &[Ready]).await;
+    app.shutdown().await;
+}
+
+#[tokio::test]
+async fn probe_connection_is_kept_alive_between_probes() {
+    let lab = Lab::new();
+    let a = lab.fake("a").await;
+    let app = lab
+        .start(&lab.yaml("dc-a", &[(addr(&a), "dc-a")], ""))
+        .await;
+    wait_states(&app, &[Ready]).await;
+    poll("several probes", || a.control.readyz_hits.load(SeqCst) >= 5).await;
+    assert_eq!(
+        a.control.handshakes.load(SeqCst),
+        1,
+        "steady state costs no TLS handshake"
+    );
+    // A failure drops the connection; the next probe dials afresh.
+    a.control.fail_next(1);
+    let before = a.control.readyz_hits.load(SeqCst);
+    poll("probes after the failure", || {
+        a.control.readyz_hits.load(SeqCst) >= before + 3
+    })
+    .await;
+    assert_eq!(a.control.handshakes.load(SeqCst), 2);
+    app.shutdown().await;
+}
+
+#[tokio::test]
+async fn probes_are_anonymous_until_the_client_cert_appears_and_follow_its_rotation() {
+    let lab = Lab::new();
+    let a = lab.fake("a").await;
+    let cert_path = lab.path("kubelet-client-current.pem");
+    std::fs::remove_file(&cert_path).expect("remove cert");
+    let app = lab
+        .start(&lab.yaml("dc-a", &[(addr(&a), "dc-a")], ""))
+        .await;
+    wait_states(&app, &[Ready]).await;
+    assert!(
+        a.control.last_client_cert.load().is_none(),
+        "anonymous probe"
+    );
+    let v: serde_json::Value =
+        serde_json::from_str(&admin_get(app.admin_addr(), "/status").await.1).expect("json");
+    assert_eq!(v["client_cert"], "absent");
+
+    // Kubelet finishes its TLS bootstrap: the certificate appears.
+    std::fs::write(&cert_path, lab.client.combined_pem()).expect("write cert");
+    let first = lab.client.cert_der.clone();
+    poll("probe presents the new cert", || {
+        a.control
+            .last_client_cert
+            .load()
+            .as_deref()
+            .map(|c| c.as_slice())
+            == Some(first.as_slice())
+    })
+    .await;
+    let v: serde_json::Value =
+        serde_json::from_str(&admin_get(app.admin_addr(), "/status").await.1).expect("json");
+    assert_eq!(v["client_cert"], "loaded");
+
+    // Kubelet rotates it: a new file swapped in by rename, as kubelet does with its symlink.
+    let rotated = lab.ca.client("test-node").expect("cert");
+    let tmp = lab.path("kubelet-client-new.pem");
+    std::fs::write(&tmp, rotated.combined_pem()).expect("write");
+    std::fs::rename(&tmp, &cert_path).expect("rename");
+    poll("probe presents the rotated cert", || {
+        a.control
+            .last_client_cert
+            .load()
+            .as_deref()
+            .map(|c| c.as_slice())
+            == Some(rotated.cert_der.as_slice())
+    })
+    .await;
+    app.shutdown().await;
+}

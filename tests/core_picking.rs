@@ -1,0 +1,222 @@
+//! Picking: readiness, zone, latency, sharing, dial retry, no-ready policies.
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use readyprism::backend::State::{Ready, Unready};
+
+use crate::support::*;
+
+#[tokio::test]
+async fn unready_backend_that_accepts_tcp_fastest_is_never_picked() {
+    let lab = Lab::new();
+    let local = lab.fake("local").await; // same zone, no delay: fastest on every measure
+    local.control.set_ready(false);
+    let b = lab.fake("b").await;
+    b.control.set_readyz_delay(Duration::from_millis(20));
+    let w = lab.fake("witness").await;
+    w.control.set_readyz_delay(Duration::from_millis(40));
+    let app = lab
+        .start(&lab.yaml(
+            "dc-a",
+            &[
+                (addr(&local), "dc-a"),
+                (addr(&b), "dc-b"),
+                (addr(&w), "witness"),
+            ],
+            "",
+        ))
+        .await;
+    wait_states(&app, &[Unready, Ready, Ready]).await;
+    let proxy = app.listen_addrs()[0];
+    for _ in 0..20 {
+        assert_ne!(landed(proxy).await, "local");
+    }
+    app.shutdown().await;
+}
+
+#[tokio::test]
+async fn ready_same_zone_backend_wins_over_faster_remote() {
+    let lab = Lab::new();
+    let local = lab.fake("local").await;
+    local.control.set_readyz_delay(Duration::from_millis(60));
+    let remote = lab.fake("remote").await;
+    let app = lab
+        .start(&lab.yaml(
+            "dc-a",
+            &[(addr(&remote), "dc-b"), (addr(&local), "dc-a")],
+            "",
+        ))
+        .await;
+    wait_states(&app, &[Ready, Ready]).await;
+    let snap = wait_probed(&app, 2).await;
+    assert!(
+        snap.backends[1].health.latency > snap.backends[0].health.latency,
+        "{:?}",
+        summary(&snap)
+    );
+    let proxy = app.listen_addrs()[0];
+    for _ in 0..10 {
+        assert_eq!(landed(proxy).await, "local");
+    }
+    app.shutdown().await;
+}
+
+#[tokio::test]
+async fn lower_readyz_latency_wins_among_remotes_and_near_equal_ones_share() {
+    let lab = Lab::new();
+    let slow = lab.fake("slow").await;
+    slow.control.set_readyz_delay(Duration::from_millis(80));
+    let fast = lab.fake("fast").await;
+    fast.control.set_readyz_delay(Duration::from_millis(10));
+    let twin = lab.fake("twin").await;
+    twin.control.set_readyz_delay(Duration::from_millis(80));
+    let app = lab
+        .start(&lab.yaml(
+            "dc-a",
+            &[
+                (addr(&slow), "dc-b"),
+                (addr(&fast), "dc-c"),
+                (addr(&twin), "dc-d"),
+            ],
+            "",
+        ))
+        .await;
+    wait_states(&app, &[Ready, Ready, Ready]).await;
+    wait_probed(&app, 2).await;
+    let proxy = app.listen_addrs()[0];
+    for _ in 0..10 {
+        assert_eq!(landed(proxy).await, "fast");
+    }
+    // Make the fast one as slow as the others: the two near-equal 80 ms ones (and now a third) share.
+    fast.control.set_ready(false);
+    wait_states(&app, &[Ready, Unready, Ready]).await;
+    let mut count: HashMap<String, usize> = HashMap::new();
+    for _ in 0..20 {
+        *count.entry(landed(proxy).await).or_default() += 1;
+    }
+    assert!(
+        count.get("slow").copied().unwrap_or(0) >= 5
+            && count.get("twin").copied().unwrap_or(0) >= 5,
+        "{count:?}"
+    );
+    app.shutdown().await;
+}
+
+#[tokio::test]
+async fn refused_dial_goes_to_the_next_backend_without_client_visible_failure() {
+    let lab = Lab::new();
+    let local = lab.fake("local").await;
+    let remote = lab.fake("remote").await;
+    // Long interval: after the first probe both stay "ready" while we stop the local one.
+    let health = "health: { interval: 30s, timeout: 2s, fast_interval: 1s }\n";
+    let app = lab
+        .start(&lab.yaml(
+            "dc-a",
+            &[(addr(&local), "dc-a"), (addr(&remote), "dc-b")],
+            health,
+        ))
+        .await;
+    wait_states(&app, &[Ready, Ready]).await;
+    let proxy = app.listen_addrs()[0];
+    assert_eq!(landed(proxy).await, "local");
+    local.stop().await;
+    for _ in 0..5 {
+        assert_eq!(landed(proxy).await, "remote");
+    }
+    let snap = app.table().load();
+    assert_eq!(
+        snap.backends[0].health.state, Ready,
+        "still ready: the retry, not the health check, saved us"
+    );
+    assert_eq!(snap.backends[0].live.metrics.dial_failures.get(), 5);
+    app.shutdown().await;
+}
+
+#[tokio::test]
+async fn no_ready_backend_fails_open_by_default() {
+    let lab = Lab::new();
+    let a = lab.fake("a").await;
+    a.control.set_ready(false);
+    let app = lab
+        .start(&lab.yaml("dc-a", &[(addr(&a), "dc-a")], ""))
+        .await;
+    wait_states(&app, &[Unready]).await;
+    assert_eq!(landed(app.listen_addrs()[0]).await, "a");
+    let (code, body) = admin_get(app.admin_addr(), "/status").await;
+    assert_eq!(code, 200);
+    let v: serde_json::Value = serde_json::from_str(&body).expect("json");
+    assert_eq!(v["mode"], "fail_open");
+    assert_eq!(v["ready"], false);
+    assert_eq!(admin_get(app.admin_addr(), "/readyz").await.0, 503);
+    app.shutdown().await;
+}
+
+#[tokio::test]
+async fn no_ready_backend_with_refuse_closes_clients() {
+    let lab = Lab::new();
+    let a = lab.fake("a").await;
+    a.control.set_ready(false);
+    let app = lab
+        .start(&lab.yaml("dc-a", &[(addr(&a), "dc-a")], "when_none_ready: refuse\n"))
+        .await;
+    wait_states(&app, &[Unready]).await;
+    assert!(
+        raw(app.listen_addrs()[0]).await.is_none(),
+        "refused connection must be closed"
+    );
+    assert_eq!(
+        a.control
+            .readyz_hits
+            .load(std::sync::atomic::Ordering::SeqCst)
+            > 0,
+        true
+    );
+    let v: serde_json::Value =
+        serde_json::from_str(&admin_get(app.admin_addr(), "/status").await.1).expect("json");
+    assert_eq!(v["mode"], "refuse");
+    // Once it is ready again, clients get through.
+    a.control.set_ready(true);
+    wait_states(&app, &[Ready]).await;
+    assert_eq!(landed(app.listen_addrs()[0]).await, "a");
+    app.shutdown().await;
+}
+
+#[tokio::test]
+async fn status_reports_every_backend_with_rank() {
+    let lab = Lab::new();
+    let local = lab.fake("local").await;
+    let remote = lab.fake("remote").await;
+    remote.control.set_ready(false);
+    let app = lab
+        .start(&lab.yaml(
+            "dc-a",
+            &[(addr(&remote), "dc-b"), (addr(&local), "dc-a")],
+            "",
+        ))
+        .await;
+    wait_states(&app, &[Unready, Ready]).await;
+    let (_conn, name) = raw(app.listen_addrs()[0]).await.expect("relayed");
+    assert_eq!(name, "local");
+    let v: serde_json::Value =
+        serde_json::from_str(&admin_get(app.admin_addr(), "/status").await.1).expect("json");
+    assert_eq!(v["zone"], "dc-a");
+    assert_eq!(v["ready"], true);
+    let bs = v["backends"].as_array().expect("backends");
+    assert_eq!(bs[0]["address"], addr(&remote));
+    assert_eq!(bs[0]["state"], "unready");
+    assert_eq!(
+        bs[0]["last_error"],
+        "HTTP 500: [-]etcd failed: reason withheld"
+    );
+    assert_eq!(bs[0]["rank"], serde_json::Value::Null);
+    assert_eq!(bs[1]["state"], "ready");
+    assert_eq!(bs[1]["zone"], "dc-a");
+    assert_eq!(bs[1]["rank"], 0);
+    assert_eq!(bs[1]["active_connections"], 1);
+    assert!(bs[1]["latency_ms"].as_f64().expect("latency") > 0.0);
+    assert_eq!(bs[1]["last_error"], serde_json::Value::Null);
+    assert_eq!(admin_get(app.admin_addr(), "/livez").await.0, 200);
+    assert_eq!(admin_get(app.admin_addr(), "/readyz").await.0, 200);
+    app.shutdown().await;
+}

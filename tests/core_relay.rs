@@ -1,0 +1,78 @@
+//! Relaying: half-close, and closing connections of a backend that turns unready.
+
+use std::time::Duration;
+
+use readyprism::backend::State::{Ready, Unready};
+use tokio::io::AsyncWriteExt;
+
+use crate::support::*;
+
+#[tokio::test]
+async fn half_close_reaches_the_backend_and_the_response_still_flows_back() {
+    let lab = Lab::new();
+    let a = lab.fake("a").await;
+    let app = lab
+        .start(&lab.yaml("dc-a", &[(addr(&a), "dc-a")], ""))
+        .await;
+    wait_states(&app, &[Ready]).await;
+    let (mut conn, name) = raw(app.listen_addrs()[0]).await.expect("relayed");
+    assert_eq!(name, "a");
+    conn.get_mut().write_all(b"hello").await.expect("write");
+    conn.get_mut().shutdown().await.expect("half-close");
+    assert_eq!(read_to_end(&mut conn).await, b"hellobye\n");
+    app.shutdown().await;
+}
+
+#[tokio::test]
+async fn connections_to_a_backend_are_closed_within_a_second_of_it_turning_unready() {
+    let lab = Lab::new();
+    let local = lab.fake("local").await;
+    let remote = lab.fake("remote").await;
+    let app = lab
+        .start(&lab.yaml(
+            "dc-a",
+            &[(addr(&local), "dc-a"), (addr(&remote), "dc-b")],
+            "",
+        ))
+        .await;
+    wait_states(&app, &[Ready, Ready]).await;
+    let proxy = app.listen_addrs()[0];
+    let mut on_local = Vec::new();
+    for _ in 0..5 {
+        let (c, name) = raw(proxy).await.expect("relayed");
+        assert_eq!(name, "local");
+        on_local.push(c);
+    }
+    // A connection on the remote backend (local is refused meanwhile by making it unready later).
+    local.control.set_ready(false);
+    wait_states(&app, &[Unready, Ready]).await;
+    let turned = tokio::time::Instant::now();
+    for c in &mut on_local {
+        read_to_end(c).await;
+    }
+    let took = turned.elapsed();
+    assert!(took <= Duration::from_secs(1), "closed after {took:?}");
+    let (mut on_remote, name) = raw(proxy).await.expect("relayed");
+    assert_eq!(name, "remote");
+    assert_eq!(
+        app.table().load().backends[0]
+            .live
+            .metrics
+            .closed_unready
+            .get(),
+        5
+    );
+
+    // Failback does not move connections: local comes back, the remote connection stays.
+    local.control.set_ready(true);
+    wait_states(&app, &[Ready, Ready]).await;
+    assert_eq!(landed(proxy).await, "local");
+    on_remote
+        .get_mut()
+        .write_all(b"still here")
+        .await
+        .expect("write");
+    on_remote.get_mut().shutdown().await.expect("half-close");
+    assert_eq!(read_to_end(&mut on_remote).await, b"still herebye\n");
+    app.shutdown().await;
+}

@@ -1,0 +1,227 @@
+//! Test fixtures: a lab with an in-memory CA, fake apiservers on port 0, a balancer started from
+//! YAML, and waits on table generations or polls with deadlines (never fixed sleeps).
+
+#![allow(dead_code)]
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use readyprism::app::App;
+use readyprism::backend::{Snapshot, State};
+use readyprism::config::Config;
+use readyprism::fake::FakeApiserver;
+use readyprism::pki::{Ca, Issued};
+use rustls::ServerConfig;
+use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
+use tokio::net::{TcpListener, TcpStream};
+
+/// Generous bound for things that should happen in well under a second.
+pub const SOON: Duration = Duration::from_secs(10);
+
+/// A CA, a server cert for 127.0.0.1, a kubelet-style client cert, and a temp dir with the files.
+pub struct Lab {
+    pub ca: Ca,
+    pub client: Issued,
+    pub dir: tempfile::TempDir,
+    server_tls: Arc<ServerConfig>,
+}
+
+impl Lab {
+    pub fn new() -> Lab {
+        let _ = rustls::crypto::ring::default_provider().install_default();
+        let ca = Ca::new("test-cluster-ca").expect("ca");
+        let server = ca
+            .server(&["127.0.0.1", "::1", "localhost"])
+            .expect("server cert");
+        let client = ca.client("test-node").expect("client cert");
+        let dir = tempfile::tempdir().expect("tempdir");
+        std::fs::write(dir.path().join("ca.crt"), &ca.cert_pem).expect("write ca");
+        std::fs::write(
+            dir.path().join("kubelet-client-current.pem"),
+            client.combined_pem(),
+        )
+        .expect("write client");
+        let server_tls = readyprism::fake::server_tls(&ca, &server).expect("server tls");
+        Lab {
+            ca,
+            client,
+            dir,
+            server_tls,
+        }
+    }
+
+    pub fn path(&self, name: &str) -> PathBuf {
+        self.dir.path().join(name)
+    }
+
+    /// A fake apiserver on 127.0.0.1:0.
+    pub async fn fake(&self, name: &str) -> FakeApiserver {
+        let l = TcpListener::bind("127.0.0.1:0").await.expect("bind fake");
+        FakeApiserver::start(name, l, self.server_tls.clone()).expect("start fake")
+    }
+
+    /// Config YAML: ports 0, fast probes, the lab's CA and client cert, `backends` as
+    /// `(address, zone)`, then `extra` appended (top-level keys; may override `health`).
+    pub fn yaml(&self, zone: &str, backends: &[(String, &str)], extra: &str) -> String {
+        let mut y = format!(
+            "listen: [\"127.0.0.1:0\"]\nadmin: \"127.0.0.1:0\"\nzone: {zone}\ntls:\n  ca: {}\n  client_cert: {}\nbackends:\n",
+            self.path("ca.crt").display(),
+            self.path("kubelet-client-current.pem").display()
+        );
+        for (addr, z) in backends {
+            y.push_str(&format!("  - {{ address: \"{addr}\", zone: {z} }}\n"));
+        }
+        if !extra.contains("health:") {
+            y.push_str("health: { interval: 300ms, timeout: 200ms, fast_interval: 100ms }\n");
+        }
+        y.push_str(extra);
+        y
+    }
+
+    pub async fn start(&self, yaml: &str) -> App {
+        let config = Config::parse(yaml, "test.yaml").expect("valid test config");
+        App::start(config).await.expect("start balancer")
+    }
+}
+
+pub fn addr(f: &FakeApiserver) -> String {
+    f.addr.to_string()
+}
+
+/// Waits until a published snapshot satisfies `pred`.
+pub async fn wait_until(app: &App, what: &str, pred: impl Fn(&Snapshot) -> bool) -> Arc<Snapshot> {
+    let table = app.table();
+    let mut gen = table.subscribe();
+    let wait = async {
+        loop {
+            let snap = table.load();
+            if pred(&snap) {
+                return snap;
+            }
+            gen.changed().await.expect("table writer alive");
+        }
+    };
+    tokio::time::timeout(SOON, wait).await.unwrap_or_else(|_| {
+        panic!(
+            "timed out waiting for: {what}; last snapshot: {:?}",
+            summary(&table.load())
+        )
+    })
+}
+
+/// Waits until every backend has a decided state equal to `states`, in config order.
+pub async fn wait_states(app: &App, states: &[State]) -> Arc<Snapshot> {
+    wait_until(app, &format!("states {states:?}"), |s| {
+        s.backends.len() == states.len()
+            && s.backends
+                .iter()
+                .zip(states)
+                .all(|(b, want)| b.health.state == *want)
+    })
+    .await
+}
+
+/// Waits until every backend has finished at least `probes` probes.
+pub async fn wait_probed(app: &App, probes: u64) -> Arc<Snapshot> {
+    let table = app.table();
+    poll("each backend probed enough times", || {
+        let m = |b: &readyprism::backend::Backend| {
+            b.live.metrics.checks_pass.get() + b.live.metrics.checks_fail.get()
+        };
+        table.load().backends.iter().all(|b| m(b) >= probes)
+    })
+    .await;
+    table.load()
+}
+
+pub fn summary(s: &Snapshot) -> Vec<(String, &'static str, Option<Duration>, Option<String>)> {
+    s.backends
+        .iter()
+        .map(|b| {
+            (
+                b.spec.address.clone(),
+                b.health.state.as_str(),
+                b.health.latency,
+                b.health.last_error.as_deref().map(str::to_string),
+            )
+        })
+        .collect()
+}
+
+/// Polls `cond` every 10 ms until true or [`SOON`] passes.
+pub async fn poll(what: &str, mut cond: impl FnMut() -> bool) {
+    let deadline = tokio::time::Instant::now() + SOON;
+    while !cond() {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "timed out waiting for: {what}"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+/// A raw connection through the balancer: sends `RAW\n`, returns the stream and the greeting
+/// (the fake apiserver's name), or `None` if the balancer closed the connection.
+pub async fn raw(proxy: SocketAddr) -> Option<(BufReader<TcpStream>, String)> {
+    let mut s = TcpStream::connect(proxy)
+        .await
+        .expect("connect to balancer");
+    s.write_all(b"RAW\n").await.ok()?;
+    let mut r = BufReader::new(s);
+    let mut line = String::new();
+    match tokio::time::timeout(SOON, r.read_line(&mut line))
+        .await
+        .expect("greeting in time")
+    {
+        Ok(n) if n > 0 => Some((r, line.trim().to_string())),
+        _ => None,
+    }
+}
+
+/// Name of the fake that a new connection through the balancer reaches.
+pub async fn landed(proxy: SocketAddr) -> String {
+    raw(proxy).await.expect("balancer relayed the connection").1
+}
+
+/// Reads until EOF or error; returns what was read.
+pub async fn read_to_end(r: &mut BufReader<TcpStream>) -> Vec<u8> {
+    let mut out = Vec::new();
+    let _ = tokio::time::timeout(SOON, r.read_to_end(&mut out))
+        .await
+        .expect("EOF in time");
+    out
+}
+
+/// GET `path` from the admin server; returns (status code, body).
+pub async fn admin_get(admin: SocketAddr, path: &str) -> (u16, String) {
+    let mut s = TcpStream::connect(admin).await.expect("connect admin");
+    s.write_all(format!("GET {path} HTTP/1.0\r\nHost: x\r\n\r\n").as_bytes())
+        .await
+        .expect("write");
+    let mut buf = String::new();
+    s.read_to_string(&mut buf).await.expect("read");
+    let code = buf
+        .split_whitespace()
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .expect("status code");
+    let body = buf
+        .split_once("\r\n\r\n")
+        .map(|(_, b)| b.to_string())
+        .unwrap_or_default();
+    (code, body)
+}
+
+/// The value of one Prometheus sample line `name{labels} value`, matching labels as a substring.
+pub fn metric(text: &str, name: &str, labels: &str) -> Option<f64> {
+    text.lines()
+        .filter(|l| !l.starts_with('#'))
+        .find(|l| {
+            let (series, _) = l.rsplit_once(' ').unwrap_or((l, ""));
+            let (n, rest) = series.split_once('{').unwrap_or((series, ""));
+            n == name && rest.contains(labels)
+        })
+        .and_then(|l| l.rsplit_once(' ')?.1.parse().ok())
+}
