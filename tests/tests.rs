@@ -7,3 +7,5 @@ mod core_cli;
 mod core_health;
 mod core_picking;
 mod core_relay;
+mod ops_lifecycle;
+mod ops_metrics;

@@ -13,6 +13,8 @@ use readyprism::backend::{Snapshot, State};
 use readyprism::config::Config;
 use readyprism::fake::FakeApiserver;
 use readyprism::pki::{Ca, Issued};
+pub mod process;
+
 use rustls::ServerConfig;
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 use tokio::net::{TcpListener, TcpStream};
@@ -154,6 +156,25 @@ pub fn summary(s: &Snapshot) -> Vec<(String, &'static str, Option<Duration>, Opt
 pub async fn poll(what: &str, mut cond: impl FnMut() -> bool) {
     let deadline = tokio::time::Instant::now() + SOON;
     while !cond() {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "timed out waiting for: {what}"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+/// Retries `f` every 10 ms until it yields `Some`, or panics after [`SOON`].
+pub async fn eventually<T, F, Fut>(what: &str, mut f: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Option<T>>,
+{
+    let deadline = tokio::time::Instant::now() + SOON;
+    loop {
+        if let Some(t) = f().await {
+            return t;
+        }
         assert!(
             tokio::time::Instant::now() < deadline,
             "timed out waiting for: {what}"

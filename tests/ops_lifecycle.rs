@@ -1,0 +1,246 @@
+//! Operations: live reload (SIGHUP) and clean shutdown (SIGTERM).
+
+use std::time::{Duration, Instant};
+
+use readyprism::app::App;
+use readyprism::backend::State::{Ready, Unknown};
+use readyprism::config::Config;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+use crate::support::process::Proc;
+use crate::support::*;
+
+async fn echo_ok(conn: &mut tokio::io::BufReader<tokio::net::TcpStream>, msg: &[u8]) -> bool {
+    if conn.get_mut().write_all(msg).await.is_err() {
+        return false;
+    }
+    let mut buf = vec![0u8; msg.len()];
+    matches!(
+        tokio::time::timeout(SOON, conn.read_exact(&mut buf)).await,
+        Ok(Ok(_))
+    ) && buf == msg
+}
+
+#[tokio::test]
+async fn reload_adds_removes_keeps_backends_and_rebinds_listeners() {
+    let lab = Lab::new();
+    let (a, b, c) = (
+        lab.fake("a").await,
+        lab.fake("b").await,
+        lab.fake("c").await,
+    );
+    let file = lab.path("reload.yaml");
+    std::fs::write(
+        &file,
+        lab.yaml("dc-a", &[(addr(&a), "dc-a"), (addr(&b), "dc-b")], ""),
+    )
+    .expect("write");
+    let mut app = App::start(Config::load(&file).expect("config"))
+        .await
+        .expect("start");
+    wait_states(&app, &[Ready, Ready]).await;
+    let old_listener = app.listen_addrs()[0];
+
+    // One connection on each: a is local first; then the node's zone moves to b's (a reload that
+    // changes no backend), and new connections go to b while a's stay.
+    let (mut on_a, name) = raw(old_listener).await.expect("relayed");
+    assert_eq!(name, "a");
+    std::fs::write(
+        &file,
+        lab.yaml("dc-b", &[(addr(&a), "dc-a"), (addr(&b), "dc-b")], ""),
+    )
+    .expect("write");
+    readyprism::shutdown::reload(&mut app, &file, &no_override()).await;
+    let (mut on_b, name) = raw(old_listener).await.expect("relayed");
+    assert_eq!(name, "b");
+    assert!(echo_ok(&mut on_a, b"zone change moves nothing").await);
+    let b_changes = app.table().load().backends[1].live.metrics.to_ready.get();
+
+    // Remove a, keep b, add c, add a second listener.
+    let both = "listen: [\"127.0.0.1:0\", \"127.0.0.2:0\"]\n";
+    let yaml = lab
+        .yaml("dc-b", &[(addr(&b), "dc-b"), (addr(&c), "dc-c")], "")
+        .replace("listen: [\"127.0.0.1:0\"]\n", both);
+    std::fs::write(&file, yaml).expect("write");
+    readyprism::shutdown::reload(&mut app, &file, &no_override()).await;
+    let snap = app.table().load();
+    assert_eq!(snap.backends.len(), 2);
+    assert_eq!(snap.backends[0].spec.address, addr(&b));
+    assert_eq!(
+        snap.backends[0].health.state, Ready,
+        "unchanged backend keeps its state"
+    );
+    assert_eq!(snap.backends[1].health.state, Unknown);
+    wait_states(&app, &[Ready, Ready]).await; // the new backend is probed at once
+    assert_eq!(
+        app.table().load().backends[0].live.metrics.to_ready.get(),
+        b_changes,
+        "no re-decision for b"
+    );
+    assert!(
+        read_to_end(&mut on_a).await.is_empty(),
+        "connection to the removed backend is closed"
+    );
+    assert!(
+        echo_ok(&mut on_b, b"kept").await,
+        "connection to the unchanged backend survives"
+    );
+    let listeners = app.listen_addrs();
+    assert_eq!(listeners.len(), 2);
+    assert!(["b", "c"].contains(&landed(listeners[1]).await.as_str()));
+
+    // An invalid config is rejected and counted; the running one stays.
+    std::fs::write(&file, "backends: [\n").expect("write");
+    readyprism::shutdown::reload(&mut app, &file, &no_override()).await;
+    assert_eq!(app.config().backends.len(), 2);
+    let t = admin_get(app.admin_addr(), "/metrics").await.1;
+    assert_eq!(
+        metric(&t, "readyprism_config_reloads_total", "result=\"success\""),
+        Some(2.0)
+    );
+    assert_eq!(
+        metric(&t, "readyprism_config_reloads_total", "result=\"failure\""),
+        Some(1.0)
+    );
+
+    // Dropping the first listener keeps the connections it accepted.
+    let only_second = lab
+        .yaml("dc-b", &[(addr(&b), "dc-b"), (addr(&c), "dc-c")], "")
+        .replace("listen: [\"127.0.0.1:0\"]\n", "listen: [\"127.0.0.2:0\"]\n");
+    std::fs::write(&file, only_second).expect("write");
+    readyprism::shutdown::reload(&mut app, &file, &no_override()).await;
+    assert_eq!(app.listen_addrs(), vec![listeners[1]]);
+    poll_refused(old_listener).await;
+    assert!(
+        echo_ok(&mut on_b, b"still").await,
+        "established connection survives the listener change"
+    );
+    app.shutdown().await;
+}
+
+fn no_override() -> readyprism::shutdown::Override {
+    Box::new(|_| {})
+}
+
+async fn poll_refused(addr: std::net::SocketAddr) {
+    eventually("listener closed", || async {
+        tokio::net::TcpStream::connect(addr)
+            .await
+            .is_err()
+            .then_some(())
+    })
+    .await
+}
+
+#[test]
+fn sighup_reloads_and_an_invalid_file_keeps_the_running_config() {
+    let rt = tokio::runtime::Runtime::new().expect("runtime");
+    let lab = Lab::new();
+    let (a, b) = (rt.block_on(lab.fake("a")), rt.block_on(lab.fake("b")));
+    let file = lab.path("hup.yaml");
+    std::fs::write(&file, lab.yaml("dc-a", &[(addr(&a), "dc-a")], "")).expect("write");
+    let p = Proc::start(&file);
+    std::fs::write(
+        &file,
+        lab.yaml("dc-a", &[(addr(&a), "dc-a"), (addr(&b), "dc-b")], ""),
+    )
+    .expect("write");
+    p.signal("HUP");
+    p.wait_log("config reloaded", |_| true);
+    let status = |p: &Proc| -> serde_json::Value {
+        serde_json::from_str(&blocking_get(p.admin, "/status").1).unwrap_or_default()
+    };
+    rt.block_on(poll("b probed and ready", || {
+        status(&p)["backends"][1]["state"] == "ready"
+    }));
+    std::fs::write(&file, "backends:\n  - address: nope\n").expect("write");
+    p.signal("HUP");
+    let rejected = p.wait_log("config reload rejected; the running config stays", |_| true);
+    let err = rejected["fields"]["error"].as_str().expect("error field");
+    assert!(
+        err.contains(&format!("{}:2:", file.display())) && err.contains("backends[0].address"),
+        "{err}"
+    );
+    assert_eq!(status(&p)["backends"].as_array().map(Vec::len), Some(2));
+}
+
+#[test]
+fn sigterm_drains_within_the_grace_period_and_exits_zero() {
+    let rt = tokio::runtime::Runtime::new().expect("runtime");
+    let lab = Lab::new();
+    let a = rt.block_on(lab.fake("a"));
+    let file = lab.path("term.yaml");
+    std::fs::write(
+        &file,
+        lab.yaml("dc-a", &[(addr(&a), "dc-a")], "shutdown_grace: 2s\n"),
+    )
+    .expect("write");
+    let mut p = Proc::start(&file);
+    rt.block_on(poll("ready", || blocking_get(p.admin, "/readyz").0 == 200));
+    let (mut held, _) = rt.block_on(raw(p.listen)).expect("relayed");
+    let signalled = Instant::now();
+    p.signal("TERM");
+    // Readiness goes first, the listener closes, the held connection still works during the grace.
+    rt.block_on(poll("readyz 503", || {
+        blocking_get(p.admin, "/readyz").0 == 503
+    }));
+    rt.block_on(poll_refused(p.listen));
+    assert!(
+        rt.block_on(echo_ok(&mut held, b"draining")),
+        "established connection works during the grace period"
+    );
+    let (status, _) = p.wait_exit();
+    let took = signalled.elapsed();
+    assert!(status.success(), "{status:?}");
+    assert!(
+        took >= Duration::from_secs(2) && took <= Duration::from_secs(3),
+        "took {took:?}: grace is 2s, bound is grace + 1s"
+    );
+    assert!(
+        rt.block_on(read_to_end(&mut held)).is_empty(),
+        "cut after the grace period"
+    );
+}
+
+#[test]
+fn sigterm_without_connections_exits_at_once() {
+    let rt = tokio::runtime::Runtime::new().expect("runtime");
+    let lab = Lab::new();
+    let a = rt.block_on(lab.fake("a"));
+    let file = lab.path("term.yaml");
+    std::fs::write(
+        &file,
+        lab.yaml("dc-a", &[(addr(&a), "dc-a")], "shutdown_grace: 30s\n"),
+    )
+    .expect("write");
+    let mut p = Proc::start(&file);
+    p.signal("INT");
+    let (status, took) = p.wait_exit();
+    assert!(status.success(), "{status:?}");
+    assert!(
+        took < Duration::from_secs(30),
+        "no connection to wait for, so no 30 s grace: {took:?}"
+    );
+}
+
+/// A blocking admin GET: (status code, body); code 0 if unreachable. For polls outside async code.
+fn blocking_get(admin: std::net::SocketAddr, path: &str) -> (u16, String) {
+    use std::io::{Read, Write};
+    let Ok(mut s) = std::net::TcpStream::connect(admin) else {
+        return (0, String::new());
+    };
+    let _ = s.write_all(format!("GET {path} HTTP/1.0\r\n\r\n").as_bytes());
+    let mut buf = String::new();
+    let _ = s.read_to_string(&mut buf);
+    let code = buf
+        .split_whitespace()
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .unwrap_or(0);
+    (
+        code,
+        buf.split_once("\r\n\r\n")
+            .map(|(_, b)| b.to_string())
+            .unwrap_or_default(),
+    )
+}

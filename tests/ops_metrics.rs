@@ -1,0 +1,209 @@
+//! Operations: every metric present and moving, and the logs an operator alerts on.
+
+use std::time::Duration;
+
+use readyprism::backend::State::{Ready, Unready};
+use tokio::io::AsyncWriteExt;
+
+use crate::support::process::Proc;
+use crate::support::*;
+
+fn m(text: &str, name: &str, labels: &str) -> f64 {
+    metric(text, name, labels)
+        .unwrap_or_else(|| panic!("metric {name}{{{labels}}} missing in:\n{text}"))
+}
+
+#[tokio::test]
+async fn every_metric_is_exported_and_moves() {
+    let lab = Lab::new();
+    let a = lab.fake("a").await;
+    let b = lab.fake("b").await;
+    b.control.set_readyz_delay(Duration::from_millis(20));
+    let (aa, ba) = (addr(&a), addr(&b));
+    let health = "health: { interval: 300ms, timeout: 200ms, fast_interval: 100ms }\n";
+    let app = lab
+        .start(&lab.yaml(
+            "dc-a",
+            &[(aa.clone(), "dc-a"), (ba.clone(), "dc-b")],
+            health,
+        ))
+        .await;
+    wait_states(&app, &[Ready, Ready]).await;
+    wait_probed(&app, 2).await;
+    let admin = app.admin_addr();
+    let scrape = || async move { admin_get(admin, "/metrics").await.1 };
+    let ba_l = format!("backend=\"{ba}\"");
+    let aa_l = format!("backend=\"{aa}\"");
+
+    let t = scrape().await;
+    assert_eq!(
+        m(
+            &t,
+            "readyprism_backend_ready",
+            &format!("{aa_l},zone=\"dc-a\"")
+        ),
+        1.0
+    );
+    assert_eq!(
+        m(
+            &t,
+            "readyprism_backend_state_changes_total",
+            &format!("{aa_l},to=\"ready\"")
+        ),
+        1.0
+    );
+    assert_eq!(
+        m(
+            &t,
+            "readyprism_backend_state_changes_total",
+            &format!("{aa_l},to=\"unready\"")
+        ),
+        0.0
+    );
+    assert!(
+        m(
+            &t,
+            "readyprism_health_checks_total",
+            &format!("{aa_l},result=\"pass\"")
+        ) >= 2.0
+    );
+    assert!(m(&t, "readyprism_health_check_duration_seconds_count", &ba_l) >= 2.0);
+    assert!(m(&t, "readyprism_health_check_duration_seconds_sum", &ba_l) >= 0.04);
+    assert_eq!(m(&t, "readyprism_no_ready_backends", ""), 0.0);
+    assert_eq!(
+        m(
+            &t,
+            "readyprism_build_info",
+            &format!("version=\"{}\"", env!("CARGO_PKG_VERSION"))
+        ),
+        1.0
+    );
+    let not_after = m(&t, "readyprism_client_cert_expiry_timestamp_seconds", "");
+    assert!(not_after > 1.7e9, "{not_after}");
+
+    // A connection: counted, active while open, bytes both ways.
+    let (mut conn, name) = raw(app.listen_addrs()[0]).await.expect("relayed");
+    assert_eq!(name, "a");
+    let t = scrape().await;
+    assert_eq!(m(&t, "readyprism_connections_total", &aa_l), 1.0);
+    assert_eq!(m(&t, "readyprism_connections_active", &aa_l), 1.0);
+    conn.get_mut().write_all(b"12345").await.expect("write");
+    conn.get_mut().shutdown().await.expect("shutdown");
+    read_to_end(&mut conn).await;
+    let t = eventually("active back to 0", || async {
+        let t = scrape().await;
+        (metric(&t, "readyprism_connections_active", &aa_l) == Some(0.0)).then_some(t)
+    })
+    .await;
+    assert_eq!(
+        m(
+            &t,
+            "readyprism_bytes_total",
+            &format!("{aa_l},direction=\"to_backend\"")
+        ),
+        9.0
+    ); // "RAW\n" + "12345"
+    assert_eq!(
+        m(
+            &t,
+            "readyprism_bytes_total",
+            &format!("{aa_l},direction=\"to_client\"")
+        ),
+        11.0
+    ); // "a\n" + echo "12345" + "bye\n"
+
+    // Unready with a connection open: state change, failure count, closed-unready count.
+    let (_held, _) = raw(app.listen_addrs()[0]).await.expect("relayed");
+    a.control.set_ready(false);
+    wait_states(&app, &[Unready, Ready]).await;
+    poll("connection closed as unready", || {
+        app.table().load().backends[0]
+            .live
+            .metrics
+            .closed_unready
+            .get()
+            == 1
+    })
+    .await;
+    let t = scrape().await;
+    assert_eq!(m(&t, "readyprism_backend_ready", &aa_l), 0.0);
+    assert_eq!(
+        m(
+            &t,
+            "readyprism_backend_state_changes_total",
+            &format!("{aa_l},to=\"unready\"")
+        ),
+        1.0
+    );
+    assert!(
+        m(
+            &t,
+            "readyprism_health_checks_total",
+            &format!("{aa_l},result=\"fail\"")
+        ) >= 2.0
+    );
+    assert_eq!(
+        m(&t, "readyprism_connections_closed_unready_total", &aa_l),
+        1.0
+    );
+
+    // Nothing ready: the no-ready gauge.
+    b.control.set_ready(false);
+    wait_states(&app, &[Unready, Unready]).await;
+    assert_eq!(m(&scrape().await, "readyprism_no_ready_backends", ""), 1.0);
+    a.control.set_ready(true);
+    wait_states(&app, &[Ready, Unready]).await;
+    assert_eq!(m(&scrape().await, "readyprism_no_ready_backends", ""), 0.0);
+
+    // A refused dial while still marked ready.
+    b.control.set_ready(true);
+    wait_states(&app, &[Ready, Ready]).await;
+    a.stop().await;
+    assert_eq!(landed(app.listen_addrs()[0]).await, "b");
+    assert!(m(&scrape().await, "readyprism_dial_failures_total", &aa_l) >= 1.0);
+    app.shutdown().await;
+}
+
+#[test]
+fn state_changes_are_logged_once_with_reason_and_no_ready_is_a_warning() {
+    let rt = tokio::runtime::Runtime::new().expect("runtime");
+    let lab = Lab::new();
+    let a = rt.block_on(lab.fake("a"));
+    let file = lab.path("run.yaml");
+    std::fs::write(&file, lab.yaml("dc-a", &[(addr(&a), "dc-a")], "")).expect("write");
+    let p = Proc::start(&file);
+    let is_a = |v: &serde_json::Value| v["fields"]["backend"] == addr(&a);
+    p.wait_log("backend state changed", |v| {
+        is_a(v) && v["fields"]["to"] == "ready"
+    });
+    a.control.set_ready(false);
+    let down = p.wait_log("backend state changed", |v| {
+        is_a(v) && v["fields"]["to"] == "unready"
+    });
+    assert_eq!(down["level"], "WARN");
+    assert_eq!(down["fields"]["from"], "ready");
+    assert_eq!(down["fields"]["zone"], "dc-a");
+    assert_eq!(
+        down["fields"]["reason"],
+        "HTTP 500: [-]etcd failed: reason withheld"
+    );
+    let entering = p.wait_log(
+        "no backend is ready; failing open: routing to all backends",
+        |_| true,
+    );
+    assert_eq!(entering["level"], "WARN");
+    a.control.set_ready(true);
+    p.wait_log(
+        "a backend is ready again; leaving the no-ready-backend state",
+        |v| v["level"] == "WARN",
+    );
+    let changes = p
+        .logs()
+        .into_iter()
+        .filter(|v| v["fields"]["message"] == "backend state changed")
+        .count();
+    assert_eq!(
+        changes, 3,
+        "start-up ready, unready, ready again: each exactly once"
+    );
+}

@@ -1,0 +1,135 @@
+//! The real binary as a child process: JSON logs collected from stderr, signals sent with `kill`.
+
+use std::io::{BufRead, BufReader};
+use std::net::SocketAddr;
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use super::SOON;
+
+/// A running `readyprism run`.
+pub struct Proc {
+    child: Child,
+    lines: Arc<Mutex<Vec<String>>>,
+    /// Bound client listener.
+    pub listen: SocketAddr,
+    /// Bound admin listener.
+    pub admin: SocketAddr,
+}
+
+impl Proc {
+    /// Starts `readyprism --log-format json run --config <config>` and waits until it listens.
+    pub fn start(config: &std::path::Path) -> Proc {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_readyprism"))
+            .args([
+                "--log-format",
+                "json",
+                "--log-level",
+                "debug",
+                "run",
+                "--config",
+            ])
+            .arg(config)
+            .env_remove("READYPRISM_ZONE")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("spawn readyprism");
+        let stderr = child.stderr.take().expect("stderr");
+        let lines = Arc::new(Mutex::new(Vec::new()));
+        let sink = lines.clone();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+                sink.lock().expect("lines").push(line);
+            }
+        });
+        let mut p = Proc {
+            child,
+            lines,
+            listen: "0.0.0.0:0".parse().expect("addr"),
+            admin: "0.0.0.0:0".parse().expect("addr"),
+        };
+        let started = p.wait_log("readyprism started", |_| true);
+        let field = |k: &str| {
+            started["fields"][k]
+                .as_str()
+                .unwrap_or_default()
+                .trim_matches(|c| c == '[' || c == ']')
+                .to_string()
+        };
+        p.listen = field("listen")
+            .split(", ")
+            .next()
+            .unwrap_or_default()
+            .parse()
+            .expect("listen addr in log");
+        p.admin = field("admin").parse().expect("admin addr in log");
+        p
+    }
+
+    /// Every JSON log line so far.
+    pub fn logs(&self) -> Vec<serde_json::Value> {
+        self.lines
+            .lock()
+            .expect("lines")
+            .iter()
+            .filter_map(|l| serde_json::from_str(l).ok())
+            .collect()
+    }
+
+    /// Waits for a log line with `message` for which `pred` holds; returns it.
+    pub fn wait_log(
+        &self,
+        message: &str,
+        pred: impl Fn(&serde_json::Value) -> bool,
+    ) -> serde_json::Value {
+        let deadline = Instant::now() + SOON;
+        loop {
+            if let Some(v) = self
+                .logs()
+                .into_iter()
+                .find(|v| v["fields"]["message"] == message && pred(v))
+            {
+                return v;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "no log {message:?}; logs:\n{}",
+                self.lines.lock().expect("lines").join("\n")
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// Sends a signal by name (`HUP`, `TERM`, `INT`).
+    pub fn signal(&self, sig: &str) {
+        let ok = Command::new("kill")
+            .arg(format!("-{sig}"))
+            .arg(self.child.id().to_string())
+            .status()
+            .expect("kill")
+            .success();
+        assert!(ok, "kill -{sig} failed");
+    }
+
+    /// Waits for exit; returns the status and how long it took from the call.
+    pub fn wait_exit(&mut self) -> (ExitStatus, Duration) {
+        let start = Instant::now();
+        loop {
+            if let Some(status) = self.child.try_wait().expect("try_wait") {
+                return (status, start.elapsed());
+            }
+            assert!(start.elapsed() < SOON, "did not exit");
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+}
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
