@@ -1,12 +1,15 @@
 //! The `readyprism` command line: parse, set up logging and crypto, dispatch, map errors to exit codes.
 
+use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
 use anyhow::Context;
 use clap::{Parser, Subcommand};
 use readyprism::app::App;
-use readyprism::config::Config;
+use readyprism::config::{Config, DurationValue};
+use readyprism::demo::DemoOptions;
+use readyprism::status;
 
 #[derive(Parser)]
 #[command(
@@ -51,6 +54,27 @@ enum Command {
         #[arg(long, env = "READYPRISM_ZONE")]
         zone: Option<String>,
     },
+    /// Show a running balancer's backends (exit 0: one is ready, 1: none is, 2: unreachable).
+    Status {
+        /// The balancer's admin address.
+        #[arg(long, default_value = readyprism::config::DEFAULT_ADMIN)]
+        admin: String,
+        /// Print the raw `/status` JSON instead of the table.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Run three simulated apiservers behind the balancer and watch the picks live.
+    Demo {
+        /// Stop after this long (e.g. 30s, 2m); default: until Ctrl-C.
+        #[arg(long, value_parser = DurationValue::parse)]
+        duration: Option<DurationValue>,
+        /// The balancer's client listener.
+        #[arg(long, default_value = readyprism::config::DEFAULT_LISTEN)]
+        listen: SocketAddr,
+        /// The balancer's admin listener.
+        #[arg(long, default_value = readyprism::config::DEFAULT_ADMIN)]
+        admin: SocketAddr,
+    },
 }
 
 fn main() -> ExitCode {
@@ -93,6 +117,38 @@ fn dispatch(command: Command) -> anyhow::Result<ExitCode> {
                     .context("signal handling")?;
                 Ok(ExitCode::SUCCESS)
             })
+        }
+        Command::Status { admin, json } => match runtime()?.block_on(status::fetch(&admin)) {
+            Ok(fetched) => {
+                let text = if json {
+                    format!("{}\n", fetched.body)
+                } else {
+                    status::render_table(&fetched.doc)
+                };
+                std::io::Write::write_all(&mut std::io::stdout().lock(), text.as_bytes())
+                    .context("writing to stdout")?;
+                Ok(ExitCode::from(status::exit_code(&fetched.doc)))
+            }
+            Err(e) => {
+                eprintln!("readyprism status: {e}");
+                Ok(ExitCode::from(status::EXIT_UNREACHABLE))
+            }
+        },
+        Command::Demo {
+            duration,
+            listen,
+            admin,
+        } => {
+            let opts = DemoOptions {
+                duration: duration.map(|d| d.0),
+                listen,
+                admin,
+                show: true,
+            };
+            runtime()?
+                .block_on(readyprism::demo::run(opts))
+                .context("demo")?;
+            Ok(ExitCode::SUCCESS)
         }
     }
 }

@@ -73,16 +73,26 @@ pub struct Fetched {
 
 /// GETs `http://{admin}/status` (a leading `http://` on `admin` is accepted) within [`FETCH_TIMEOUT`].
 pub async fn fetch(admin: &str) -> Result<Fetched, StatusError> {
-    let addr = admin.strip_prefix("http://").unwrap_or(admin).trim_end_matches('/');
+    let addr = admin
+        .strip_prefix("http://")
+        .unwrap_or(admin)
+        .trim_end_matches('/');
     match tokio::time::timeout(FETCH_TIMEOUT, fetch_inner(addr)).await {
         Ok(r) => r,
-        Err(_) => Err(StatusError::Timeout { addr: addr.to_string() }),
+        Err(_) => Err(StatusError::Timeout {
+            addr: addr.to_string(),
+        }),
     }
 }
 
 async fn fetch_inner(addr: &str) -> Result<Fetched, StatusError> {
-    let unreachable = |reason: String| StatusError::Unreachable { addr: addr.to_string(), reason };
-    let stream = TcpStream::connect(addr).await.map_err(|e| unreachable(io_reason(&e)))?;
+    let unreachable = |reason: String| StatusError::Unreachable {
+        addr: addr.to_string(),
+        reason,
+    };
+    let stream = TcpStream::connect(addr)
+        .await
+        .map_err(|e| unreachable(io_reason(&e)))?;
     let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
         .await
         .map_err(|e| unreachable(e.to_string()))?;
@@ -95,7 +105,10 @@ async fn fetch_inner(addr: &str) -> Result<Fetched, StatusError> {
     let exchange = async move {
         let resp = sender.send_request(req).await?;
         let status = resp.status();
-        let body = Limited::new(resp.into_body(), MAX_BODY).collect().await?.to_bytes();
+        let body = Limited::new(resp.into_body(), MAX_BODY)
+            .collect()
+            .await?
+            .to_bytes();
         Ok::<_, Box<dyn std::error::Error + Send + Sync>>((status, body))
     };
     let (result, conn_result) = tokio::join!(exchange, conn);
@@ -104,9 +117,15 @@ async fn fetch_inner(addr: &str) -> Result<Fetched, StatusError> {
         tracing::debug!(error = %e, "admin connection ended with an error after the answer");
     }
     if status != StatusCode::OK {
-        return Err(StatusError::Http { addr: addr.to_string(), status: status.as_u16() });
+        return Err(StatusError::Http {
+            addr: addr.to_string(),
+            status: status.as_u16(),
+        });
     }
-    let bad = |reason: String| StatusError::BadJson { addr: addr.to_string(), reason };
+    let bad = |reason: String| StatusError::BadJson {
+        addr: addr.to_string(),
+        reason,
+    };
     let body = String::from_utf8(body.to_vec()).map_err(|_| bad("not UTF-8".to_string()))?;
     let doc: Value = serde_json::from_str(&body).map_err(|e| bad(e.to_string()))?;
     if !doc.is_object() {
@@ -119,8 +138,8 @@ async fn fetch_inner(addr: &str) -> Result<Fetched, StatusError> {
 fn io_reason(e: &std::io::Error) -> String {
     use std::io::ErrorKind::*;
     match e.kind() {
-        ConnectionRefused | ConnectionReset | ConnectionAborted | AddrNotAvailable | TimedOut | HostUnreachable
-        | NetworkUnreachable => e.kind().to_string(),
+        ConnectionRefused | ConnectionReset | ConnectionAborted | AddrNotAvailable | TimedOut
+        | HostUnreachable | NetworkUnreachable => e.kind().to_string(),
         _ => e.to_string(),
     }
 }
@@ -158,10 +177,22 @@ pub fn render_table(doc: &Value) -> String {
     }
     out.push('\n');
 
-    let header = ["BACKEND", "ZONE", "STATE", "LATENCY", "ACTIVE", "RANK", "LAST ERROR"];
+    let header = [
+        "BACKEND",
+        "ZONE",
+        "STATE",
+        "LATENCY",
+        "ACTIVE",
+        "RANK",
+        "LAST ERROR",
+    ];
     let mut rows: Vec<[String; 7]> = vec![header.map(String::from)];
-    let backends = doc.get("backends").and_then(Value::as_array).map(Vec::as_slice).unwrap_or(&[]);
-    rows.extend(backends.iter().map(row));
+    let backends = doc
+        .get("backends")
+        .and_then(Value::as_array)
+        .map(Vec::as_slice)
+        .unwrap_or(&[]);
+    rows.extend(backends.iter().map(backend_cells));
     let mut widths = [0usize; 7];
     for r in &rows {
         for (w, cell) in widths.iter_mut().zip(r) {
@@ -186,13 +217,26 @@ pub fn render_table(doc: &Value) -> String {
     out
 }
 
-fn row(b: &Value) -> [String; 7] {
+/// One backend of a status document as the table's cells, in column order (`-` for missing).
+pub fn backend_cells(b: &Value) -> [String; 7] {
     let text = |k: &str| b.get(k).and_then(Value::as_str).map(str::to_string);
     let dash = || "-".to_string();
     let latency = b.get("latency_ms").and_then(Value::as_f64).map(format_ms);
-    let active = b.get("active_connections").and_then(Value::as_u64).map(|n| n.to_string());
-    let rank = b.get("rank").and_then(Value::as_u64).map(|r| (r + 1).to_string());
-    let error = text("last_error").map(|e| e.split('\n').map(str::trim).filter(|l| !l.is_empty()).collect::<Vec<_>>().join("; "));
+    let active = b
+        .get("active_connections")
+        .and_then(Value::as_u64)
+        .map(|n| n.to_string());
+    let rank = b
+        .get("rank")
+        .and_then(Value::as_u64)
+        .map(|r| (r + 1).to_string());
+    let error = text("last_error").map(|e| {
+        e.split('\n')
+            .map(str::trim)
+            .filter(|l| !l.is_empty())
+            .collect::<Vec<_>>()
+            .join("; ")
+    });
     [
         text("address").unwrap_or_else(dash),
         text("zone").unwrap_or_else(dash),
@@ -235,18 +279,14 @@ mod tests {
 
     #[test]
     fn table_shows_summary_and_one_aligned_row_per_backend() {
-        let table = render_table(&sample());
-        let lines: Vec<&str> = table.lines().collect();
-        assert_eq!(lines[0], "node zone dc-a  ready yes  mode normal  client cert loaded");
-        assert_eq!(lines.len(), 5, "{table}");
-        let col = |name: &str| lines[1].find(name).expect("column in header");
-        for c in ["ZONE", "STATE", "LATENCY", "ACTIVE", "RANK", "LAST ERROR"] {
-            assert!(lines[2..].iter().all(|l| l.len() > col(c) && l.as_bytes()[col(c) - 1] == b' '), "{c} misaligned:\n{table}");
-        }
-        assert!(lines[2].starts_with("10.0.1.10:6443  dc-a  unready  0.31ms"), "{table}");
-        assert!(lines[2].ends_with("HTTP 500: [+]ping ok; [-]etcd failed"), "{table}");
-        assert!(lines[3].contains("23.3ms") && lines[3].contains(" 12 ") && lines[3].ends_with("1       -"), "{table}");
-        assert!(lines[4].starts_with("[fd00::3]:6443  -     unknown  -"), "{table}");
+        let want = "\
+node zone dc-a  ready yes  mode normal  client cert loaded
+BACKEND         ZONE  STATE    LATENCY  ACTIVE  RANK  LAST ERROR
+10.0.1.10:6443  dc-a  unready  0.31ms   0       -     HTTP 500: [+]ping ok; [-]etcd failed
+10.0.2.10:6443  dc-b  ready    23.3ms   12      1     -
+[fd00::3]:6443  -     unknown  -        0       -     -
+";
+        assert_eq!(render_table(&sample()), want);
     }
 
     #[test]
@@ -254,7 +294,12 @@ mod tests {
         let doc = json!({"zone": null, "ready": false, "mode": "fail_open", "shutting_down": true,
                          "client_cert": "anonymous", "backends": []});
         let table = render_table(&doc);
-        assert!(table.starts_with("node zone -  ready NO  mode fail_open  client cert anonymous  SHUTTING DOWN\n"), "{table}");
+        assert!(
+            table.starts_with(
+                "node zone -  ready NO  mode fail_open  client cert anonymous  SHUTTING DOWN\n"
+            ),
+            "{table}"
+        );
         assert!(table.ends_with("(no backends configured)\n"), "{table}");
     }
 
@@ -267,23 +312,32 @@ mod tests {
 
     #[tokio::test]
     async fn closed_port_is_reported_as_unreachable_in_one_line() {
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind");
         let addr = listener.local_addr().expect("addr").to_string();
         drop(listener);
         let err = fetch(&addr).await.expect_err("nothing listens");
-        assert_eq!(err.to_string(), format!("cannot reach admin endpoint {addr}: connection refused"));
+        assert_eq!(
+            err.to_string(),
+            format!("cannot reach admin endpoint {addr}: connection refused")
+        );
     }
 
     #[tokio::test]
     async fn non_json_answer_is_an_error() {
         use tokio::io::{AsyncReadExt, AsyncWriteExt};
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind");
         let addr = listener.local_addr().expect("addr").to_string();
         let server = tokio::spawn(async move {
             let (mut s, _) = listener.accept().await.expect("accept");
             let mut buf = [0u8; 1024];
             let _ = s.read(&mut buf).await.expect("read request");
-            s.write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 5\r\nconnection: close\r\n\r\nhello").await.expect("write");
+            s.write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 5\r\nconnection: close\r\n\r\nhello")
+                .await
+                .expect("write");
         });
         let err = fetch(&addr).await.expect_err("not JSON");
         assert!(matches!(err, StatusError::BadJson { .. }), "{err}");

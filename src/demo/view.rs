@@ -1,0 +1,219 @@
+//! The demo's live view: a full screen for a terminal, one line per refresh for pipes and logs.
+//!
+//! Pure text from a status document and the demo clients' record; no I/O, no clock.
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use serde_json::Value;
+
+use super::{Traffic, RECENT, SITES};
+use crate::status;
+
+/// One refresh of the live view.
+pub(super) struct Frame<'a> {
+    /// Time since traffic started.
+    pub elapsed: Duration,
+    /// Time left with `--duration`.
+    pub remaining: Option<Duration>,
+    /// The balancer's bound client address.
+    pub listen: SocketAddr,
+    /// The balancer's bound admin address.
+    pub admin: SocketAddr,
+    /// `admin::status_json` of the current snapshot.
+    pub status: &'a Value,
+    /// What the demo's clients saw.
+    pub traffic: &'a Traffic,
+    /// Whether dc-a currently has quorum.
+    pub dc_a_ready: bool,
+    /// Time to dc-a's next flip.
+    pub next_flip_in: Duration,
+}
+
+impl Frame<'_> {
+    /// One plain line per refresh.
+    pub fn line(&self) -> String {
+        let backends = self.status.get("backends").and_then(Value::as_array);
+        let per: Vec<String> = backends
+            .map(Vec::as_slice)
+            .unwrap_or(&[])
+            .iter()
+            .map(|b| {
+                let [_, zone, state, latency, active, rank, _] = status::backend_cells(b);
+                format!("{zone} {state} {latency} active {active} rank {rank}")
+            })
+            .collect();
+        format!(
+            "[{:>3}s] {} | last: {} | long-lived: {} | {}",
+            self.elapsed.as_secs(),
+            per.join(" | "),
+            self.recent(),
+            self.long_lived(),
+            self.flip()
+        )
+    }
+
+    /// The full-screen view for a terminal (the caller clears the screen first).
+    pub fn screen(&self) -> String {
+        let status_cmd = if self.admin.to_string() == crate::config::DEFAULT_ADMIN {
+            "readyprism status".to_string()
+        } else {
+            format!("readyprism status --admin {}", self.admin)
+        };
+        let clock = match self.remaining {
+            Some(r) => format!("{}s left", r.as_secs_f64().ceil()),
+            None => "Ctrl-C to stop".to_string(),
+        };
+        format!(
+            "readyprism demo: balancer on {listen}, admin on {admin}, three simulated apiservers \
+             with mutual TLS ({secs}s, {clock})\n\
+             try from another shell:  curl -k https://{listen}/version   {status_cmd}\n\n\
+             {table}\n\
+             {flip}\n\
+             new connections go to ready apiservers only: this node's zone first, then the lowest \
+             /readyz latency.\n\
+             an apiserver that turns unready has its connections closed, so clients re-dial; \
+             failback moves nothing.\n\n\
+             last {RECENT} connections (newest last): {recent}\n\
+             connections so far: {counts}   failed: {failed}\n\
+             long-lived connection: {long}\n",
+            listen = self.listen,
+            admin = self.admin,
+            secs = self.elapsed.as_secs(),
+            table = status::render_table(self.status),
+            flip = self.flip(),
+            recent = self.recent(),
+            counts = counts(&self.traffic.per_backend),
+            failed = self.traffic.failed,
+            long = self.long_lived(),
+        )
+    }
+
+    fn flip(&self) -> String {
+        let (name, secs) = (SITES[0].0, self.next_flip_in.as_secs_f64().ceil());
+        if self.dc_a_ready {
+            format!("{name} is ready; loses quorum in {secs}s")
+        } else {
+            format!("{name} has LOST QUORUM (/readyz 500); recovers in {secs}s")
+        }
+    }
+
+    fn long_lived(&self) -> String {
+        let t = self.traffic;
+        let on = match (&t.long_on, &t.long_closed_on) {
+            (Some(on), _) => format!("on {on}"),
+            (None, Some(from)) => format!("closed on {from}, re-dialing"),
+            (None, None) => "connecting".to_string(),
+        };
+        let last = match &t.long_last_move {
+            Some((from, to)) => format!(", last {from} -> {to}"),
+            None => String::new(),
+        };
+        format!("{on}, moved {} time(s){last}", t.long_moves)
+    }
+
+    fn recent(&self) -> String {
+        if self.traffic.recent.is_empty() {
+            return "none yet".to_string();
+        }
+        let names: Vec<&str> = self.traffic.recent.iter().map(String::as_str).collect();
+        names.join(" ")
+    }
+}
+
+/// `dc-a 7, dc-b 5`.
+pub(super) fn counts(per: &BTreeMap<String, u64>) -> String {
+    let parts: Vec<String> = per.iter().map(|(k, v)| format!("{k} {v}")).collect();
+    if parts.is_empty() {
+        "none yet".to_string()
+    } else {
+        parts.join(", ")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn status() -> Value {
+        json!({
+            "zone": "dc-a", "ready": true, "mode": "normal", "shutting_down": false,
+            "client_cert": "loaded", "generation": 9,
+            "backends": [
+                {"address": "127.0.0.1:1001", "zone": "dc-a", "state": "unready", "latency_ms": 0.4,
+                 "last_error": "HTTP 500: [-]etcd failed", "active_connections": 0, "rank": null},
+                {"address": "127.0.0.1:1002", "zone": "dc-b", "state": "ready", "latency_ms": 23.41,
+                 "last_error": null, "active_connections": 2, "rank": 0},
+                {"address": "127.0.0.1:1003", "zone": "witness", "state": "ready", "latency_ms": 43.0,
+                 "last_error": null, "active_connections": 0, "rank": 1},
+            ],
+        })
+    }
+
+    fn traffic() -> Traffic {
+        let mut t = Traffic::default();
+        for name in ["dc-a", "dc-a", "dc-b"] {
+            t.landed(name);
+        }
+        t.failed();
+        t.long_on = Some("dc-b".to_string());
+        t.long_moves = 1;
+        t.long_last_move = Some(("dc-a".to_string(), "dc-b".to_string()));
+        t
+    }
+
+    fn frame<'a>(status: &'a Value, traffic: &'a Traffic) -> Frame<'a> {
+        Frame {
+            elapsed: Duration::from_secs(12),
+            remaining: Some(Duration::from_millis(17_400)),
+            listen: "127.0.0.1:7445".parse().expect("literal"),
+            admin: "127.0.0.1:7446".parse().expect("literal"),
+            status,
+            traffic,
+            dc_a_ready: false,
+            next_flip_in: Duration::from_millis(3_200),
+        }
+    }
+
+    #[test]
+    fn line_says_where_traffic_went_and_when_dc_a_flips() {
+        let (s, t) = (status(), traffic());
+        assert_eq!(
+            frame(&s, &t).line(),
+            "[ 12s] dc-a unready 0.40ms active 0 rank - | dc-b ready 23.4ms active 2 rank 1 | \
+             witness ready 43.0ms active 0 rank 2 | last: dc-a dc-a dc-b FAILED | \
+             long-lived: on dc-b, moved 1 time(s), last dc-a -> dc-b | \
+             dc-a has LOST QUORUM (/readyz 500); recovers in 4s"
+        );
+    }
+
+    #[test]
+    fn screen_has_the_table_the_try_commands_and_the_traffic() {
+        let (s, t) = (status(), traffic());
+        let screen = frame(&s, &t).screen();
+        for want in [
+            "(12s, 18s left)",
+            "curl -k https://127.0.0.1:7445/version   readyprism status\n",
+            "BACKEND",
+            "HTTP 500: [-]etcd failed",
+            "last 10 connections (newest last): dc-a dc-a dc-b FAILED\n",
+            "connections so far: dc-a 2, dc-b 1   failed: 1\n",
+            "long-lived connection: on dc-b, moved 1 time(s), last dc-a -> dc-b\n",
+        ] {
+            assert!(screen.contains(want), "missing {want:?} in:\n{screen}");
+        }
+    }
+
+    #[test]
+    fn recent_keeps_only_the_last_ten() {
+        let mut t = Traffic::default();
+        for i in 0..15 {
+            t.landed(if i < 5 { "dc-a" } else { "dc-b" });
+        }
+        assert_eq!(t.recent.len(), RECENT);
+        assert!(t.recent.iter().all(|n| n == "dc-b"));
+        assert_eq!(counts(&t.per_backend), "dc-a 5, dc-b 10");
+    }
+}
