@@ -7,5 +7,6 @@ mod core_cli;
 mod core_health;
 mod core_picking;
 mod core_relay;
+mod ops_cli;
 mod ops_lifecycle;
 mod ops_metrics;

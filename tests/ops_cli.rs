@@ -1,0 +1,142 @@
+//! Operator commands end to end: `status` exit codes, `demo --duration`, and a real client-go
+//! client (kubectl) through the balancer.
+
+use std::process::Command;
+
+use readyprism::backend::State::{Ready, Unready};
+
+use crate::support::*;
+
+fn status(admin: &str, json: bool) -> (i32, String, String) {
+    let mut args = vec!["status", "--admin", admin];
+    if json {
+        args.push("--json");
+    }
+    let o = Command::new(env!("CARGO_BIN_EXE_readyprism"))
+        .args(&args)
+        .output()
+        .expect("run status");
+    (
+        o.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&o.stdout).to_string(),
+        String::from_utf8_lossy(&o.stderr).to_string(),
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn status_command_exit_codes_follow_readiness_and_reachability() {
+    let lab = Lab::new();
+    let a = lab.fake("a").await;
+    let app = lab
+        .start(&lab.yaml("dc-a", &[(addr(&a), "dc-a")], ""))
+        .await;
+    wait_states(&app, &[Ready]).await;
+    let admin = app.admin_addr().to_string();
+
+    let (code, out, err) = tokio::task::spawn_blocking({
+        let admin = admin.clone();
+        move || status(&admin, false)
+    })
+    .await
+    .expect("join");
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        out.contains(&addr(&a)) && out.contains("ready") && out.contains("dc-a"),
+        "{out}"
+    );
+
+    let (code, out, _) = tokio::task::spawn_blocking({
+        let admin = admin.clone();
+        move || status(&admin, true)
+    })
+    .await
+    .expect("join");
+    assert_eq!(code, 0);
+    let v: serde_json::Value = serde_json::from_str(&out).expect("--json prints the raw JSON");
+    assert_eq!(v["backends"][0]["state"], "ready");
+
+    a.control.set_ready(false);
+    wait_states(&app, &[Unready]).await;
+    let (code, out, _) = tokio::task::spawn_blocking(move || status(&admin, false))
+        .await
+        .expect("join");
+    assert_eq!(code, 1, "{out}");
+    assert!(out.contains("HTTP 500: [-]etcd failed"), "{out}");
+
+    let closed = std::net::TcpListener::bind("127.0.0.1:0")
+        .expect("bind")
+        .local_addr()
+        .expect("addr")
+        .to_string();
+    let (code, _, err) = tokio::task::spawn_blocking(move || status(&closed, false))
+        .await
+        .expect("join");
+    assert_eq!(code, 2);
+    assert!(err.contains("cannot reach admin endpoint"), "{err}");
+    app.shutdown().await;
+}
+
+#[test]
+fn demo_with_duration_runs_and_exits_zero() {
+    let o = Command::new(env!("CARGO_BIN_EXE_readyprism"))
+        .args([
+            "demo",
+            "--duration",
+            "3s",
+            "--listen",
+            "127.0.0.1:0",
+            "--admin",
+            "127.0.0.1:0",
+        ])
+        .output()
+        .expect("run demo");
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(o.status.success(), "{o:?}");
+    assert!(
+        out.contains("dc-a") && out.contains("dc-b") && out.contains("witness"),
+        "{out}"
+    );
+    assert!(out.contains("demo over"), "{out}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kubectl_reaches_an_apiserver_through_the_balancer_with_a_kubelet_style_cert() {
+    let lab = Lab::new();
+    let unready_local = lab.fake("local").await;
+    unready_local.control.set_ready(false);
+    let remote = lab.fake("remote").await;
+    let app = lab
+        .start(&lab.yaml(
+            "dc-a",
+            &[(addr(&unready_local), "dc-a"), (addr(&remote), "dc-b")],
+            "",
+        ))
+        .await;
+    wait_states(&app, &[Unready, Ready]).await;
+    let pem = lab.path("kubelet-client-current.pem").display().to_string();
+    let kubeconfig = format!(
+        "apiVersion: v1\nkind: Config\nclusters:\n- name: c\n  cluster:\n    server: https://{}\n    certificate-authority: {}\nusers:\n- name: u\n  user:\n    client-certificate: {pem}\n    client-key: {pem}\ncontexts:\n- name: x\n  context: {{cluster: c, user: u}}\ncurrent-context: x\n",
+        app.listen_addrs()[0],
+        lab.path("ca.crt").display()
+    );
+    let kc = lab.path("kubeconfig");
+    std::fs::write(&kc, kubeconfig).expect("write kubeconfig");
+    let o = tokio::task::spawn_blocking(move || {
+        Command::new("kubectl")
+            .arg("--kubeconfig")
+            .arg(&kc)
+            .args(["version", "-o", "json", "--request-timeout=5s"])
+            .output()
+    })
+    .await
+    .expect("join")
+    .expect("kubectl is installed on this machine image (see README)");
+    let v: serde_json::Value =
+        serde_json::from_slice(&o.stdout).unwrap_or_else(|_| panic!("kubectl output: {o:?}"));
+    assert_eq!(v["serverVersion"]["gitVersion"], "v1.32.0-fake");
+    assert_eq!(
+        v["serverVersion"]["platform"], "remote",
+        "the unready local apiserver was skipped"
+    );
+    app.shutdown().await;
+}
