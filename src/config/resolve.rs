@@ -1,0 +1,299 @@
+//! Validation: the raw YAML shape → a typed [`Config`], with defaults and cross-field rules.
+//!
+//! Owns the rules (what is required, what must be unique, which durations relate). Does not own
+//! scalar parsing (`raw`) or how a line is found for an error (`locate`).
+
+use std::collections::{HashMap, HashSet};
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use rustls_pki_types::ServerName;
+
+use super::locate;
+use super::raw::{DurationValue, RawBackend, RawConfig, RawHealth, RawTls, WhenNoneReady};
+use super::{Config, ConfigError, HealthConfig, TlsFiles, DEFAULT_ADMIN, DEFAULT_LISTEN};
+use crate::backend::BackendSpec;
+
+/// Turns the raw shape into a [`Config`], naming file, line and field in every error.
+pub(super) struct Resolver<'a> {
+    pub(super) src: &'a str,
+    pub(super) file: &'a str,
+}
+
+impl Resolver<'_> {
+    fn invalid(
+        &self,
+        line: Option<usize>,
+        field: impl Into<String>,
+        message: impl Into<String>,
+    ) -> ConfigError {
+        ConfigError::Invalid {
+            file: self.file.to_string(),
+            line: line.unwrap_or(1),
+            field: field.into(),
+            message: message.into(),
+        }
+    }
+
+    fn key(&self, key: &str) -> Option<usize> {
+        locate::key_line(self.src, key, 1)
+    }
+
+    fn socket_addr(&self, field: &str, key: &str, text: &str) -> Result<SocketAddr, ConfigError> {
+        text.parse().map_err(|_| {
+            let line = locate::value_line(self.src, text, 0).or_else(|| self.key(key));
+            self.invalid(
+                line,
+                field,
+                format!("{text:?} is not an IP socket address (e.g. 127.0.0.1:7445 or [::1]:7445)"),
+            )
+        })
+    }
+
+    pub(super) fn resolve(&self, raw: RawConfig) -> Result<Config, ConfigError> {
+        let listen_text = raw
+            .listen
+            .unwrap_or_else(|| vec![DEFAULT_LISTEN.to_string()]);
+        if listen_text.is_empty() {
+            return Err(self.invalid(self.key("listen"), "listen", "needs at least one address"));
+        }
+        let listen = listen_text
+            .iter()
+            .enumerate()
+            .map(|(i, t)| self.socket_addr(&format!("listen[{i}]"), "listen", t))
+            .collect::<Result<Vec<_>, _>>()?;
+        let admin = self.socket_addr(
+            "admin",
+            "admin",
+            raw.admin.as_deref().unwrap_or(DEFAULT_ADMIN),
+        )?;
+        let zone = match raw.zone {
+            Some(z) if z.trim().is_empty() => {
+                return Err(self.invalid(self.key("zone"), "zone", "must not be empty"))
+            }
+            z => z,
+        };
+        let backends = self.backends(raw.backends)?;
+        let health = self.health(raw.health.unwrap_or_default())?;
+        let tls = self.tls(raw.tls)?;
+        let connect_timeout = self.positive(
+            "connect_timeout",
+            raw.connect_timeout,
+            Duration::from_secs(1),
+        )?;
+        Ok(Config {
+            listen,
+            admin,
+            zone,
+            backends,
+            health,
+            tls,
+            connect_timeout,
+            when_none_ready: raw.when_none_ready.unwrap_or(WhenNoneReady::FailOpen),
+            shutdown_grace: raw.shutdown_grace.map_or(Duration::from_secs(5), |d| d.0),
+        })
+    }
+
+    fn positive(
+        &self,
+        field: &str,
+        v: Option<DurationValue>,
+        default: Duration,
+    ) -> Result<Duration, ConfigError> {
+        let d = v.map_or(default, |d| d.0);
+        if d.is_zero() {
+            let key = field.rsplit('.').next().unwrap_or(field);
+            return Err(self.invalid(self.key(key), field, "must be greater than zero"));
+        }
+        Ok(d)
+    }
+
+    fn backends(&self, raw: Option<Vec<RawBackend>>) -> Result<Vec<BackendSpec>, ConfigError> {
+        let raw = raw.ok_or_else(|| {
+            self.invalid(
+                None,
+                "backends",
+                "is required: list the apiservers as `- address: host:port`",
+            )
+        })?;
+        if raw.is_empty() {
+            return Err(self.invalid(
+                self.key("backends"),
+                "backends",
+                "needs at least one backend",
+            ));
+        }
+        let mut seen = HashSet::new();
+        let mut occurrences = HashMap::<&str, usize>::new();
+        let mut out = Vec::with_capacity(raw.len());
+        for (i, b) in raw.iter().enumerate() {
+            let nth = occurrences.entry(b.address.as_str()).or_insert(0);
+            let line = locate::value_line(self.src, &b.address, *nth);
+            *nth += 1;
+            let field = format!("backends[{i}].address");
+            let (host, port) =
+                split_host_port(&b.address).map_err(|m| self.invalid(line, &field, m))?;
+            if !seen.insert(b.address.clone()) {
+                return Err(self.invalid(
+                    line,
+                    field,
+                    format!("{:?} is listed twice; addresses must be unique", b.address),
+                ));
+            }
+            let name_text = b.server_name.clone().unwrap_or_else(|| host.clone());
+            let server_name = ServerName::try_from(name_text.clone()).map_err(|_| {
+                let line = b
+                    .server_name
+                    .as_ref()
+                    .and_then(|n| locate::value_line(self.src, n, 0))
+                    .or(line);
+                self.invalid(
+                    line,
+                    format!("backends[{i}].server_name"),
+                    format!("{name_text:?} is not a valid TLS server name"),
+                )
+            })?;
+            if b.zone.as_deref().is_some_and(|z| z.trim().is_empty()) {
+                return Err(self.invalid(line, format!("backends[{i}].zone"), "must not be empty"));
+            }
+            out.push(BackendSpec {
+                address: b.address.clone(),
+                host,
+                port,
+                zone: b.zone.clone(),
+                server_name,
+            });
+        }
+        Ok(out)
+    }
+
+    fn health(&self, raw: RawHealth) -> Result<HealthConfig, ConfigError> {
+        let path = raw.path.unwrap_or_else(|| "/readyz".to_string());
+        if !path.starts_with('/') || path.contains(char::is_whitespace) {
+            return Err(self.invalid(
+                self.key("path"),
+                "health.path",
+                format!("{path:?} must start with '/' and contain no spaces"),
+            ));
+        }
+        let interval = self.positive("health.interval", raw.interval, Duration::from_secs(5))?;
+        let timeout = self.positive("health.timeout", raw.timeout, Duration::from_secs(3))?;
+        let fast_interval = self.positive(
+            "health.fast_interval",
+            raw.fast_interval,
+            Duration::from_secs(1),
+        )?;
+        if timeout >= interval {
+            let line = self.key("timeout").or_else(|| self.key("interval"));
+            return Err(self.invalid(
+                line,
+                "health.timeout",
+                format!(
+                    "{} must be less than health.interval ({})",
+                    DurationValue(timeout),
+                    DurationValue(interval)
+                ),
+            ));
+        }
+        if fast_interval > interval {
+            let line = self.key("fast_interval").or_else(|| self.key("interval"));
+            return Err(self.invalid(
+                line,
+                "health.fast_interval",
+                format!(
+                    "{} must not exceed health.interval ({})",
+                    DurationValue(fast_interval),
+                    DurationValue(interval)
+                ),
+            ));
+        }
+        let count = |field: &str, key: &str, v: Option<u32>| match v {
+            Some(0) => Err(self.invalid(self.key(key), field, "must be at least 1")),
+            v => Ok(v.unwrap_or(2)),
+        };
+        Ok(HealthConfig {
+            path,
+            interval,
+            timeout,
+            fast_interval,
+            rise: count("health.rise", "rise", raw.rise)?,
+            fall: count("health.fall", "fall", raw.fall)?,
+        })
+    }
+
+    fn tls(&self, raw: Option<RawTls>) -> Result<TlsFiles, ConfigError> {
+        let raw = raw.ok_or_else(|| {
+            self.invalid(
+                None,
+                "tls.ca",
+                "is required: the cluster CA that signs the apiserver certificates",
+            )
+        })?;
+        let nonempty = |field: &str, key: &str, v: Option<String>| match v {
+            Some(p) if p.trim().is_empty() => {
+                Err(self.invalid(self.key(key), field, "must not be empty"))
+            }
+            v => Ok(v.map(PathBuf::from)),
+        };
+        let ca = nonempty("tls.ca", "ca", raw.ca)?.ok_or_else(|| {
+            self.invalid(
+                self.key("tls"),
+                "tls.ca",
+                "is required: the cluster CA that signs the apiserver certificates",
+            )
+        })?;
+        let client_cert = nonempty("tls.client_cert", "client_cert", raw.client_cert)?;
+        let client_key = nonempty("tls.client_key", "client_key", raw.client_key)?;
+        if client_key.is_some() && client_cert.is_none() {
+            return Err(self.invalid(
+                self.key("client_key"),
+                "tls.client_key",
+                "is set but tls.client_cert is not",
+            ));
+        }
+        let client_key = client_key.or_else(|| client_cert.clone());
+        Ok(TlsFiles {
+            ca,
+            client_cert,
+            client_key,
+        })
+    }
+}
+
+/// Splits `host:port`, `[v6]:port`; rejects unbracketed IPv6 and missing or zero ports.
+fn split_host_port(text: &str) -> Result<(String, u16), String> {
+    let (host, port) = if let Some(rest) = text.strip_prefix('[') {
+        let (host, port) = rest
+            .split_once("]:")
+            .ok_or_else(|| format!("{text:?}: expected [IPv6]:port"))?;
+        host.parse::<std::net::Ipv6Addr>()
+            .map_err(|_| format!("{text:?}: {host:?} is not an IPv6 address"))?;
+        (host, port)
+    } else {
+        let (host, port) = text
+            .rsplit_once(':')
+            .ok_or_else(|| format!("{text:?}: expected host:port (e.g. 10.0.1.10:6443)"))?;
+        if host.contains(':') {
+            return Err(format!(
+                "{text:?}: IPv6 addresses need brackets, e.g. [fd00::1]:6443"
+            ));
+        }
+        (host, port)
+    };
+    let port: u16 = port
+        .parse()
+        .ok()
+        .filter(|p| *p != 0)
+        .ok_or_else(|| format!("{text:?}: port must be 1-65535"))?;
+    let valid_name = !host.is_empty()
+        && host
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '-' | ':' | '_'));
+    if !valid_name {
+        return Err(format!(
+            "{text:?}: {host:?} is not an IP address or DNS name"
+        ));
+    }
+    Ok((host.to_string(), port))
+}
