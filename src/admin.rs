@@ -17,6 +17,7 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use crate::backend::Snapshot;
+use crate::config::WhenNoneReady;
 use crate::metrics::{self, Metrics};
 use crate::pick::Pick;
 use crate::table::Table;
@@ -104,11 +105,15 @@ impl Admin {
     }
 }
 
-/// The `/status` document. `rank` is the position in the current pick order (null: not a candidate).
+/// The `/status` document. `rank` is the position in the current pick order (null: not a
+/// candidate); `mode` is `normal`, `fail_open`, `refuse`, or `starting` (refusing, but trying
+/// backends not yet checked).
 pub fn status_json(snap: &Snapshot, shutting_down: bool, client_cert: &str) -> serde_json::Value {
     let pick = snap.pick(0);
     let mode = match pick {
         Pick::Ready(_) => "normal",
+        // Refusing still tries backends not yet checked (start-up, just added).
+        Pick::Panic(_) if snap.when_none_ready == WhenNoneReady::Refuse => "starting",
         Pick::Panic(_) => "fail_open",
         Pick::Refuse => "refuse",
     };

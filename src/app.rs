@@ -93,7 +93,7 @@ impl App {
     /// Loads certificates, binds every address, then starts everything. Nothing is started if any
     /// step fails.
     pub async fn start(config: Config) -> Result<App, StartError> {
-        let tls_state = TlsSource::load(&config.tls, 0)?;
+        let tls_state = TlsSource::load(&config.tls)?;
         let mut bound = Vec::new();
         for &addr in &config.listen {
             bound.push((addr, bind("listen", addr).await?));
@@ -114,7 +114,7 @@ impl App {
             background.clone(),
         ));
         tasks.spawn(tls.clone().watch(metrics.clone(), background.clone()));
-        let proxy = Proxy::new(table.clone());
+        let proxy = Proxy::new(table.clone(), metrics.clone());
         let admin = Arc::new(Admin {
             table: table.clone(),
             metrics: metrics.clone(),
@@ -144,12 +144,17 @@ impl App {
             },
             admin_tasks,
         };
-        app.configure_table(&config).await?;
+        if let Err(e) = app.configure_table(&config).await {
+            app.background.cancel();
+            app.admin_listener.stop.cancel();
+            return Err(e);
+        }
         app.sync_probes(&config, false);
         for (configured, (listener, bound)) in bound {
             app.spawn_listener(configured, listener, bound);
         }
-        tracing::info!(listen = ?app.listen_addrs(), admin = %admin_bound, backends = config.backends.len(), zone = config.zone.as_deref().unwrap_or(""), "readyprism started");
+        let listen: Vec<String> = app.listen_addrs().iter().map(ToString::to_string).collect();
+        tracing::info!(listen = %listen.join(","), admin = %admin_bound, backends = config.backends.len(), zone = config.zone.as_deref().unwrap_or(""), "readyprism started");
         Ok(app)
     }
 
@@ -181,7 +186,7 @@ impl App {
     /// Applies a new config: certificates and listeners first (any failure leaves the running
     /// config untouched), then backends. Unchanged backends keep their state and connections.
     pub async fn reload(&mut self, new: Config) -> Result<(), StartError> {
-        let tls_state = TlsSource::load(&new.tls, 0)?;
+        let tls_state = TlsSource::load(&new.tls)?;
         let mut fresh = Vec::new();
         for &addr in new
             .listen
@@ -196,9 +201,12 @@ impl App {
             None
         };
 
-        tls::publish_expiry(&self.metrics, &tls_state.client_cert);
-        self.tls.replace(new.tls.clone(), tls_state);
         self.configure_table(&new).await?;
+        let cert = tls_state.client_cert.clone();
+        if self.tls.replace(new.tls.clone(), tls_state) {
+            tracing::info!(client_cert = cert.as_str(), "certificates reloaded");
+            tls::publish_expiry(&self.metrics, &cert);
+        }
         let restart_all = new.health != self.config.health;
         self.sync_probes(&new, restart_all);
         self.listeners.retain(|l| {
@@ -301,15 +309,15 @@ impl App {
             .filter(|b| !running.contains_key(b.spec.address.as_str()))
         {
             let stop = self.background.child_token();
-            let task = ProbeTask {
+            let (task, prober) = ProbeTask {
                 spec: b.spec.clone(),
                 health: config.health.clone(),
-                tls: self.tls.clone(),
                 initial: b.health.clone(),
                 table: self.writer.clone(),
                 metrics: b.live.metrics.clone(),
-            };
-            self.tasks.spawn(task.run(stop.clone()));
+            }
+            .https(self.tls.clone());
+            self.tasks.spawn(task.run(prober, stop.clone()));
             started.push(Probe {
                 spec: b.spec.clone(),
                 stop,

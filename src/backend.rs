@@ -91,9 +91,14 @@ impl BackendLive {
         }
     }
 
-    /// Asks every connection relayed to this backend to close.
-    pub fn evict_all(&self) {
-        self.evict.send_modify(|n| *n = n.wrapping_add(1));
+    /// Asks every connection relayed to this backend to close; returns the new eviction epoch.
+    pub fn evict_all(&self) -> u64 {
+        let mut epoch = 0;
+        self.evict.send_modify(|n| {
+            *n = n.wrapping_add(1);
+            epoch = *n;
+        });
+        epoch
     }
 }
 
@@ -106,6 +111,10 @@ pub struct Backend {
     pub health: Health,
     /// Live counters, shared with the previous and next snapshots of the same backend.
     pub live: Arc<BackendLive>,
+    /// The eviction epoch as of this snapshot. A connection picked from this snapshot compares it
+    /// with `live.evict` after subscribing: a difference means the backend was evicted since, so
+    /// no eviction can slip between reading the snapshot and subscribing.
+    pub evict_epoch: u64,
 }
 
 /// Everything the accept path and the admin server need, frozen at one moment.
@@ -135,6 +144,7 @@ impl Snapshot {
             .iter()
             .map(|b| Candidate {
                 ready: b.health.state == State::Ready,
+                failing: b.health.state == State::Unready,
                 local: self.zone.is_some() && b.spec.zone == self.zone,
                 latency: b.health.latency,
                 active: usize::try_from(b.live.metrics.active.get()).unwrap_or(0),

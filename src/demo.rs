@@ -16,7 +16,6 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use tokio::net::TcpListener;
-use tokio::signal::unix::{signal, SignalKind};
 use tokio::time::{interval, sleep_until, timeout, Instant, MissedTickBehavior};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
@@ -91,16 +90,11 @@ pub enum DemoError {
     /// The balancer could not start, e.g. its port is in use.
     #[error("{0}")]
     Start(StartError),
-    /// Signal handlers could not be installed.
-    #[error("signal handling: {0}")]
-    Signal(std::io::Error),
 }
 
-/// Runs the demo until `duration` passes or SIGINT/SIGTERM, then shuts everything down in order
-/// and removes its temporary files.
-pub async fn run(opts: DemoOptions) -> Result<DemoReport, DemoError> {
-    let mut term = signal(SignalKind::terminate()).map_err(DemoError::Signal)?;
-    let mut int = signal(SignalKind::interrupt()).map_err(DemoError::Signal)?;
+/// Runs the demo until `duration` passes or `quit` is cancelled (main does that on SIGINT and
+/// SIGTERM), then shuts everything down in order and removes its temporary files.
+pub async fn run(opts: DemoOptions, quit: CancellationToken) -> Result<DemoReport, DemoError> {
     let scenario = Scenario::start(&opts).await?;
     let app = &scenario.app;
     let listen = app.listen_addrs().first().copied().unwrap_or(opts.listen);
@@ -126,14 +120,14 @@ pub async fn run(opts: DemoOptions) -> Result<DemoReport, DemoError> {
         }
     };
     tokio::pin!(until_end);
-    let (mut next_flip, mut dc_a_ready, mut flips) = (start + FLIP_EVERY, true, 0u64);
+    // dc-a starts without quorum: fastest, local, and unready — the field report's trap.
+    let (mut next_flip, mut dc_a_ready, mut flips) = (start + FLIP_EVERY, false, 0u64);
     let mut tick = interval(TICK);
     tick.set_missed_tick_behavior(MissedTickBehavior::Skip);
     let tty = std::io::stdout().is_terminal();
     loop {
         tokio::select! {
-            _ = term.recv() => { tracing::info!("SIGTERM: ending the demo"); break }
-            _ = int.recv() => { tracing::info!("SIGINT: ending the demo"); break }
+            _ = quit.cancelled() => { tracing::info!("ending the demo"); break }
             _ = &mut until_end => break,
             _ = sleep_until(next_flip) => {
                 dc_a_ready = !dc_a_ready;
@@ -226,6 +220,9 @@ impl Scenario {
             fake.control
                 .set_readyz_delay(Duration::from_millis(delay_ms));
             fakes.push(fake);
+        }
+        if let Some(local) = fakes.first() {
+            local.control.set_ready(false); // the demo opens with the local apiserver lost quorum
         }
         let addrs: Vec<SocketAddr> = fakes.iter().map(|f| f.addr).collect();
         let yaml = demo_yaml(opts.listen, opts.admin, &addrs, &ca_path, &client_path);
@@ -367,11 +364,13 @@ mod tests {
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn demo_sends_traffic_to_the_local_zone_and_cleans_up() {
-        let report = run(opts(Duration::from_secs(3)))
+        let report = run(opts(Duration::from_secs(3)), CancellationToken::new())
             .await
             .expect("the demo runs");
+        // The local apiserver answers fastest but has no quorum: nothing lands there.
+        assert_eq!(report.connections.get("dc-a"), None, "{report:?}");
         assert!(
-            report.connections.get("dc-a").copied().unwrap_or(0) >= 2,
+            report.connections.get("dc-b").copied().unwrap_or(0) >= 2,
             "{report:?}"
         );
         assert_eq!((report.failed, report.flips), (0, 0), "{report:?}");

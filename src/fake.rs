@@ -37,6 +37,8 @@ pub enum Mode {
     Hang = 1,
     /// Accept TCP and reset at once.
     Reset = 2,
+    /// Complete TLS, then never answer HTTP (a process stuck behind its TLS terminator).
+    HangHttp = 3,
 }
 
 /// The knobs and counters of a running fake, shared with its tasks.
@@ -49,6 +51,8 @@ pub struct Control {
     readyz_delay_us: AtomicU64,
     fail_next: AtomicU64,
     pass_next: AtomicU64,
+    handshake_delay_us: AtomicU64,
+    accepting: AtomicBool,
     /// `/readyz` requests answered.
     pub readyz_hits: AtomicU64,
     /// Completed TLS handshakes.
@@ -99,6 +103,18 @@ impl Control {
         }
     }
 
+    /// Delays every TLS handshake by `d` (a far or slow site: must not count as `/readyz` latency).
+    pub fn set_handshake_delay(&self, d: Duration) {
+        self.handshake_delay_us
+            .store(d.as_micros() as u64, Ordering::SeqCst);
+    }
+
+    /// Stops (`false`) or resumes calling `accept`: with the backlog full, new dials then hang in
+    /// the SYN stage, like a black-holed site.
+    pub fn set_accepting(&self, accepting: bool) {
+        self.accepting.store(accepting, Ordering::SeqCst);
+    }
+
     /// Changes how new connections are treated.
     pub fn set_mode(&self, mode: Mode) {
         self.mode.store(mode as u8, Ordering::SeqCst);
@@ -108,6 +124,7 @@ impl Control {
         match self.mode.load(Ordering::SeqCst) {
             1 => Mode::Hang,
             2 => Mode::Reset,
+            3 => Mode::HangHttp,
             _ => Mode::Serve,
         }
     }
@@ -165,6 +182,8 @@ impl FakeApiserver {
             readyz_delay_us: AtomicU64::new(0),
             fail_next: AtomicU64::new(0),
             pass_next: AtomicU64::new(0),
+            handshake_delay_us: AtomicU64::new(0),
+            accepting: AtomicBool::new(true),
             readyz_hits: AtomicU64::new(0),
             handshakes: AtomicU64::new(0),
             last_client_cert: ArcSwapOption::empty(),
@@ -201,10 +220,24 @@ async fn accept_loop(
     stop: CancellationToken,
     tasks: TaskTracker,
 ) {
+    // Polling is fine for a test fixture: it only matters while accepting is paused or failing.
+    let pause = Duration::from_millis(10);
     loop {
+        if !control.accepting.load(Ordering::SeqCst) {
+            tokio::select! {
+                _ = stop.cancelled() => return,
+                _ = tokio::time::sleep(pause) => continue,
+            }
+        }
         let stream = tokio::select! {
             _ = stop.cancelled() => return,
-            a = listener.accept() => match a { Ok((s, _)) => s, Err(_) => continue },
+            a = listener.accept() => match a {
+                Ok((s, _)) => s,
+                Err(_) => {
+                    tokio::time::sleep(pause).await; // e.g. EMFILE: do not spin
+                    continue;
+                }
+            },
         };
         let (tls, control, stop) = (tls.clone(), control.clone(), stop.clone());
         tasks.spawn(async move {
@@ -226,7 +259,7 @@ async fn connection(stream: TcpStream, tls: TlsAcceptor, control: Arc<Control>) 
             let _ = socket2::SockRef::from(&stream).set_linger(Some(Duration::ZERO));
             return;
         }
-        Mode::Serve => {}
+        Mode::Serve | Mode::HangHttp => {}
     }
     let mut first = [0u8; 4];
     if stream.peek(&mut first).await.is_ok() && &first == b"RAW\n" {

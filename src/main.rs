@@ -10,6 +10,7 @@ use readyprism::app::App;
 use readyprism::config::{Config, DurationValue};
 use readyprism::demo::DemoOptions;
 use readyprism::status;
+use tokio::signal::unix::{signal, SignalKind};
 
 #[derive(Parser)]
 #[command(
@@ -79,7 +80,10 @@ enum Command {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    init_tracing(cli.log_format, cli.log_level.as_deref());
+    if let Err(e) = init_tracing(cli.log_format, cli.log_level.as_deref()) {
+        eprintln!("readyprism: {e:#}");
+        return ExitCode::from(2);
+    }
     if rustls::crypto::ring::default_provider()
         .install_default()
         .is_err()
@@ -104,8 +108,7 @@ fn dispatch(command: Command) -> anyhow::Result<ExitCode> {
         }
         Command::Run { config: path, zone } => {
             let config = load(&path, zone.clone())?;
-            let rt = runtime()?;
-            rt.block_on(async move {
+            block_on(async move {
                 let app = App::start(config).await?;
                 let apply: readyprism::shutdown::Override = Box::new(move |c: &mut Config| {
                     if let Some(z) = &zone {
@@ -118,22 +121,24 @@ fn dispatch(command: Command) -> anyhow::Result<ExitCode> {
                 Ok(ExitCode::SUCCESS)
             })
         }
-        Command::Status { admin, json } => match runtime()?.block_on(status::fetch(&admin)) {
-            Ok(fetched) => {
-                let text = if json {
-                    format!("{}\n", fetched.body)
-                } else {
-                    status::render_table(&fetched.doc)
-                };
-                std::io::Write::write_all(&mut std::io::stdout().lock(), text.as_bytes())
-                    .context("writing to stdout")?;
-                Ok(ExitCode::from(status::exit_code(&fetched.doc)))
+        Command::Status { admin, json } => {
+            match block_on(async move { Ok(status::fetch(&admin).await) })? {
+                Ok(fetched) => {
+                    let text = if json {
+                        format!("{}\n", fetched.body)
+                    } else {
+                        status::render_table(&fetched.doc)
+                    };
+                    std::io::Write::write_all(&mut std::io::stdout().lock(), text.as_bytes())
+                        .context("writing to stdout")?;
+                    Ok(ExitCode::from(status::exit_code(&fetched.doc)))
+                }
+                Err(e) => {
+                    eprintln!("readyprism status: {e}");
+                    Ok(ExitCode::from(status::EXIT_UNREACHABLE))
+                }
             }
-            Err(e) => {
-                eprintln!("readyprism status: {e}");
-                Ok(ExitCode::from(status::EXIT_UNREACHABLE))
-            }
-        },
+        }
         Command::Demo {
             duration,
             listen,
@@ -145,9 +150,20 @@ fn dispatch(command: Command) -> anyhow::Result<ExitCode> {
                 admin,
                 show: true,
             };
-            runtime()?
-                .block_on(readyprism::demo::run(opts))
-                .context("demo")?;
+            block_on(async move {
+                let quit = tokio_util::sync::CancellationToken::new();
+                let mut term = signal(SignalKind::terminate()).context("signal handling")?;
+                let mut int = signal(SignalKind::interrupt()).context("signal handling")?;
+                let on_signal = quit.clone();
+                tokio::spawn(async move {
+                    tokio::select! {
+                        _ = term.recv() => {}
+                        _ = int.recv() => {}
+                    }
+                    on_signal.cancel();
+                });
+                readyprism::demo::run(opts, quit).await.context("demo")
+            })?;
             Ok(ExitCode::SUCCESS)
         }
     }
@@ -155,23 +171,32 @@ fn dispatch(command: Command) -> anyhow::Result<ExitCode> {
 
 fn load(path: &std::path::Path, zone: Option<String>) -> anyhow::Result<Config> {
     let mut config = Config::load(path)?;
-    if zone.is_some() {
-        config.zone = zone;
+    if let Some(z) = zone {
+        anyhow::ensure!(
+            !z.trim().is_empty(),
+            "--zone / READYPRISM_ZONE must not be empty"
+        );
+        config.zone = Some(z);
     }
     Ok(config)
 }
 
-fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
-    tokio::runtime::Builder::new_multi_thread()
+/// Runs `fut` on a fresh multi-threaded runtime. Afterwards, blocking work still running (a DNS
+/// lookup that hangs) gets 200 ms, so exit stays within `shutdown_grace` + 1 s.
+fn block_on<T>(fut: impl std::future::Future<Output = anyhow::Result<T>>) -> anyhow::Result<T> {
+    let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
-        .context("cannot start the async runtime")
+        .context("cannot start the async runtime")?;
+    let result = rt.block_on(fut);
+    rt.shutdown_timeout(std::time::Duration::from_millis(200));
+    result
 }
 
-fn init_tracing(format: LogFormat, level: Option<&str>) {
+fn init_tracing(format: LogFormat, level: Option<&str>) -> anyhow::Result<()> {
     use tracing_subscriber::EnvFilter;
     let filter = match level {
-        Some(l) => EnvFilter::new(l),
+        Some(l) => EnvFilter::try_new(l).with_context(|| format!("--log-level {l:?}"))?,
         None => EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info")),
     };
     let builder = tracing_subscriber::fmt()
@@ -181,4 +206,5 @@ fn init_tracing(format: LogFormat, level: Option<&str>) {
         LogFormat::Text => builder.init(),
         LogFormat::Json => builder.json().init(),
     }
+    Ok(())
 }

@@ -48,6 +48,11 @@ struct ResultLabel {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ReasonLabel {
+    reason: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct VersionLabel {
     version: &'static str,
 }
@@ -72,6 +77,12 @@ pub struct Metrics {
     bytes: Family<BackendDirection, Counter>,
     /// 1 while no backend is ready (failing open or refusing).
     pub no_ready_backends: Gauge,
+    /// Client connections closed without a backend because none was ready (`refuse`).
+    pub rejected_no_backend: Counter,
+    /// Client connections closed because every candidate's dial failed.
+    pub rejected_all_dials_failed: Counter,
+    /// Client connections routed while no backend was ready (failing open, or not yet checked).
+    pub failed_open: Counter,
     reloads: Family<ResultLabel, Counter>,
     cert_expiry: Family<NoLabels, Gauge>,
 }
@@ -115,6 +126,7 @@ impl Metrics {
     /// Registers every family under the `readyprism_` prefix.
     pub fn new() -> Self {
         let mut registry = Registry::with_prefix("readyprism");
+        let rejected: Family<ReasonLabel, Counter> = Family::default();
         let m = Metrics {
             backend_ready: Family::default(),
             state_changes: Family::default(),
@@ -129,6 +141,13 @@ impl Metrics {
             closed_unready: Family::default(),
             bytes: Family::default(),
             no_ready_backends: Gauge::default(),
+            rejected_no_backend: rejected.get_or_create_owned(&ReasonLabel {
+                reason: "no_ready_backend",
+            }),
+            rejected_all_dials_failed: rejected.get_or_create_owned(&ReasonLabel {
+                reason: "all_dials_failed",
+            }),
+            failed_open: Counter::default(),
             reloads: Family::default(),
             cert_expiry: Family::default(),
             registry: Registry::default(),
@@ -178,6 +197,16 @@ impl Metrics {
             "no_ready_backends",
             "1 while no backend is ready (failing open or refusing)",
             m.no_ready_backends.clone(),
+        );
+        registry.register(
+            "connections_rejected",
+            "Client connections closed without a backend, by reason",
+            rejected,
+        );
+        registry.register(
+            "connections_failed_open",
+            "Client connections routed while no backend was ready",
+            m.failed_open.clone(),
         );
         registry.register(
             "config_reloads",
@@ -237,12 +266,17 @@ impl Metrics {
 
     /// Drops the gauges of a removed backend so it stops showing as ready/active; counters stay.
     pub fn forget_backend(&self, address: &str, zone: Option<&str>) {
+        self.forget_ready_series(address, zone);
+        self.connections_active.remove(&BackendLabel {
+            backend: address.to_string(),
+        });
+    }
+
+    /// Drops the `backend_ready` series of `address` in `zone` (its zone changed or it is gone).
+    pub fn forget_ready_series(&self, address: &str, zone: Option<&str>) {
         self.backend_ready.remove(&BackendZone {
             backend: address.to_string(),
             zone: zone.unwrap_or("").to_string(),
-        });
-        self.connections_active.remove(&BackendLabel {
-            backend: address.to_string(),
         });
     }
 

@@ -20,6 +20,8 @@ pub const TOLERANCE_FLOOR: Duration = Duration::from_millis(2);
 pub struct Candidate {
     /// Passing its `/readyz` checks.
     pub ready: bool,
+    /// Known to fail its checks (as opposed to not yet checked).
+    pub failing: bool,
     /// In the node's own zone.
     pub local: bool,
     /// Smoothed `/readyz` latency, if measured.
@@ -33,9 +35,10 @@ pub struct Candidate {
 pub enum Pick {
     /// Ready backends only.
     Ready(Vec<usize>),
-    /// Nothing is ready and the policy is fail-open: every backend, same ordering rules.
+    /// Nothing is ready: backends not yet checked first, then (failing open) the failing ones,
+    /// each part by the same zone and latency rules.
     Panic(Vec<usize>),
-    /// Nothing is ready and the policy is refuse.
+    /// Nothing is ready or unchecked and the policy is refuse (or there are no backends).
     Refuse,
 }
 
@@ -54,18 +57,26 @@ impl Pick {
     }
 }
 
-/// Orders candidates: ready only (or all, failing open), local zone first, then by latency, with
-/// near-equal latencies sharing by fewest active connections and then round-robin on `rr`.
+/// Orders candidates: ready only, local zone first, then by latency, with near-equal latencies
+/// sharing by fewest active connections and then round-robin on `rr`.
+///
+/// With nothing ready, backends not yet checked (start-up, just added) are tried first: they are
+/// more likely to work than ones known to fail. Known failing ones follow only when failing open.
 pub fn pick(cands: &[Candidate], when_none_ready: WhenNoneReady, rr: usize) -> Pick {
     let ready: Vec<usize> = (0..cands.len()).filter(|&i| cands[i].ready).collect();
     if !ready.is_empty() {
         return Pick::Ready(order(cands, ready, rr));
     }
-    match when_none_ready {
-        WhenNoneReady::FailOpen if !cands.is_empty() => {
-            Pick::Panic(order(cands, (0..cands.len()).collect(), rr))
-        }
-        _ => Pick::Refuse,
+    let (failing, unchecked): (Vec<usize>, Vec<usize>) =
+        (0..cands.len()).partition(|&i| cands[i].failing);
+    let mut out = order(cands, unchecked, rr);
+    if when_none_ready == WhenNoneReady::FailOpen {
+        out.extend(order(cands, failing, rr));
+    }
+    if out.is_empty() {
+        Pick::Refuse
+    } else {
+        Pick::Panic(out)
     }
 }
 
@@ -124,9 +135,17 @@ mod tests {
     fn c(ready: bool, local: bool, ms: Option<u64>, active: usize) -> Candidate {
         Candidate {
             ready,
+            failing: !ready,
             local,
             latency: ms.map(Duration::from_millis),
             active,
+        }
+    }
+
+    fn unchecked(local: bool) -> Candidate {
+        Candidate {
+            failing: false,
+            ..c(false, local, None, 0)
         }
     }
 
@@ -185,6 +204,22 @@ mod tests {
                 Pick::Refuse,
             ),
             ("empty refuses", vec![], FailOpen, Pick::Refuse),
+            (
+                "unchecked before known failing when failing open",
+                vec![
+                    c(false, true, Some(1), 0),
+                    unchecked(false),
+                    unchecked(true),
+                ],
+                FailOpen,
+                Pick::Panic(vec![2, 1, 0]),
+            ),
+            (
+                "refuse still tries unchecked backends, never failing ones",
+                vec![c(false, true, Some(1), 0), unchecked(false)],
+                Refuse,
+                Pick::Panic(vec![1]),
+            ),
         ];
         for (name, cands, policy, want) in cases {
             assert_eq!(pick(&cands, policy, 0), want, "{name}");

@@ -9,12 +9,15 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
+use prometheus_client::metrics::gauge::Gauge;
 use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use tracing::Instrument;
 
 use crate::backend::{BackendLive, BackendSpec};
+use crate::metrics::Metrics;
 use crate::pick::Pick;
 use crate::table::Table;
 
@@ -33,6 +36,8 @@ const KEEPALIVE_IDLE: Duration = Duration::from_secs(30);
 pub struct Proxy {
     /// Routing state.
     pub table: Arc<Table>,
+    /// Process-wide counters (per-backend handles live in the snapshot).
+    pub metrics: Arc<Metrics>,
     /// Connection tasks, for draining at shutdown.
     pub conns: TaskTracker,
     /// Cancelled when connections still open after the grace period must be cut.
@@ -42,9 +47,10 @@ pub struct Proxy {
 
 impl Proxy {
     /// A proxy routing by `table`.
-    pub fn new(table: Arc<Table>) -> Arc<Proxy> {
+    pub fn new(table: Arc<Table>, metrics: Arc<Metrics>) -> Arc<Proxy> {
         Arc::new(Proxy {
             table,
+            metrics,
             conns: TaskTracker::new(),
             cut: CancellationToken::new(),
             rr: AtomicUsize::new(0),
@@ -83,23 +89,32 @@ impl Proxy {
         let (plan, connect_timeout, panic) = {
             let snap = self.table.load();
             let pick = snap.pick(seq);
-            let plan: Vec<(Arc<BackendSpec>, Arc<BackendLive>)> = pick
+            let plan: Vec<(Arc<BackendSpec>, Arc<BackendLive>, u64)> = pick
                 .order()
                 .iter()
-                .map(|&i| (snap.backends[i].spec.clone(), snap.backends[i].live.clone()))
+                .map(|&i| {
+                    let b = &snap.backends[i];
+                    (b.spec.clone(), b.live.clone(), b.evict_epoch)
+                })
                 .collect();
             (plan, snap.connect_timeout, matches!(pick, Pick::Panic(_)))
         };
         if plan.is_empty() {
+            self.metrics.rejected_no_backend.inc();
             tracing::debug!("no ready backend; refusing");
             return;
         }
-        for (spec, live) in plan {
-            // Subscribe before dialing: an eviction that races the dial still reaches us.
+        for (spec, live, epoch) in plan {
+            // Subscribe before dialing, and compare with the snapshot's epoch: an eviction between
+            // the snapshot and now, or during the dial, moves us to the next candidate.
             let mut evict = live.evict.subscribe();
+            if *evict.borrow_and_update() != epoch {
+                continue;
+            }
+            let dial = TcpStream::connect((spec.host.as_str(), spec.port));
             let dialed = tokio::select! {
                 _ = self.cut.cancelled() => return,
-                r = tokio::time::timeout(connect_timeout, TcpStream::connect((spec.host.as_str(), spec.port))) => r,
+                r = tokio::time::timeout(connect_timeout, dial) => r,
             };
             let backend = match dialed {
                 Ok(Ok(s)) => s,
@@ -114,38 +129,75 @@ impl Proxy {
                     continue;
                 }
             };
-            tune(&backend);
-            let m = &live.metrics;
-            m.connections.inc();
-            m.active.inc();
-            tracing::debug!(backend = %spec.address, panic, "relaying");
-            let evicted = async {
-                // Only a change of value counts; a dropped sender (never happens while `live` is held) would end the wait too.
-                let _ = evict.changed().await;
-                tokio::time::sleep(spread(seq)).await;
-            };
-            tokio::select! {
-                r = crate::relay::relay(&client, &backend, &m.bytes_to_backend, &m.bytes_to_client) => {
-                    if let Err(e) = r {
-                        tracing::debug!(backend = %spec.address, error = %e, "connection ended with error");
-                    }
-                }
-                _ = evicted => {
-                    m.closed_unready.inc();
-                    tracing::debug!(backend = %spec.address, "backend turned unready; closing connection");
-                }
-                _ = self.cut.cancelled() => {}
+            if evict.has_changed().unwrap_or(true) {
+                continue; // turned unready while we dialed: nothing relayed yet, try the next
             }
-            m.active.dec();
+            tune(&backend);
+            if panic {
+                self.metrics.failed_open.inc();
+            }
+            self.relay(&client, backend, &spec, &live, evict, seq).await;
             return;
         }
+        self.metrics.rejected_all_dials_failed.inc();
         tracing::debug!(%peer, "every backend failed to dial; closing client connection");
+    }
+
+    /// Relays until either side ends, the backend is evicted, or shutdown cuts the connection.
+    async fn relay(
+        &self,
+        client: &TcpStream,
+        backend: TcpStream,
+        spec: &BackendSpec,
+        live: &BackendLive,
+        mut evict: watch::Receiver<u64>,
+        seq: usize,
+    ) {
+        let m = &live.metrics;
+        m.connections.inc();
+        let _active = Active::count(&m.active);
+        tracing::debug!(backend = %spec.address, "relaying");
+        let evicted = async {
+            // A closed channel cannot happen while `live` is borrowed; treat it as an eviction.
+            let _ = evict.changed().await;
+            tokio::time::sleep(spread(seq)).await;
+        };
+        tokio::select! {
+            r = crate::relay::relay(client, &backend, &m.bytes_to_backend, &m.bytes_to_client) => {
+                if let Err(e) = r {
+                    tracing::debug!(backend = %spec.address, error = %e, "connection ended with error");
+                }
+            }
+            _ = evicted => {
+                m.closed_unready.inc();
+                tracing::debug!(backend = %spec.address, "backend turned unready; closing connection");
+            }
+            _ = self.cut.cancelled() => {}
+        }
+    }
+}
+
+/// Counts a connection in the `active` gauge for as long as it lives, even if a task panics.
+struct Active<'a>(&'a Gauge);
+
+impl<'a> Active<'a> {
+    fn count(gauge: &'a Gauge) -> Self {
+        gauge.inc();
+        Active(gauge)
+    }
+}
+
+impl Drop for Active<'_> {
+    fn drop(&mut self) {
+        self.0.dec();
     }
 }
 
 /// TCP_NODELAY (kubelet's requests are small and latency-bound) and keepalive, best effort.
 fn tune(stream: &TcpStream) {
-    let _ = stream.set_nodelay(true);
+    if let Err(e) = stream.set_nodelay(true) {
+        tracing::debug!(error = %e, "cannot set TCP_NODELAY");
+    }
     let ka = socket2::TcpKeepalive::new()
         .with_time(KEEPALIVE_IDLE)
         .with_interval(Duration::from_secs(10))

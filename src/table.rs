@@ -93,59 +93,77 @@ pub async fn run_writer(
     mut rx: mpsc::Receiver<TableCmd>,
     cancel: CancellationToken,
 ) {
+    // Whether "no backend is ready" has been announced (WARN) and not yet taken back.
+    let mut announced = false;
     loop {
         let cmd = tokio::select! {
             _ = cancel.cancelled() => return,
             cmd = rx.recv() => match cmd { Some(c) => c, None => return },
         };
         let old = table.load();
-        let next = match cmd {
+        match cmd {
             TableCmd::Health { spec, health } => {
                 let Some(i) = old.backends.iter().position(|b| b.spec == spec) else {
-                    continue;
+                    continue; // a probe of a backend removed by a reload
                 };
+                if old.backends[i].health == health {
+                    continue;
+                }
                 let mut backends = old.backends.clone();
                 backends[i].health = health;
-                Snapshot {
+                let next = Snapshot {
                     backends,
                     ..(*old).clone()
-                }
+                };
+                finish(&table, &metrics, &old, next, &mut announced);
             }
             TableCmd::Configure { routing, done } => {
                 let next = configure(&old, routing, &metrics);
-                finish(&table, &metrics, &old, next);
+                finish(&table, &metrics, &old, next, &mut announced);
                 let _ = done.send(()); // the reloader may have given up waiting; nothing to undo
-                continue;
             }
-        };
-        finish(&table, &metrics, &old, next);
+        }
     }
 }
 
 fn configure(old: &Snapshot, routing: Routing, metrics: &Metrics) -> Snapshot {
+    let kept = |spec: &Arc<BackendSpec>| routing.backends.iter().any(|s| s == spec);
+    for gone in old.backends.iter().filter(|o| !kept(&o.spec)) {
+        tracing::info!(backend = %gone.spec.address, "backend removed from config; closing its connections");
+        gone.live.evict_all();
+        // The same address under a new zone or server name shares the handles: keep its series.
+        let zone = gone.spec.zone.as_deref();
+        match routing
+            .backends
+            .iter()
+            .find(|s| s.address == gone.spec.address)
+        {
+            None => metrics.forget_backend(&gone.spec.address, zone),
+            Some(s) if s.zone != gone.spec.zone => {
+                metrics.forget_ready_series(&gone.spec.address, zone)
+            }
+            Some(_) => {}
+        }
+    }
     let backends: Vec<Backend> = routing
         .backends
         .into_iter()
         .map(|spec| match old.backends.iter().find(|b| b.spec == spec) {
             Some(kept) => kept.clone(),
-            None => Backend {
-                live: Arc::new(BackendLive::new(
+            None => {
+                let live = Arc::new(BackendLive::new(
                     metrics.backend(&spec.address, spec.zone.as_deref()),
-                )),
-                spec,
-                health: Health::UNKNOWN,
-            },
+                ));
+                let evict_epoch = *live.evict.borrow();
+                Backend {
+                    live,
+                    spec,
+                    health: Health::UNKNOWN,
+                    evict_epoch,
+                }
+            }
         })
         .collect();
-    for gone in old
-        .backends
-        .iter()
-        .filter(|o| !backends.iter().any(|b| b.spec == o.spec))
-    {
-        tracing::info!(backend = %gone.spec.address, "backend removed from config; closing its connections");
-        gone.live.evict_all();
-        metrics.forget_backend(&gone.spec.address, gone.spec.zone.as_deref());
-    }
     Snapshot {
         generation: old.generation,
         zone: routing.zone,
@@ -156,38 +174,54 @@ fn configure(old: &Snapshot, routing: Routing, metrics: &Metrics) -> Snapshot {
 }
 
 /// Publishes `next` and acts on what changed since `old`: evictions, gauges, warnings.
-fn finish(table: &Table, metrics: &Metrics, old: &Snapshot, mut next: Snapshot) {
+fn finish(
+    table: &Table,
+    metrics: &Metrics,
+    old: &Snapshot,
+    mut next: Snapshot,
+    announced: &mut bool,
+) {
     next.generation = old.generation + 1;
     let was_none_ready = !old.any_ready();
     let none_ready = !next.any_ready();
-    for b in &next.backends {
+    for b in &mut next.backends {
         let before = old
             .backends
             .iter()
             .find(|o| o.spec == b.spec)
             .map(|o| o.health.state);
-        let is_ready = b.health.state == State::Ready;
-        b.live.metrics.ready.set(i64::from(is_ready));
-        // Close connections of a backend that stopped being ready; and when we leave the
-        // no-ready state, those routed to still-unready backends while failing open.
-        let lost_ready = before == Some(State::Ready) && !is_ready;
-        let left_panic = was_none_ready && !none_ready && !is_ready && before.is_some();
-        if lost_ready || left_panic {
-            b.live.evict_all();
+        b.live
+            .metrics
+            .ready
+            .set(i64::from(b.health.state == State::Ready));
+        // Close the connections of a backend known to fail once another backend is ready: when it
+        // just turned unready, or when we leave the no-ready state (connections that failed open
+        // to it). While nothing is ready they stay: re-dialling would land on the same set.
+        let evict = b.health.state == State::Unready
+            && !none_ready
+            && (before != Some(State::Unready) || was_none_ready);
+        if evict {
+            b.evict_epoch = b.live.evict_all();
         }
     }
-    metrics.no_ready_backends.set(i64::from(none_ready));
-    // Start-up (every backend still unknown) is neither entering nor leaving the no-ready state.
-    let decided = |s: &Snapshot| s.backends.iter().any(|b| b.health.state != State::Unknown);
-    let (was_known, is_known) = (decided(old) && was_none_ready, decided(&next) && none_ready);
-    if is_known && !was_known {
+    // "No backend is ready" is only news once every backend has answered: at start-up the local
+    // apiserver without quorum answers its 500 before the remote ones answer their 200.
+    let settled = next
+        .backends
+        .iter()
+        .all(|b| b.health.state != State::Unknown);
+    let no_ready_known = none_ready && settled && !next.backends.is_empty();
+    metrics.no_ready_backends.set(i64::from(no_ready_known));
+    if no_ready_known && !*announced {
         let action = match next.when_none_ready {
             WhenNoneReady::FailOpen => "failing open: routing to all backends",
             WhenNoneReady::Refuse => "refusing client connections",
         };
         tracing::warn!("no backend is ready; {action}");
-    } else if was_known && !none_ready {
+        *announced = true;
+    } else if *announced && !none_ready {
         tracing::warn!("a backend is ready again; leaving the no-ready-backend state");
+        *announced = false;
     }
     table.publish(next);
 }

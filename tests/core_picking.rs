@@ -66,11 +66,11 @@ async fn ready_same_zone_backend_wins_over_faster_remote() {
 async fn lower_readyz_latency_wins_among_remotes_and_near_equal_ones_share() {
     let lab = Lab::new();
     let slow = lab.fake("slow").await;
-    slow.control.set_readyz_delay(Duration::from_millis(80));
+    slow.control.set_readyz_delay(Duration::from_millis(60));
     let fast = lab.fake("fast").await;
-    fast.control.set_readyz_delay(Duration::from_millis(10));
+    fast.control.set_readyz_delay(Duration::from_millis(5));
     let twin = lab.fake("twin").await;
-    twin.control.set_readyz_delay(Duration::from_millis(80));
+    twin.control.set_readyz_delay(Duration::from_millis(60));
     let app = lab
         .start(&lab.yaml(
             "dc-a",
@@ -88,7 +88,7 @@ async fn lower_readyz_latency_wins_among_remotes_and_near_equal_ones_share() {
     for _ in 0..10 {
         assert_eq!(landed(proxy).await, "fast");
     }
-    // Make the fast one as slow as the others: the two near-equal 80 ms ones (and now a third) share.
+    // Without the fast one, the two near-equal 60 ms ones share (the band is 25 % = 15 ms).
     fast.control.set_ready(false);
     wait_states(&app, &[Ready, Unready, Ready]).await;
     let mut count: HashMap<String, usize> = HashMap::new();
@@ -148,6 +148,11 @@ async fn no_ready_backend_fails_open_by_default() {
     let v: serde_json::Value = serde_json::from_str(&body).expect("json");
     assert_eq!(v["mode"], "fail_open");
     assert_eq!(v["ready"], false);
+    let t = admin_get(app.admin_addr(), "/metrics").await.1;
+    assert_eq!(
+        metric(&t, "readyprism_connections_failed_open_total", ""),
+        Some(1.0)
+    );
     assert_eq!(admin_get(app.admin_addr(), "/readyz").await.0, 503);
     app.shutdown().await;
 }
@@ -217,5 +222,115 @@ async fn status_reports_every_backend_with_rank() {
     assert_eq!(bs[1]["last_error"], serde_json::Value::Null);
     assert_eq!(admin_get(app.admin_addr(), "/livez").await.0, 200);
     assert_eq!(admin_get(app.admin_addr(), "/readyz").await.0, 200);
+    app.shutdown().await;
+}
+
+#[tokio::test]
+async fn dial_that_times_out_goes_to_the_next_backend() {
+    let lab = Lab::new();
+    // A listener with a one-slot accept queue: once it stops accepting and the queue is full, new
+    // SYNs are dropped and dials hang, as towards a black-holed site.
+    let sock =
+        socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).expect("socket");
+    sock.bind(
+        &"127.0.0.1:0"
+            .parse::<std::net::SocketAddr>()
+            .expect("addr")
+            .into(),
+    )
+    .expect("bind");
+    sock.listen(1).expect("listen");
+    sock.set_nonblocking(true).expect("nonblocking");
+    let listener = tokio::net::TcpListener::from_std(sock.into()).expect("tokio listener");
+    let tls = readyprism::fake::server_tls(&lab.ca, &lab.ca.server(&["127.0.0.1"]).expect("cert"))
+        .expect("tls");
+    let holed = readyprism::fake::FakeApiserver::start("holed", listener, tls).expect("fake");
+    let other = lab.fake("other").await;
+    let extra =
+        "health: { interval: 30s, timeout: 2s, fast_interval: 1s }\nconnect_timeout: 300ms\n";
+    let app = lab
+        .start(&lab.yaml(
+            "dc-a",
+            &[(addr(&holed), "dc-a"), (addr(&other), "dc-b")],
+            extra,
+        ))
+        .await;
+    wait_states(&app, &[Ready, Ready]).await;
+    holed.control.set_accepting(false);
+    let mut fillers = Vec::new();
+    for _ in 0..16 {
+        match tokio::time::timeout(
+            Duration::from_millis(200),
+            tokio::net::TcpStream::connect(holed.addr),
+        )
+        .await
+        {
+            Ok(Ok(s)) => fillers.push(s),
+            _ => break, // the queue is full: dials now hang
+        }
+    }
+    assert_eq!(landed(app.listen_addrs()[0]).await, "other");
+    let holed_metrics = &app.table().load().backends[0].live.metrics;
+    assert_eq!(holed_metrics.dial_failures.get(), 1);
+    assert_eq!(
+        app.table().load().backends[0].health.state,
+        Ready,
+        "the retry, not the health check, saved us"
+    );
+    app.shutdown().await;
+}
+
+#[tokio::test]
+async fn latency_is_the_readyz_answer_time_not_the_connect_or_tls_time() {
+    let lab = Lab::new();
+    // Slow to connect (TLS handshake 300 ms) but answers /readyz at once.
+    let far_handshake = lab.fake("slow-handshake").await;
+    far_handshake
+        .control
+        .set_handshake_delay(Duration::from_millis(300));
+    // Quick to connect, slow to answer.
+    let slow_answer = lab.fake("slow-answer").await;
+    slow_answer
+        .control
+        .set_readyz_delay(Duration::from_millis(60));
+    let extra = "health: { interval: 2s, timeout: 1s, fast_interval: 200ms }\n";
+    let app = lab
+        .start(&lab.yaml(
+            "dc-a",
+            &[(addr(&slow_answer), "dc-b"), (addr(&far_handshake), "dc-c")],
+            extra,
+        ))
+        .await;
+    let snap = wait_states(&app, &[Ready, Ready]).await;
+    let (answer, handshake) = (
+        snap.backends[0].health.latency.expect("measured"),
+        snap.backends[1].health.latency.expect("measured"),
+    );
+    assert!(
+        handshake < answer,
+        "handshake time must not count: {:?}",
+        summary(&snap)
+    );
+    for _ in 0..5 {
+        assert_eq!(landed(app.listen_addrs()[0]).await, "slow-handshake");
+    }
+    app.shutdown().await;
+}
+
+#[tokio::test]
+async fn ipv4_and_ipv6_listeners_both_relay() {
+    let lab = Lab::new();
+    let a = lab.fake("a").await;
+    let yaml = lab.yaml("dc-a", &[(addr(&a), "dc-a")], "").replace(
+        "listen: [\"127.0.0.1:0\"]",
+        "listen: [\"127.0.0.1:0\", \"[::1]:0\"]",
+    );
+    let app = lab.start(&yaml).await;
+    wait_states(&app, &[Ready]).await;
+    let addrs = app.listen_addrs();
+    assert!(addrs[1].is_ipv6());
+    for l in addrs {
+        assert_eq!(landed(l).await, "a");
+    }
     app.shutdown().await;
 }

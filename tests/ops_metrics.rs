@@ -20,13 +20,8 @@ async fn every_metric_is_exported_and_moves() {
     let b = lab.fake("b").await;
     b.control.set_readyz_delay(Duration::from_millis(20));
     let (aa, ba) = (addr(&a), addr(&b));
-    let health = "health: { interval: 300ms, timeout: 200ms, fast_interval: 100ms }\n";
     let app = lab
-        .start(&lab.yaml(
-            "dc-a",
-            &[(aa.clone(), "dc-a"), (ba.clone(), "dc-b")],
-            health,
-        ))
+        .start(&lab.yaml("dc-a", &[(aa.clone(), "dc-a"), (ba.clone(), "dc-b")], ""))
         .await;
     wait_states(&app, &[Ready, Ready]).await;
     wait_probed(&app, 2).await;
@@ -206,4 +201,42 @@ fn state_changes_are_logged_once_with_reason_and_no_ready_is_a_warning() {
         changes, 3,
         "start-up ready, unready, ready again: each exactly once"
     );
+}
+
+#[test]
+fn a_fast_unready_local_apiserver_at_start_up_is_no_no_ready_alarm() {
+    let rt = tokio::runtime::Runtime::new().expect("runtime");
+    let lab = Lab::new();
+    let local = rt.block_on(lab.fake("local"));
+    local.control.set_ready(false); // answers its 500 at once
+    let remote = rt.block_on(lab.fake("remote"));
+    remote.control.set_readyz_delay(Duration::from_millis(100)); // answers its 200 later
+    let file = lab.path("run.yaml");
+    std::fs::write(
+        &file,
+        lab.yaml(
+            "dc-a",
+            &[(addr(&local), "dc-a"), (addr(&remote), "dc-b")],
+            "",
+        ),
+    )
+    .expect("write");
+    let p = Proc::start(&file);
+    p.wait_log("backend state changed", |v| {
+        v["fields"]["backend"] == addr(&remote) && v["fields"]["to"] == "ready"
+    });
+    p.wait_log("backend state changed", |v| {
+        v["fields"]["backend"] == addr(&local) && v["fields"]["to"] == "unready"
+    });
+    let alarms: Vec<_> = p
+        .logs()
+        .into_iter()
+        .filter(|v| {
+            v["fields"]["message"]
+                .as_str()
+                .unwrap_or("")
+                .contains("no backend is ready")
+        })
+        .collect();
+    assert!(alarms.is_empty(), "{alarms:?}");
 }

@@ -17,18 +17,17 @@ use crate::config::HealthConfig;
 use crate::metrics::BackendMetrics;
 use crate::table::TableCmd;
 use crate::tls::TlsSource;
-use probe::Prober;
+use probe::{Probe, Prober};
 use state::{Checker, Outcome};
+use tokio::time::Instant;
 
-/// Everything one backend's probe loop needs.
+/// Everything one backend's probe loop needs besides the probe itself.
 #[derive(Debug)]
 pub struct ProbeTask {
     /// The backend.
     pub spec: Arc<BackendSpec>,
-    /// Intervals, timeout, rise/fall, path.
+    /// Intervals, timeout, rise/fall.
     pub health: HealthConfig,
-    /// TLS material, reloaded elsewhere.
-    pub tls: Arc<TlsSource>,
     /// Health to start from (kept across reloads).
     pub initial: Health,
     /// The table's writer.
@@ -38,20 +37,26 @@ pub struct ProbeTask {
 }
 
 impl ProbeTask {
-    /// Probes at once, then on schedule, until cancelled or the table is gone.
-    pub async fn run(self, cancel: CancellationToken) {
+    /// The task for `spec` with the real HTTPS prober.
+    pub fn https(self, tls: Arc<TlsSource>) -> (Self, Prober) {
+        let prober = Prober::new(self.spec.clone(), self.health.path.clone(), tls);
+        (self, prober)
+    }
+
+    /// Probes at once, then every `interval` (±10 %) or `fast_interval` while a change is pending,
+    /// both counted from the start of the previous probe, until cancelled or the table is gone.
+    pub async fn run<P: Probe>(self, mut prober: P, cancel: CancellationToken) {
         let ProbeTask {
             spec,
             health,
-            tls,
             initial,
             table,
             metrics,
         } = self;
-        let mut prober = Prober::new(spec.clone(), health.path.clone(), tls);
         let mut checker = Checker::new(health.rise, health.fall, initial);
         let mut jitter = Jitter::seeded(&spec.address);
         loop {
+            let started = Instant::now();
             let outcome = tokio::select! {
                 _ = cancel.cancelled() => return,
                 o = prober.probe(health.timeout) => o,
@@ -69,8 +74,9 @@ impl ProbeTask {
                 spec: spec.clone(),
                 health: checker.health().clone(),
             };
-            if table.send(cmd).await.is_err() {
-                return; // the writer is gone: shutting down
+            tokio::select! {
+                _ = cancel.cancelled() => return,
+                sent = table.send(cmd) => if sent.is_err() { return }, // the writer is gone
             }
             let delay = if step.pending {
                 health.fast_interval
@@ -79,7 +85,7 @@ impl ProbeTask {
             };
             tokio::select! {
                 _ = cancel.cancelled() => return,
-                _ = tokio::time::sleep(delay) => {}
+                _ = tokio::time::sleep_until(started + delay) => {}
             }
         }
     }
@@ -130,6 +136,108 @@ impl Jitter {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::collections::VecDeque;
+    use std::sync::Mutex;
+
+    /// A probe that answers from a script and notes when it was called.
+    struct Scripted {
+        calls: Arc<Mutex<Vec<Instant>>>,
+        script: VecDeque<bool>,
+    }
+
+    impl Probe for Scripted {
+        fn probe(
+            &mut self,
+            _timeout: Duration,
+        ) -> impl std::future::Future<Output = Outcome> + Send {
+            self.calls.lock().expect("calls").push(Instant::now());
+            let pass = self.script.pop_front().unwrap_or(true);
+            async move {
+                tokio::time::sleep(Duration::from_millis(10)).await; // probes take time too
+                Outcome {
+                    pass,
+                    latency: Some(Duration::from_millis(1)),
+                    reason: (!pass).then(|| "HTTP 500".into()),
+                }
+            }
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn first_probe_at_once_then_interval_with_jitter_and_fast_interval_while_pending() {
+        let metrics = crate::metrics::Metrics::new();
+        let spec = Arc::new(BackendSpec {
+            address: "a:1".into(),
+            host: "a".into(),
+            port: 1,
+            zone: None,
+            server_name: rustls_pki_types::ServerName::try_from("a").expect("name"),
+        });
+        let (tx, mut rx) = mpsc::channel(64);
+        let task = ProbeTask {
+            health: HealthConfig {
+                path: "/readyz".into(),
+                interval: Duration::from_secs(5),
+                timeout: Duration::from_secs(3),
+                fast_interval: Duration::from_secs(1),
+                rise: 2,
+                fall: 2,
+            },
+            metrics: metrics.backend(&spec.address, None),
+            spec,
+            initial: Health::UNKNOWN,
+            table: tx,
+        };
+        let calls = Arc::new(Mutex::new(Vec::new()));
+        // pass (decides ready), pass, fail (pending), fail (unready), pass (pending), pass (ready)
+        let script = [true, true, false, false, true, true].into_iter().collect();
+        let start = Instant::now();
+        let cancel = CancellationToken::new();
+        let handle = tokio::spawn(task.run(
+            Scripted {
+                calls: calls.clone(),
+                script,
+            },
+            cancel.clone(),
+        ));
+        let mut states = Vec::new();
+        for _ in 0..6 {
+            let TableCmd::Health { health, .. } = rx.recv().await.expect("result") else {
+                panic!("health")
+            };
+            states.push(health.state);
+        }
+        cancel.cancel();
+        handle.await.expect("task ends on cancel");
+        use State::*;
+        assert_eq!(states, [Ready, Ready, Ready, Unready, Unready, Ready]);
+        let t: Vec<Duration> = calls
+            .lock()
+            .expect("calls")
+            .iter()
+            .map(|i| *i - start)
+            .collect();
+        assert_eq!(t[0], Duration::ZERO, "first probe at once");
+        let gap = |i: usize| t[i] - t[i - 1];
+        // Paused time is exact up to the timer wheel's 1 ms granularity.
+        let about = |d: Duration, want: Duration| d.abs_diff(want) <= Duration::from_millis(1);
+        for i in [1, 2, 4] {
+            let g = gap(i);
+            assert!(
+                g >= Duration::from_millis(4499) && g <= Duration::from_millis(5501),
+                "interval ±10 %: gap {i} = {g:?}"
+            );
+        }
+        assert!(
+            about(gap(3), Duration::from_secs(1)),
+            "fast_interval while a fall is pending: {t:?}"
+        );
+        assert!(
+            about(gap(5), Duration::from_secs(1)),
+            "fast_interval while a rise is pending: {t:?}"
+        );
+        assert!(gap(1) != gap(2) || gap(2) != gap(4), "jitter varies: {t:?}");
+    }
 
     #[test]
     fn jitter_stays_within_ten_percent_and_varies() {

@@ -2,7 +2,7 @@
 //! keeping its connection alive between probes so steady state costs no TLS handshake.
 //!
 //! Owns dialing, the request, bounded reading of the answer and the failure reason. Does not own
-//! timing or state (`health::scheduler`, `health::state`).
+//! the schedule (`health`) or the state (`health::state`).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -62,6 +62,18 @@ impl Failure {
             latency: None,
             stale: false,
         }
+    }
+}
+
+/// One health probe of one backend; [`Prober`] is the real one, tests script their own.
+pub trait Probe: Send {
+    /// Probes once, bounded by `timeout` end to end.
+    fn probe(&mut self, timeout: Duration) -> impl std::future::Future<Output = Outcome> + Send;
+}
+
+impl Probe for Prober {
+    fn probe(&mut self, timeout: Duration) -> impl std::future::Future<Output = Outcome> + Send {
+        Prober::probe(self, timeout)
     }
 }
 
@@ -125,14 +137,16 @@ impl Prober {
         let tcp = TcpStream::connect((self.spec.host.as_str(), self.spec.port))
             .await
             .map_err(|e| Failure::new(connect_reason(&e)))?;
-        let _ = tcp.set_nodelay(true); // best effort: only affects probe latency by a few µs
+        if let Err(e) = tcp.set_nodelay(true) {
+            tracing::debug!(error = %e, "probe: cannot set TCP_NODELAY");
+        }
         let stream = TlsConnector::from(tls.client.clone())
             .connect(self.spec.server_name.clone(), tcp)
             .await
             .map_err(|e| Failure::new(tls_reason(&e)))?;
         let (sender, connection) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
             .await
-            .map_err(|e| Failure::new(format!("HTTP: {e}")))?;
+            .map_err(|e| Failure::new(http_reason(&e)))?;
         let driver = tokio::spawn(async move {
             // Ends when the connection closes; errors surface on the next request instead.
             let _ = connection.await;
@@ -150,7 +164,7 @@ impl Prober {
             .as_mut()
             .ok_or_else(|| Failure::new("HTTP: no connection".to_string()))?;
         let stale = |e: hyper::Error| Failure {
-            reason: format!("HTTP: {e}"),
+            reason: http_reason(&e),
             latency: None,
             stale: reused,
         };
@@ -231,15 +245,76 @@ fn tls_reason(e: &std::io::Error) -> String {
         .get_ref()
         .and_then(|inner| inner.downcast_ref::<rustls::Error>())
     {
-        Some(rustls::Error::InvalidCertificate(c)) => format!("TLS: invalid certificate: {c:?}"),
-        Some(r) => format!("TLS: {r}"),
+        Some(r) => rustls_reason(r),
         None => format!("TLS: {e}"),
     }
+}
+
+fn rustls_reason(e: &rustls::Error) -> String {
+    match e {
+        rustls::Error::InvalidCertificate(c) => format!("TLS: {}", words(&format!("{c:?}"))),
+        // With TLS 1.3 the server rejects our client certificate after the handshake: the alert
+        // (`unknown ca`, `certificate required`) surfaces on the first request.
+        rustls::Error::AlertReceived(a) => {
+            format!("TLS: alert received: {}", words(&format!("{a:?}")))
+        }
+        other => format!("TLS: {other}"),
+    }
+}
+
+/// A hyper error, with the TLS cause named when there is one (`connection error` alone is useless).
+fn http_reason(e: &hyper::Error) -> String {
+    let mut source = std::error::Error::source(e);
+    while let Some(s) = source {
+        if let Some(r) = s.downcast_ref::<rustls::Error>() {
+            return rustls_reason(r);
+        }
+        if let Some(io) = s.downcast_ref::<std::io::Error>() {
+            if let Some(r) = io.get_ref().and_then(|i| i.downcast_ref::<rustls::Error>()) {
+                return rustls_reason(r);
+            }
+        }
+        source = s.source();
+    }
+    match std::error::Error::source(e) {
+        Some(cause) => format!("HTTP: {e}: {cause}"),
+        None => format!("HTTP: {e}"),
+    }
+}
+
+/// `UnknownIssuer` → `unknown issuer`; `NotValidForNameContext { .. }` → `not valid for name`.
+fn words(debug: &str) -> String {
+    let name = debug
+        .split(|c: char| !c.is_alphanumeric())
+        .next()
+        .unwrap_or(debug);
+    let name = name.strip_suffix("Context").unwrap_or(name);
+    let mut out = String::new();
+    let mut prev_lower = false;
+    for c in name.chars() {
+        if c.is_uppercase() && prev_lower {
+            out.push(' ');
+        }
+        prev_lower = c.is_lowercase() || c.is_ascii_digit();
+        out.extend(c.to_lowercase());
+    }
+    out
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn certificate_errors_read_as_words() {
+        assert_eq!(words("UnknownIssuer"), "unknown issuer");
+        assert_eq!(
+            words("NotValidForNameContext { expected: x, presented: [] }"),
+            "not valid for name"
+        );
+        assert_eq!(words("Expired"), "expired");
+        assert_eq!(words("UnknownCA"), "unknown ca");
+    }
 
     #[test]
     fn failed_check_line_is_preferred() {

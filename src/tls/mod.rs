@@ -7,6 +7,7 @@
 mod expiry;
 
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
@@ -96,6 +97,8 @@ pub struct TlsState {
 pub struct TlsSource {
     files: ArcSwap<TlsFiles>,
     current: ArcSwap<TlsState>,
+    /// Source of unique generation numbers for the watcher and reloads alike.
+    generations: AtomicU64,
 }
 
 type FileStamp = Option<(SystemTime, u64, u64)>;
@@ -120,7 +123,7 @@ impl Fingerprint {
 
 impl TlsSource {
     /// Loads the files once; errors here stop start-up (or reject a reload).
-    pub fn load(files: &TlsFiles, generation: u64) -> Result<TlsState, TlsError> {
+    pub fn load(files: &TlsFiles) -> Result<TlsState, TlsError> {
         let fingerprint = Fingerprint::of(files);
         let provider = Arc::new(rustls::crypto::ring::default_provider());
         let builder = ClientConfig::builder_with_provider(provider)
@@ -156,7 +159,7 @@ impl TlsSource {
             (None, _) => (builder.with_no_client_auth(), ClientCert::NotConfigured),
         };
         Ok(TlsState {
-            generation,
+            generation: 0,
             client: Arc::new(client),
             client_cert,
             fingerprint,
@@ -168,6 +171,7 @@ impl TlsSource {
         Arc::new(TlsSource {
             files: ArcSwap::from_pointee(files),
             current: ArcSwap::from_pointee(state),
+            generations: AtomicU64::new(0),
         })
     }
 
@@ -176,11 +180,18 @@ impl TlsSource {
         self.current.load_full()
     }
 
-    /// Switches to new files (config reload), with material the caller already loaded from them.
-    pub fn replace(&self, files: TlsFiles, mut state: TlsState) {
-        state.generation = self.current.load().generation + 1;
+    /// Switches to new files (config reload) with material the caller loaded from them. Returns
+    /// false, changing nothing, when neither the paths nor the files changed: probe connections
+    /// are then kept.
+    pub fn replace(&self, files: TlsFiles, mut state: TlsState) -> bool {
+        if *self.files.load_full() == files && self.current.load().fingerprint == state.fingerprint
+        {
+            return false;
+        }
+        state.generation = self.generations.fetch_add(1, Ordering::Relaxed) + 1;
         self.files.store(Arc::new(files));
         self.current.store(Arc::new(state));
+        true
     }
 
     /// Re-reads the files whenever their metadata changes, until cancelled. A file that fails to
@@ -192,22 +203,29 @@ impl TlsSource {
                 _ = cancel.cancelled() => return,
                 _ = tokio::time::sleep(WATCH_INTERVAL) => {}
             }
+            // Material first, then paths: a reload in between makes the swap below fail instead of
+            // storing material from the old paths over the reload's.
+            let current = self.current();
             let files = self.files.load_full();
             let now = Fingerprint::of(&files);
-            let current = self.current();
             if now == current.fingerprint || failed.as_ref() == Some(&now) {
                 continue;
             }
-            match TlsSource::load(&files, current.generation + 1) {
-                Ok(state) => {
+            match TlsSource::load(&files) {
+                Ok(mut state) => {
                     failed = None;
+                    state.generation = self.generations.fetch_add(1, Ordering::Relaxed) + 1;
+                    let (generation, cert) = (state.generation, state.client_cert.clone());
+                    let prev = self.current.compare_and_swap(&current, Arc::new(state));
+                    if !Arc::ptr_eq(&*prev, &current) {
+                        continue; // a reload replaced the material meanwhile; it wins
+                    }
                     tracing::info!(
-                        client_cert = state.client_cert.as_str(),
-                        generation = state.generation,
+                        client_cert = cert.as_str(),
+                        generation,
                         "TLS files changed; reloaded"
                     );
-                    publish_expiry(&metrics, &state.client_cert);
-                    self.current.store(Arc::new(state));
+                    publish_expiry(&metrics, &cert);
                 }
                 Err(e) => {
                     tracing::warn!(error = %e, "TLS files changed but cannot be loaded; keeping the previous ones");

@@ -76,7 +76,7 @@ impl Lab {
             y.push_str(&format!("  - {{ address: \"{addr}\", zone: {z} }}\n"));
         }
         if !extra.contains("health:") {
-            y.push_str("health: { interval: 300ms, timeout: 200ms, fast_interval: 100ms }\n");
+            y.push_str("health: { interval: 600ms, timeout: 400ms, fast_interval: 150ms }\n");
         }
         y.push_str(extra);
         y
