@@ -62,6 +62,19 @@ impl Pick {
 ///
 /// With nothing ready, backends not yet checked (start-up, just added) are tried first: they are
 /// more likely to work than ones known to fail. Known failing ones follow only when failing open.
+///
+/// ```
+/// use std::time::Duration;
+/// use readyprism::config::WhenNoneReady;
+/// use readyprism::pick::{pick, Candidate, Pick};
+///
+/// let ms = |n| Some(Duration::from_millis(n));
+/// let local_no_quorum = Candidate { ready: false, failing: true, local: true, latency: ms(0), active: 0 };
+/// let remote_near = Candidate { ready: true, failing: false, local: false, latency: ms(23), active: 0 };
+/// let remote_far = Candidate { ready: true, failing: false, local: false, latency: ms(43), active: 0 };
+/// let order = pick(&[local_no_quorum, remote_far, remote_near], WhenNoneReady::FailOpen, 0);
+/// assert_eq!(order, Pick::Ready(vec![2, 1]));
+/// ```
 pub fn pick(cands: &[Candidate], when_none_ready: WhenNoneReady, rr: usize) -> Pick {
     let ready: Vec<usize> = (0..cands.len()).filter(|&i| cands[i].ready).collect();
     if !ready.is_empty() {

@@ -74,6 +74,14 @@ pub struct DurationValue(pub Duration);
 
 impl DurationValue {
     /// Parses `<integer><ms|s|m>`; the error text is shown to the operator as is.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use readyprism::config::DurationValue;
+    ///
+    /// assert_eq!(DurationValue::parse("250ms").map(|d| d.0), Ok(Duration::from_millis(250)));
+    /// assert!(DurationValue::parse("5 sec").is_err());
+    /// ```
     pub fn parse(text: &str) -> Result<Self, String> {
         let digits_end = text
             .find(|c: char| !c.is_ascii_digit())
