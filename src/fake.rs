@@ -148,16 +148,33 @@ impl Drop for FakeApiserver {
 }
 
 /// Server TLS config presenting `server`, accepting (but not requiring) clients signed by `ca`.
-pub fn server_tls(
+pub fn server_tls(ca: &Ca, server: &Issued) -> Result<Arc<ServerConfig>, TlsSetupError> {
+    build_server_tls(ca, server, false)
+}
+
+/// Like [`server_tls`] but refusing clients without a certificate from `ca`, as an apiserver
+/// that does not know our CA: the rejection reaches the client after the TLS 1.3 handshake.
+pub fn strict_server_tls(ca: &Ca, server: &Issued) -> Result<Arc<ServerConfig>, TlsSetupError> {
+    build_server_tls(ca, server, true)
+}
+
+/// Building a fake's TLS config failed (bad generated PEM; never expected).
+pub type TlsSetupError = Box<dyn std::error::Error + Send + Sync>;
+
+fn build_server_tls(
     ca: &Ca,
     server: &Issued,
-) -> Result<Arc<ServerConfig>, Box<dyn std::error::Error + Send + Sync>> {
+    require_client: bool,
+) -> Result<Arc<ServerConfig>, TlsSetupError> {
     let provider = Arc::new(rustls::crypto::ring::default_provider());
     let mut roots = RootCertStore::empty();
     roots.add(CertificateDer::from_pem_slice(ca.cert_pem.as_bytes())?)?;
-    let verifier = WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider.clone())
-        .allow_unauthenticated()
-        .build()?;
+    let verifier = WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider.clone());
+    let verifier = if require_client {
+        verifier.build()?
+    } else {
+        verifier.allow_unauthenticated().build()?
+    };
     let chain = vec![CertificateDer::from_pem_slice(server.cert_pem.as_bytes())?];
     let key = PrivateKeyDer::from_pem_slice(server.key_pem.as_bytes())?;
     let config = ServerConfig::builder_with_provider(provider)

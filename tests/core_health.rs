@@ -234,7 +234,7 @@ async fn an_apiserver_rejecting_our_client_certificate_says_so() {
         .await
         .expect("bind");
     let server = lab.ca.server(&["127.0.0.1"]).expect("cert");
-    let strict = rustls_strict_server(&other, &server);
+    let strict = readyprism::fake::strict_server_tls(&other, &server).expect("tls");
     let a = readyprism::fake::FakeApiserver::start("a", l, strict).expect("fake");
     let app = lab
         .start(&lab.yaml("dc-a", &[(addr(&a), "dc-a")], ""))
@@ -251,38 +251,4 @@ async fn an_apiserver_rejecting_our_client_certificate_says_so() {
         "{reason}"
     );
     app.shutdown().await;
-}
-
-/// A server presenting `server` (from the lab CA) that requires client certs signed by `client_ca`.
-fn rustls_strict_server(
-    client_ca: &readyprism::pki::Ca,
-    server: &readyprism::pki::Issued,
-) -> std::sync::Arc<rustls::ServerConfig> {
-    use rustls_pki_types::pem::PemObject;
-    let provider = std::sync::Arc::new(rustls::crypto::ring::default_provider());
-    let mut roots = rustls::RootCertStore::empty();
-    roots
-        .add(
-            rustls_pki_types::CertificateDer::from_pem_slice(client_ca.cert_pem.as_bytes())
-                .expect("pem"),
-        )
-        .expect("root");
-    let verifier = rustls::server::WebPkiClientVerifier::builder_with_provider(
-        std::sync::Arc::new(roots),
-        provider.clone(),
-    )
-    .build()
-    .expect("verifier");
-    let chain = vec![
-        rustls_pki_types::CertificateDer::from_pem_slice(server.cert_pem.as_bytes()).expect("pem"),
-    ];
-    let key =
-        rustls_pki_types::PrivateKeyDer::from_pem_slice(server.key_pem.as_bytes()).expect("key");
-    let config = rustls::ServerConfig::builder_with_provider(provider)
-        .with_safe_default_protocol_versions()
-        .expect("versions")
-        .with_client_cert_verifier(verifier)
-        .with_single_cert(chain, key)
-        .expect("config");
-    std::sync::Arc::new(config)
 }
