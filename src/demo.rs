@@ -34,6 +34,12 @@ const SITES: [(&str, u64); 3] = [("dc-a", 0), ("dc-b", 23), ("witness", 43)];
 /// dc-a alternates between ready and lost quorum this often: long enough to see the balancer react
 /// (fall 2 × fast_interval plus eviction, about 2 s) and settle.
 const FLIP_EVERY: Duration = Duration::from_secs(8);
+/// dc-a regains quorum this soon after the start: long enough to see it skipped, short enough
+/// that a newcomer does not wait.
+const FIRST_FLIP: Duration = Duration::from_secs(4);
+/// After dc-a regains quorum, the long-lived connection opens this much later (rise takes two
+/// probes at the demo's 250 ms fast interval).
+const LONG_LIVED_DELAY: Duration = Duration::from_millis(1500);
 /// One short client connection this often, and the screen refreshes as often.
 const TICK: Duration = Duration::from_secs(1);
 /// Bound on connecting through the balancer and reading the apiserver's name.
@@ -105,11 +111,9 @@ pub async fn run(opts: DemoOptions, quit: CancellationToken) -> Result<DemoRepor
         traffic.clone(),
         stop.clone(),
     ));
-    clients.spawn(traffic::long_lived_client(
-        listen,
-        traffic.clone(),
-        stop.clone(),
-    ));
+    // The long-lived (kubelet-like) connection opens once dc-a has quorum, so it lands there and
+    // the next loss of quorum shows it being closed and re-dialled elsewhere.
+    let mut long_lived_started = false;
 
     let start = Instant::now();
     let end = opts.duration.map(|d| start + d);
@@ -121,7 +125,7 @@ pub async fn run(opts: DemoOptions, quit: CancellationToken) -> Result<DemoRepor
     };
     tokio::pin!(until_end);
     // dc-a starts without quorum: fastest, local, and unready — the field report's trap.
-    let (mut next_flip, mut dc_a_ready, mut flips) = (start + FLIP_EVERY, false, 0u64);
+    let (mut next_flip, mut dc_a_ready, mut flips) = (start + FIRST_FLIP, false, 0u64);
     let mut tick = interval(TICK);
     tick.set_missed_tick_behavior(MissedTickBehavior::Skip);
     let tty = std::io::stdout().is_terminal();
@@ -133,6 +137,18 @@ pub async fn run(opts: DemoOptions, quit: CancellationToken) -> Result<DemoRepor
                 dc_a_ready = !dc_a_ready;
                 scenario.fakes[0].control.set_ready(dc_a_ready);
                 (flips, next_flip) = (flips + 1, next_flip + FLIP_EVERY);
+                if dc_a_ready && !long_lived_started {
+                    long_lived_started = true;
+                    let (listen, traffic, stop) = (listen, traffic.clone(), stop.clone());
+                    clients.spawn(async move {
+                        // Give the balancer its rise (2 probes) before the kubelet-like client dials.
+                        tokio::select! {
+                            _ = stop.cancelled() => return,
+                            _ = tokio::time::sleep(LONG_LIVED_DELAY) => {}
+                        }
+                        traffic::long_lived_client(listen, traffic, stop).await;
+                    });
+                }
                 let what = if dc_a_ready { "quorum restored" } else { "lost etcd quorum" };
                 tracing::info!(apiserver = SITES[0].0, "demo: {what}");
             }

@@ -104,7 +104,7 @@ impl Frame<'_> {
         let on = match (&t.long_on, &t.long_closed_on) {
             (Some(on), _) => format!("on {on}"),
             (None, Some(from)) => format!("closed on {from}, re-dialing"),
-            (None, None) => "connecting".to_string(),
+            (None, None) => "not open yet (opens once dc-a has quorum)".to_string(),
         };
         let last = match &t.long_last_move {
             Some((from, to)) => format!(", last {from} -> {to}"),
