@@ -85,62 +85,83 @@ impl Proxy {
     async fn handle(self: Arc<Self>, client: TcpStream, peer: SocketAddr) {
         tune(&client);
         let seq = self.rr.fetch_add(1, Ordering::Relaxed);
-        // The only snapshot access on this path: copy out what to dial, then let it go.
-        let (plan, connect_timeout, panic) = {
-            let snap = self.table.load();
-            let pick = snap.pick(seq);
-            let plan: Vec<(Arc<BackendSpec>, Arc<BackendLive>, u64)> = pick
-                .order()
-                .iter()
-                .map(|&i| {
-                    let b = &snap.backends[i];
-                    (b.spec.clone(), b.live.clone(), b.evict_epoch)
-                })
-                .collect();
-            (plan, snap.connect_timeout, matches!(pick, Pick::Panic(_)))
-        };
-        if plan.is_empty() {
-            self.metrics.rejected_no_backend.inc();
-            tracing::debug!("no ready backend; refusing");
-            return;
+        // A second plan only if the first lost candidates to an eviction while we dialed: the new
+        // snapshot then has the backends that replaced them.
+        for _ in 0..2 {
+            let plan = self.plan(seq);
+            if plan.candidates.is_empty() {
+                self.metrics.rejected_no_backend.inc();
+                tracing::debug!("no ready backend; refusing");
+                return;
+            }
+            match self.dial_first(&plan).await {
+                Dialed::Connected(backend, i, evict) => {
+                    let (spec, live, _) = &plan.candidates[i];
+                    tune(&backend);
+                    if plan.panic {
+                        self.metrics.failed_open.inc();
+                    }
+                    self.relay(&client, backend, spec, live, evict, seq).await;
+                    return;
+                }
+                Dialed::Cut => return,
+                Dialed::Exhausted { evicted: true } => continue,
+                Dialed::Exhausted { evicted: false } => break,
+            }
         }
-        for (spec, live, epoch) in plan {
-            // Subscribe before dialing, and compare with the snapshot's epoch: an eviction between
+        self.metrics.rejected_all_dials_failed.inc();
+        tracing::debug!(%peer, "every backend failed to dial; closing client connection");
+    }
+
+    /// The only snapshot access on this path: copy out what to dial, then let the snapshot go.
+    fn plan(&self, seq: usize) -> Plan {
+        let snap = self.table.load();
+        let pick = snap.pick(seq);
+        let candidates = pick
+            .order()
+            .iter()
+            .map(|&i| {
+                let b = &snap.backends[i];
+                (b.spec.clone(), b.live.clone(), b.evict_epoch)
+            })
+            .collect();
+        Plan {
+            candidates,
+            connect_timeout: snap.connect_timeout,
+            panic: matches!(pick, Pick::Panic(_)),
+        }
+    }
+
+    /// Dials the candidates in order until one connects, before any byte is relayed.
+    async fn dial_first(&self, plan: &Plan) -> Dialed {
+        let mut evicted = false;
+        for (i, (spec, live, epoch)) in plan.candidates.iter().enumerate() {
+            // Subscribe before dialing and compare with the snapshot's epoch: an eviction between
             // the snapshot and now, or during the dial, moves us to the next candidate.
             let mut evict = live.evict.subscribe();
-            if *evict.borrow_and_update() != epoch {
+            if *evict.borrow_and_update() != *epoch {
+                evicted = true;
                 continue;
             }
             let dial = TcpStream::connect((spec.host.as_str(), spec.port));
             let dialed = tokio::select! {
-                _ = self.cut.cancelled() => return,
-                r = tokio::time::timeout(connect_timeout, dial) => r,
+                _ = self.cut.cancelled() => return Dialed::Cut,
+                r = tokio::time::timeout(plan.connect_timeout, dial) => r,
             };
-            let backend = match dialed {
-                Ok(Ok(s)) => s,
+            match dialed {
+                Ok(Ok(_)) if evict.has_changed().unwrap_or(true) => evicted = true,
+                Ok(Ok(backend)) => return Dialed::Connected(backend, i, evict),
                 Ok(Err(e)) => {
                     live.metrics.dial_failures.inc();
                     tracing::debug!(backend = %spec.address, error = %e, "dial failed; trying the next backend");
-                    continue;
                 }
                 Err(_) => {
                     live.metrics.dial_failures.inc();
                     tracing::debug!(backend = %spec.address, "dial timed out; trying the next backend");
-                    continue;
                 }
-            };
-            if evict.has_changed().unwrap_or(true) {
-                continue; // turned unready while we dialed: nothing relayed yet, try the next
             }
-            tune(&backend);
-            if panic {
-                self.metrics.failed_open.inc();
-            }
-            self.relay(&client, backend, &spec, &live, evict, seq).await;
-            return;
         }
-        self.metrics.rejected_all_dials_failed.inc();
-        tracing::debug!(%peer, "every backend failed to dial; closing client connection");
+        Dialed::Exhausted { evicted }
     }
 
     /// Relays until either side ends, the backend is evicted, or shutdown cuts the connection.
@@ -175,6 +196,24 @@ impl Proxy {
             _ = self.cut.cancelled() => {}
         }
     }
+}
+
+/// What to dial for one client connection, copied out of a snapshot.
+struct Plan {
+    /// Backends in pick order, with the eviction epoch each had in the snapshot.
+    candidates: Vec<(Arc<BackendSpec>, Arc<BackendLive>, u64)>,
+    connect_timeout: Duration,
+    /// No backend was ready: this connection fails open.
+    panic: bool,
+}
+
+enum Dialed {
+    /// Connected to `candidates[index]`, with its eviction receiver.
+    Connected(TcpStream, usize, watch::Receiver<u64>),
+    /// Every candidate failed; `evicted` if some were skipped as evicted since the snapshot.
+    Exhausted { evicted: bool },
+    /// Shutdown cut the connection while dialing.
+    Cut,
 }
 
 /// Counts a connection in the `active` gauge for as long as it lives, even if a task panics.

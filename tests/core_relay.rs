@@ -76,3 +76,24 @@ async fn connections_to_a_backend_are_closed_within_a_second_of_it_turning_unrea
     assert_eq!(read_to_end(&mut on_remote).await, b"still herebye\n");
     app.shutdown().await;
 }
+
+#[tokio::test]
+async fn a_backend_evicted_after_the_snapshot_was_read_is_not_connected() {
+    let lab = Lab::new();
+    let local = lab.fake("local").await;
+    let remote = lab.fake("remote").await;
+    let health = "health: { interval: 30s, timeout: 2s, fast_interval: 1s }\n";
+    let app = lab
+        .start(&lab.yaml(
+            "dc-a",
+            &[(addr(&local), "dc-a"), (addr(&remote), "dc-b")],
+            health,
+        ))
+        .await;
+    wait_states(&app, &[Ready, Ready]).await;
+    // The writer's eviction signal fires, but the snapshot new connections read still shows the
+    // backend ready: the window between reading a snapshot and subscribing to evictions.
+    app.table().load().backends[0].live.evict_all();
+    assert_eq!(landed(app.listen_addrs()[0]).await, "remote");
+    app.shutdown().await;
+}
