@@ -97,3 +97,49 @@ async fn a_backend_evicted_after_the_snapshot_was_read_is_not_connected() {
     assert_eq!(landed(app.listen_addrs()[0]).await, "remote");
     app.shutdown().await;
 }
+
+#[tokio::test]
+async fn while_nothing_is_ready_connections_stay_and_move_once_a_backend_is_ready() {
+    let lab = Lab::new();
+    let local = lab.fake("local").await;
+    let remote = lab.fake("remote").await;
+    let app = lab
+        .start(&lab.yaml(
+            "dc-a",
+            &[(addr(&local), "dc-a"), (addr(&remote), "dc-b")],
+            "",
+        ))
+        .await;
+    wait_states(&app, &[Ready, Ready]).await;
+    let (mut on_local, name) = raw(app.listen_addrs()[0]).await.expect("relayed");
+    assert_eq!(name, "local");
+    let live = app.table().load().backends[0].live.clone();
+    let epoch = *live.evict.borrow();
+
+    // A cluster-wide outage: remote first, then local. Closing would only re-dial the same set.
+    remote.control.set_ready(false);
+    wait_states(&app, &[Ready, Unready]).await;
+    local.control.set_ready(false);
+    wait_states(&app, &[Unready, Unready]).await; // published together with any eviction
+    assert_eq!(
+        *live.evict.borrow(),
+        epoch,
+        "no eviction while nothing is ready"
+    );
+    on_local.get_mut().write_all(b"ping").await.expect("write");
+    let mut buf = [0u8; 4];
+    tokio::io::AsyncReadExt::read_exact(&mut on_local, &mut buf)
+        .await
+        .expect("still relayed");
+    assert_eq!(&buf, b"ping");
+
+    // The remote recovers first: the connection on the still-unready local one is closed.
+    remote.control.set_ready(true);
+    wait_states(&app, &[Unready, Ready]).await;
+    assert_ne!(*live.evict.borrow(), epoch);
+    assert!(
+        read_to_end(&mut on_local).await.is_empty(),
+        "closed to re-dial a ready backend"
+    );
+    app.shutdown().await;
+}
