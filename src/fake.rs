@@ -57,6 +57,8 @@ pub struct Control {
     pub readyz_hits: AtomicU64,
     /// Completed TLS handshakes.
     pub handshakes: AtomicU64,
+    /// A fixed `/readyz` answer (status, body) replacing the ready switch: redirects, huge bodies.
+    pub readyz_answer: ArcSwapOption<(u16, String)>,
     /// DER of the client certificate presented on the latest `/readyz` (None: anonymous).
     pub last_client_cert: ArcSwapOption<Vec<u8>>,
 }
@@ -203,6 +205,7 @@ impl FakeApiserver {
             accepting: AtomicBool::new(true),
             readyz_hits: AtomicU64::new(0),
             handshakes: AtomicU64::new(0),
+            readyz_answer: ArcSwapOption::empty(),
             last_client_cert: ArcSwapOption::empty(),
         });
         let stop = CancellationToken::new();
@@ -315,7 +318,10 @@ async fn answer<B>(
             control.last_client_cert.store(peer_cert);
             let pass = control.verdict();
             control.readyz_hits.fetch_add(1, Ordering::SeqCst);
-            if pass {
+            if let Some(answer) = control.readyz_answer.load_full() {
+                let (code, body) = (*answer).clone();
+                (StatusCode::from_u16(code).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR), body)
+            } else if pass {
                 (StatusCode::OK, "ok".to_string())
             } else {
                 (StatusCode::INTERNAL_SERVER_ERROR, "[+]ping ok\n[-]etcd failed: reason withheld\nreadyz check failed\n".to_string())
