@@ -16,8 +16,7 @@ use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
-use crate::backend::Snapshot;
-use crate::config::WhenNoneReady;
+use crate::backend::{Snapshot, State};
 use crate::metrics::{self, Metrics};
 use crate::pick::Pick;
 use crate::table::Table;
@@ -106,15 +105,16 @@ impl Admin {
 }
 
 /// The `/status` document. `rank` is the position in the current pick order (null: not a
-/// candidate); `mode` is `normal`, `fail_open`, `refuse`, or `starting` (refusing, but trying
-/// backends not yet checked).
+/// candidate); `mode` is `normal`, `fail_open` (routing to backends failing their checks),
+/// `refuse`, or `starting` (nothing ready yet; trying backends not yet checked).
 pub fn status_json(snap: &Snapshot, shutting_down: bool, client_cert: &str) -> serde_json::Value {
     let pick = snap.pick(0);
-    let mode = match pick {
+    let failing = |i: &usize| snap.backends[*i].health.state == State::Unready;
+    let mode = match &pick {
         Pick::Ready(_) => "normal",
-        // Refusing still tries backends not yet checked (start-up, just added).
-        Pick::Panic(_) if snap.when_none_ready == WhenNoneReady::Refuse => "starting",
-        Pick::Panic(_) => "fail_open",
+        Pick::Panic(order) if order.iter().any(failing) => "fail_open",
+        // Nothing ready yet, but backends not yet checked are tried (start-up, just added).
+        Pick::Panic(_) => "starting",
         Pick::Refuse => "refuse",
     };
     let backends: Vec<serde_json::Value> = snap
@@ -155,4 +155,65 @@ fn respond(status: StatusCode, content_type: &str, body: String) -> Response<Ful
         resp.headers_mut().insert(header::CONTENT_TYPE, v);
     }
     resp
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+    use std::time::Duration;
+
+    use super::*;
+    use crate::backend::{Backend, BackendLive, BackendSpec, Health};
+    use crate::config::WhenNoneReady;
+
+    fn snapshot(states: &[State], policy: WhenNoneReady) -> Snapshot {
+        let metrics = Metrics::new();
+        let backends = states
+            .iter()
+            .enumerate()
+            .map(|(i, &state)| Backend {
+                spec: Arc::new(BackendSpec {
+                    address: format!("10.0.0.{i}:6443"),
+                    host: format!("10.0.0.{i}"),
+                    port: 6443,
+                    zone: None,
+                    server_name: rustls_pki_types::ServerName::try_from("kubernetes")
+                        .expect("name"),
+                }),
+                health: Health {
+                    state,
+                    ..Health::UNKNOWN
+                },
+                live: Arc::new(BackendLive::new(
+                    metrics.backend(&format!("10.0.0.{i}:6443")),
+                )),
+                evict_epoch: 0,
+            })
+            .collect();
+        Snapshot {
+            generation: 1,
+            zone: None,
+            backends,
+            when_none_ready: policy,
+            connect_timeout: Duration::from_secs(1),
+        }
+    }
+
+    #[test]
+    fn mode_says_what_new_connections_get() {
+        use State::*;
+        use WhenNoneReady::*;
+        let cases = [
+            (vec![Ready, Unready], FailOpen, "normal"),
+            (vec![Unready, Unready], FailOpen, "fail_open"),
+            (vec![Unknown, Unready], FailOpen, "fail_open"),
+            (vec![Unknown, Unknown], FailOpen, "starting"),
+            (vec![Unknown, Unready], Refuse, "starting"),
+            (vec![Unready, Unready], Refuse, "refuse"),
+        ];
+        for (states, policy, want) in cases {
+            let v = status_json(&snapshot(&states, policy), false, "none");
+            assert_eq!(v["mode"], want, "{states:?} {policy:?}");
+        }
+    }
 }

@@ -75,13 +75,14 @@ pub struct Metrics {
     dial_failures: Family<BackendLabel, Counter>,
     closed_unready: Family<BackendLabel, Counter>,
     bytes: Family<BackendDirection, Counter>,
-    /// 1 while no backend is ready (failing open or refusing).
+    /// 1 from the moment every backend has answered and none is ready (failing open or
+    /// refusing) until one is ready again.
     pub no_ready_backends: Gauge,
     /// Client connections closed without a backend because none was ready (`refuse`).
     pub rejected_no_backend: Counter,
     /// Client connections closed because every candidate's dial failed.
     pub rejected_all_dials_failed: Counter,
-    /// Client connections routed while no backend was ready (failing open, or not yet checked).
+    /// Client connections relayed to a backend known to fail its checks (failing open).
     pub failed_open: Counter,
     reloads: Family<ResultLabel, Counter>,
     cert_expiry: Family<NoLabels, Gauge>,
@@ -90,8 +91,6 @@ pub struct Metrics {
 /// Handles for one backend, resolved once when the backend is added.
 #[derive(Debug, Clone)]
 pub struct BackendMetrics {
-    /// `readyprism_backend_ready` 0/1.
-    pub ready: Gauge,
     /// State changes to ready.
     pub to_ready: Counter,
     /// State changes to unready.
@@ -205,7 +204,7 @@ impl Metrics {
         );
         registry.register(
             "connections_failed_open",
-            "Client connections routed while no backend was ready",
+            "Client connections relayed to a backend failing its checks because none was ready",
             m.failed_open.clone(),
         );
         registry.register(
@@ -229,7 +228,7 @@ impl Metrics {
     }
 
     /// Resolves (creating if needed) every handle for one backend.
-    pub fn backend(&self, address: &str, zone: Option<&str>) -> BackendMetrics {
+    pub fn backend(&self, address: &str) -> BackendMetrics {
         let b = || BackendLabel {
             backend: address.to_string(),
         };
@@ -246,10 +245,6 @@ impl Metrics {
             direction,
         };
         BackendMetrics {
-            ready: self.backend_ready.get_or_create_owned(&BackendZone {
-                backend: address.to_string(),
-                zone: zone.unwrap_or("").to_string(),
-            }),
             to_ready: self.state_changes.get_or_create_owned(&with("ready")),
             to_unready: self.state_changes.get_or_create_owned(&with("unready")),
             checks_pass: self.health_checks.get_or_create_owned(&result("pass")),
@@ -262,6 +257,18 @@ impl Metrics {
             bytes_to_backend: self.bytes.get_or_create_owned(&dir("to_backend")),
             bytes_to_client: self.bytes.get_or_create_owned(&dir("to_client")),
         }
+    }
+
+    /// Sets `readyprism_backend_ready{backend,zone}`. Looked up per call: only the table writer
+    /// calls it, and the zone label may change on reload.
+    pub fn set_backend_ready(&self, address: &str, zone: Option<&str>, ready: bool) {
+        let labels = BackendZone {
+            backend: address.to_string(),
+            zone: zone.unwrap_or("").to_string(),
+        };
+        self.backend_ready
+            .get_or_create(&labels)
+            .set(i64::from(ready));
     }
 
     /// Drops the gauges of a removed backend so it stops showing as ready/active; counters stay.

@@ -50,11 +50,6 @@ impl Pick {
             Pick::Refuse => &[],
         }
     }
-
-    /// True when no backend is ready (failing open or refusing).
-    pub fn no_ready(&self) -> bool {
-        !matches!(self, Pick::Ready(_))
-    }
 }
 
 /// Orders candidates: ready only, local zone first, then by latency, with near-equal latencies

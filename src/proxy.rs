@@ -16,9 +16,8 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use tracing::Instrument;
 
-use crate::backend::{BackendLive, BackendSpec};
+use crate::backend::{BackendLive, BackendSpec, State};
 use crate::metrics::Metrics;
-use crate::pick::Pick;
 use crate::table::Table;
 
 /// Connections of an unready backend are closed spread over this window, so thousands of watch
@@ -96,12 +95,13 @@ impl Proxy {
             }
             match self.dial_first(&plan).await {
                 Dialed::Connected(backend, i, evict) => {
-                    let (spec, live, _) = &plan.candidates[i];
+                    let target = &plan.candidates[i];
                     tune(&backend);
-                    if plan.panic {
+                    if target.failing {
                         self.metrics.failed_open.inc();
                     }
-                    self.relay(&client, backend, spec, live, evict, seq).await;
+                    self.relay(&client, backend, &target.spec, &target.live, evict, seq)
+                        .await;
                     return;
                 }
                 Dialed::Cut => return,
@@ -122,20 +122,30 @@ impl Proxy {
             .iter()
             .map(|&i| {
                 let b = &snap.backends[i];
-                (b.spec.clone(), b.live.clone(), b.evict_epoch)
+                Target {
+                    spec: b.spec.clone(),
+                    live: b.live.clone(),
+                    epoch: b.evict_epoch,
+                    failing: b.health.state == State::Unready,
+                }
             })
             .collect();
         Plan {
             candidates,
             connect_timeout: snap.connect_timeout,
-            panic: matches!(pick, Pick::Panic(_)),
         }
     }
 
     /// Dials the candidates in order until one connects, before any byte is relayed.
     async fn dial_first(&self, plan: &Plan) -> Dialed {
         let mut evicted = false;
-        for (i, (spec, live, epoch)) in plan.candidates.iter().enumerate() {
+        for (
+            i,
+            Target {
+                spec, live, epoch, ..
+            },
+        ) in plan.candidates.iter().enumerate()
+        {
             // Subscribe before dialing and compare with the snapshot's epoch: an eviction between
             // the snapshot and now, or during the dial, moves us to the next candidate.
             let mut evict = live.evict.subscribe();
@@ -200,11 +210,19 @@ impl Proxy {
 
 /// What to dial for one client connection, copied out of a snapshot.
 struct Plan {
-    /// Backends in pick order, with the eviction epoch each had in the snapshot.
-    candidates: Vec<(Arc<BackendSpec>, Arc<BackendLive>, u64)>,
+    /// Backends in pick order.
+    candidates: Vec<Target>,
     connect_timeout: Duration,
-    /// No backend was ready: this connection fails open.
-    panic: bool,
+}
+
+/// One backend to dial, as the snapshot showed it.
+struct Target {
+    spec: Arc<BackendSpec>,
+    live: Arc<BackendLive>,
+    /// The eviction epoch in the snapshot; a different current value means evicted since.
+    epoch: u64,
+    /// Known to fail its checks: relaying to it is failing open.
+    failing: bool,
 }
 
 enum Dialed {

@@ -118,62 +118,76 @@ pub async fn run_writer(
                 finish(&table, &metrics, &old, next, &mut announced);
             }
             TableCmd::Configure { routing, done } => {
-                let next = configure(&old, routing, &metrics);
+                let (next, removed) = configure(&old, routing, &metrics);
                 finish(&table, &metrics, &old, next, &mut announced);
+                // After publishing: a connection that still read the old snapshot sees the new
+                // epoch, skips the removed backend and re-plans on the snapshot just published.
+                for live in removed {
+                    live.evict_all();
+                }
                 let _ = done.send(()); // the reloader may have given up waiting; nothing to undo
             }
         }
     }
 }
 
-fn configure(old: &Snapshot, routing: Routing, metrics: &Metrics) -> Snapshot {
-    let kept = |spec: &Arc<BackendSpec>| routing.backends.iter().any(|s| s == spec);
-    for gone in old.backends.iter().filter(|o| !kept(&o.spec)) {
+/// The snapshot for a new config, and the live state of removed backends (to evict once the
+/// snapshot is published). Backends are matched by address: a new zone or server name keeps the
+/// health and the connections (the probe restarts with the new name).
+fn configure(
+    old: &Snapshot,
+    routing: Routing,
+    metrics: &Metrics,
+) -> (Snapshot, Vec<Arc<BackendLive>>) {
+    let same = |a: &BackendSpec, b: &BackendSpec| a.address == b.address;
+    let mut removed = Vec::new();
+    for gone in old
+        .backends
+        .iter()
+        .filter(|o| !routing.backends.iter().any(|s| same(s, &o.spec)))
+    {
         tracing::info!(backend = %gone.spec.address, "backend removed from config; closing its connections");
-        gone.live.evict_all();
-        // The same address under a new zone or server name shares the handles: keep its series.
-        let zone = gone.spec.zone.as_deref();
-        match routing
-            .backends
-            .iter()
-            .find(|s| s.address == gone.spec.address)
-        {
-            None => metrics.forget_backend(&gone.spec.address, zone),
-            Some(s) if s.zone != gone.spec.zone => {
-                metrics.forget_ready_series(&gone.spec.address, zone)
-            }
-            Some(_) => {}
-        }
+        metrics.forget_backend(&gone.spec.address, gone.spec.zone.as_deref());
+        removed.push(gone.live.clone());
     }
     let backends: Vec<Backend> = routing
         .backends
         .into_iter()
-        .map(|spec| match old.backends.iter().find(|b| b.spec == spec) {
-            Some(kept) => kept.clone(),
-            None => {
-                let live = Arc::new(BackendLive::new(
-                    metrics.backend(&spec.address, spec.zone.as_deref()),
-                ));
-                let evict_epoch = *live.evict.borrow();
-                Backend {
-                    live,
-                    spec,
-                    health: Health::UNKNOWN,
-                    evict_epoch,
+        .map(
+            |spec| match old.backends.iter().find(|b| same(&b.spec, &spec)) {
+                Some(kept) => {
+                    if kept.spec.zone != spec.zone {
+                        metrics.forget_ready_series(&spec.address, kept.spec.zone.as_deref());
+                    }
+                    Backend {
+                        spec,
+                        ..kept.clone()
+                    }
                 }
-            }
-        })
+                None => {
+                    let live = Arc::new(BackendLive::new(metrics.backend(&spec.address)));
+                    let evict_epoch = *live.evict.borrow();
+                    Backend {
+                        live,
+                        spec,
+                        health: Health::UNKNOWN,
+                        evict_epoch,
+                    }
+                }
+            },
+        )
         .collect();
-    Snapshot {
+    let next = Snapshot {
         generation: old.generation,
         zone: routing.zone,
         backends,
         when_none_ready: routing.when_none_ready,
         connect_timeout: routing.connect_timeout,
-    }
+    };
+    (next, removed)
 }
 
-/// Publishes `next` and acts on what changed since `old`: evictions, gauges, warnings.
+/// Publishes `next`, then acts on what changed since `old`: evictions, gauges, warnings.
 fn finish(
     table: &Table,
     metrics: &Metrics,
@@ -184,24 +198,30 @@ fn finish(
     next.generation = old.generation + 1;
     let was_none_ready = !old.any_ready();
     let none_ready = !next.any_ready();
+    let left_no_ready = was_none_ready && !none_ready;
+    let refusing = next.when_none_ready == WhenNoneReady::Refuse;
+    let mut evictions = Vec::new();
     for b in &mut next.backends {
         let before = old
             .backends
             .iter()
-            .find(|o| o.spec == b.spec)
+            .find(|o| o.spec.address == b.spec.address)
             .map(|o| o.health.state);
-        b.live
-            .metrics
-            .ready
-            .set(i64::from(b.health.state == State::Ready));
-        // Close the connections of a backend known to fail once another backend is ready: when it
-        // just turned unready, or when we leave the no-ready state (connections that failed open
-        // to it). While nothing is ready they stay: re-dialling would land on the same set.
-        let evict = b.health.state == State::Unready
-            && !none_ready
-            && (before != Some(State::Unready) || was_none_ready);
-        if evict {
-            b.evict_epoch = b.live.evict_all();
+        let state = b.health.state;
+        metrics.set_backend_ready(
+            &b.spec.address,
+            b.spec.zone.as_deref(),
+            state == State::Ready,
+        );
+        // Close the connections of a backend known to fail when it turns unready, or when we leave
+        // the no-ready state (connections that failed open to it). While nothing is ready and we
+        // fail open they stay: re-dialling would only land on the same backends.
+        let just_failed = before != Some(State::Unready);
+        let close =
+            state == State::Unready && (!none_ready || refusing) && (just_failed || left_no_ready);
+        if close {
+            b.evict_epoch = b.live.evict.borrow().wrapping_add(1);
+            evictions.push((b.live.clone(), b.evict_epoch));
         }
     }
     // "No backend is ready" is only news once every backend has answered: at start-up the local
@@ -210,9 +230,7 @@ fn finish(
         .backends
         .iter()
         .all(|b| b.health.state != State::Unknown);
-    let no_ready_known = none_ready && settled && !next.backends.is_empty();
-    metrics.no_ready_backends.set(i64::from(no_ready_known));
-    if no_ready_known && !*announced {
+    if none_ready && settled && !next.backends.is_empty() && !*announced {
         let action = match next.when_none_ready {
             WhenNoneReady::FailOpen => "failing open: routing to all backends",
             WhenNoneReady::Refuse => "refusing client connections",
@@ -223,5 +241,14 @@ fn finish(
         tracing::warn!("a backend is ready again; leaving the no-ready-backend state");
         *announced = false;
     }
+    // A backend added while nothing is ready does not end the alert until it is ready.
+    metrics
+        .no_ready_backends
+        .set(i64::from(none_ready && *announced));
     table.publish(next);
+    // After publishing: connections picked from the old snapshot compare epochs and re-plan on
+    // the new one, which no longer offers these backends.
+    for (live, epoch) in evictions {
+        live.evict.send_replace(epoch);
+    }
 }

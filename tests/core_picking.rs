@@ -130,6 +130,18 @@ async fn refused_dial_goes_to_the_next_backend_without_client_visible_failure() 
         "still ready: the retry, not the health check, saved us"
     );
     assert_eq!(snap.backends[0].live.metrics.dial_failures.get(), 5);
+    // Both gone before the health checks notice: the client is closed and it is counted.
+    remote.stop().await;
+    assert!(raw(proxy).await.is_none());
+    let t = admin_get(app.admin_addr(), "/metrics").await.1;
+    assert_eq!(
+        metric(
+            &t,
+            "readyprism_connections_rejected_total",
+            "reason=\"all_dials_failed\""
+        ),
+        Some(1.0)
+    );
     app.shutdown().await;
 }
 

@@ -89,6 +89,47 @@ async fn reload_adds_removes_keeps_backends_and_rebinds_listeners() {
     assert_eq!(listeners.len(), 2);
     assert!(["b", "c"].contains(&landed(listeners[1]).await.as_str()));
 
+    // A backend's zone changes: same address, so its health and connections stay.
+    let b_ready_changes = app.table().load().backends[0].live.metrics.to_ready.get();
+    let moved = lab
+        .yaml("dc-b", &[(addr(&b), "dc-x"), (addr(&c), "dc-c")], "")
+        .replace("listen: [\"127.0.0.1:0\"]\n", both);
+    std::fs::write(&file, moved).expect("write");
+    readyprism::shutdown::reload(&mut app, &file, &no_override()).await;
+    let snap = app.table().load();
+    assert_eq!(
+        (
+            snap.backends[0].spec.zone.as_deref(),
+            snap.backends[0].health.state
+        ),
+        (Some("dc-x"), Ready)
+    );
+    assert!(
+        echo_ok(&mut on_b, b"zone changed").await,
+        "connection survives a zone change"
+    );
+    let t = admin_get(app.admin_addr(), "/metrics").await.1;
+    assert_eq!(
+        metric(
+            &t,
+            "readyprism_backend_ready",
+            &format!("backend=\"{}\",zone=\"dc-x\"", addr(&b))
+        ),
+        Some(1.0)
+    );
+    assert_eq!(
+        metric(
+            &t,
+            "readyprism_backend_ready",
+            &format!("backend=\"{}\",zone=\"dc-b\"", addr(&b))
+        ),
+        None
+    );
+    assert_eq!(
+        app.table().load().backends[0].live.metrics.to_ready.get(),
+        b_ready_changes
+    );
+
     // An invalid config is rejected and counted; the running one stays.
     std::fs::write(&file, "backends: [\n").expect("write");
     readyprism::shutdown::reload(&mut app, &file, &no_override()).await;
@@ -96,7 +137,7 @@ async fn reload_adds_removes_keeps_backends_and_rebinds_listeners() {
     let t = admin_get(app.admin_addr(), "/metrics").await.1;
     assert_eq!(
         metric(&t, "readyprism_config_reloads_total", "result=\"success\""),
-        Some(2.0)
+        Some(3.0)
     );
     assert_eq!(
         metric(&t, "readyprism_config_reloads_total", "result=\"failure\""),
@@ -105,7 +146,7 @@ async fn reload_adds_removes_keeps_backends_and_rebinds_listeners() {
 
     // Dropping the first listener keeps the connections it accepted.
     let only_second = lab
-        .yaml("dc-b", &[(addr(&b), "dc-b"), (addr(&c), "dc-c")], "")
+        .yaml("dc-b", &[(addr(&b), "dc-x"), (addr(&c), "dc-c")], "")
         .replace("listen: [\"127.0.0.1:0\"]\n", "listen: [\"127.0.0.2:0\"]\n");
     std::fs::write(&file, only_second).expect("write");
     readyprism::shutdown::reload(&mut app, &file, &no_override()).await;

@@ -228,6 +228,22 @@ fn a_fast_unready_local_apiserver_at_start_up_is_no_no_ready_alarm() {
     p.wait_log("backend state changed", |v| {
         v["fields"]["backend"] == addr(&local) && v["fields"]["to"] == "unready"
     });
+    let order: Vec<String> = p
+        .logs()
+        .into_iter()
+        .filter(|v| v["fields"]["message"] == "backend state changed")
+        .map(|v| {
+            v["fields"]["backend"]
+                .as_str()
+                .unwrap_or_default()
+                .to_string()
+        })
+        .collect();
+    assert_eq!(
+        order,
+        [addr(&local), addr(&remote)],
+        "the scenario: the local 500 comes first"
+    );
     let alarms: Vec<_> = p
         .logs()
         .into_iter()

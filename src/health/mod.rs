@@ -183,7 +183,7 @@ mod tests {
                 rise: 2,
                 fall: 2,
             },
-            metrics: metrics.backend(&spec.address, None),
+            metrics: metrics.backend(&spec.address),
             spec,
             initial: Health::UNKNOWN,
             table: tx,

@@ -252,6 +252,9 @@ fn tls_reason(e: &std::io::Error) -> String {
 
 fn rustls_reason(e: &rustls::Error) -> String {
     match e {
+        // Variants carrying their own detail (`Other`, `Unknown(n)`) keep rustls' wording.
+        rustls::Error::InvalidCertificate(rustls::CertificateError::Other(_))
+        | rustls::Error::AlertReceived(rustls::AlertDescription::Unknown(_)) => format!("TLS: {e}"),
         rustls::Error::InvalidCertificate(c) => format!("TLS: {}", words(&format!("{c:?}"))),
         // With TLS 1.3 the server rejects our client certificate after the handshake: the alert
         // (`unknown ca`, `certificate required`) surfaces on the first request.
