@@ -194,7 +194,15 @@ async fn no_ready_backend_with_refuse_closes_clients() {
     // Once it is ready again, clients get through.
     a.control.set_ready(true);
     wait_states(&app, &[Ready]).await;
-    assert_eq!(landed(app.listen_addrs()[0]).await, "a");
+    let (mut held, name) = raw(app.listen_addrs()[0]).await.expect("relayed");
+    assert_eq!(name, "a");
+    // The last ready backend fails: with refuse its connections are closed even so.
+    a.control.set_ready(false);
+    wait_states(&app, &[Unready]).await;
+    assert!(
+        read_to_end(&mut held).await.is_empty(),
+        "closed: refuse means no traffic to failing backends"
+    );
     app.shutdown().await;
 }
 
