@@ -154,15 +154,15 @@ fn dispatch(command: Command) -> anyhow::Result<ExitCode> {
                 let quit = tokio_util::sync::CancellationToken::new();
                 let mut term = signal(SignalKind::terminate()).context("signal handling")?;
                 let mut int = signal(SignalKind::interrupt()).context("signal handling")?;
-                let on_signal = quit.clone();
-                tokio::spawn(async move {
+                let demo = readyprism::demo::run(opts, quit.clone());
+                tokio::pin!(demo);
+                loop {
                     tokio::select! {
-                        _ = term.recv() => {}
-                        _ = int.recv() => {}
+                        report = &mut demo => return report.map(|_| ()).context("demo"),
+                        _ = term.recv() => quit.cancel(),
+                        _ = int.recv() => quit.cancel(),
                     }
-                    on_signal.cancel();
-                });
-                readyprism::demo::run(opts, quit).await.context("demo")
+                }
             })?;
             Ok(ExitCode::SUCCESS)
         }
