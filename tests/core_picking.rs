@@ -106,18 +106,8 @@ async fn lower_readyz_latency_wins_among_remotes_and_near_equal_ones_share() {
 #[tokio::test]
 async fn refused_dial_goes_to_the_next_backend_without_client_visible_failure() {
     let lab = Lab::new();
-    let local = lab.fake("local").await;
-    let remote = lab.fake("remote").await;
     // Long interval: after the first probe both stay "ready" while we stop the local one.
-    let health = "health: { interval: 30s, timeout: 2s, fast_interval: 1s }\n";
-    let app = lab
-        .start(&lab.yaml(
-            "dc-a",
-            &[(addr(&local), "dc-a"), (addr(&remote), "dc-b")],
-            health,
-        ))
-        .await;
-    wait_states(&app, &[Ready, Ready]).await;
+    let (local, remote, app) = lab.local_and_remote(SLOW_PROBES).await;
     let proxy = app.listen_addrs()[0];
     assert_eq!(landed(proxy).await, "local");
     local.stop().await;
@@ -266,8 +256,7 @@ async fn dial_that_times_out_goes_to_the_next_backend() {
         .expect("tls");
     let holed = readyprism::fake::FakeApiserver::start("holed", listener, tls).expect("fake");
     let other = lab.fake("other").await;
-    let extra =
-        "health: { interval: 30s, timeout: 2s, fast_interval: 1s }\nconnect_timeout: 300ms\n";
+    let extra = &format!("{SLOW_PROBES}connect_timeout: 300ms\n");
     let app = lab
         .start(&lab.yaml(
             "dc-a",

@@ -26,16 +26,7 @@ async fn half_close_reaches_the_backend_and_the_response_still_flows_back() {
 #[tokio::test]
 async fn connections_to_a_backend_are_closed_within_a_second_of_it_turning_unready() {
     let lab = Lab::new();
-    let local = lab.fake("local").await;
-    let remote = lab.fake("remote").await;
-    let app = lab
-        .start(&lab.yaml(
-            "dc-a",
-            &[(addr(&local), "dc-a"), (addr(&remote), "dc-b")],
-            "",
-        ))
-        .await;
-    wait_states(&app, &[Ready, Ready]).await;
+    let (local, _remote, app) = lab.local_and_remote("").await;
     let proxy = app.listen_addrs()[0];
     let mut on_local = Vec::new();
     for _ in 0..5 {
@@ -80,17 +71,7 @@ async fn connections_to_a_backend_are_closed_within_a_second_of_it_turning_unrea
 #[tokio::test]
 async fn a_backend_evicted_after_the_snapshot_was_read_is_not_connected() {
     let lab = Lab::new();
-    let local = lab.fake("local").await;
-    let remote = lab.fake("remote").await;
-    let health = "health: { interval: 30s, timeout: 2s, fast_interval: 1s }\n";
-    let app = lab
-        .start(&lab.yaml(
-            "dc-a",
-            &[(addr(&local), "dc-a"), (addr(&remote), "dc-b")],
-            health,
-        ))
-        .await;
-    wait_states(&app, &[Ready, Ready]).await;
+    let (_local, _remote, app) = lab.local_and_remote(SLOW_PROBES).await;
     // The writer's eviction signal fires, but the snapshot new connections read still shows the
     // backend ready: the window between reading a snapshot and subscribing to evictions.
     app.table().load().backends[0].live.evict_all();
@@ -101,16 +82,7 @@ async fn a_backend_evicted_after_the_snapshot_was_read_is_not_connected() {
 #[tokio::test]
 async fn while_nothing_is_ready_connections_stay_and_move_once_a_backend_is_ready() {
     let lab = Lab::new();
-    let local = lab.fake("local").await;
-    let remote = lab.fake("remote").await;
-    let app = lab
-        .start(&lab.yaml(
-            "dc-a",
-            &[(addr(&local), "dc-a"), (addr(&remote), "dc-b")],
-            "",
-        ))
-        .await;
-    wait_states(&app, &[Ready, Ready]).await;
+    let (local, remote, app) = lab.local_and_remote("").await;
     let (mut on_local, name) = raw(app.listen_addrs()[0]).await.expect("relayed");
     assert_eq!(name, "local");
     let live = app.table().load().backends[0].live.clone();

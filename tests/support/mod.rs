@@ -19,6 +19,9 @@ use rustls::ServerConfig;
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 use tokio::net::{TcpListener, TcpStream};
 
+/// Probes at start-up only, in practice: backends stay as first seen while a test breaks them.
+pub const SLOW_PROBES: &str = "health: { interval: 30s, timeout: 2s, fast_interval: 1s }\n";
+
 /// Generous bound for things that should happen in well under a second.
 pub const SOON: Duration = Duration::from_secs(10);
 
@@ -80,6 +83,21 @@ impl Lab {
         }
         y.push_str(extra);
         y
+    }
+
+    /// Two fake apiservers, `local` in the node's zone `dc-a` and `remote` in `dc-b`, behind a
+    /// balancer started with `extra` config, both ready.
+    pub async fn local_and_remote(&self, extra: &str) -> (FakeApiserver, FakeApiserver, App) {
+        let (local, remote) = (self.fake("local").await, self.fake("remote").await);
+        let app = self
+            .start(&self.yaml(
+                "dc-a",
+                &[(addr(&local), "dc-a"), (addr(&remote), "dc-b")],
+                extra,
+            ))
+            .await;
+        wait_states(&app, &[State::Ready, State::Ready]).await;
+        (local, remote, app)
     }
 
     pub async fn start(&self, yaml: &str) -> App {
