@@ -116,6 +116,17 @@ impl Checker {
 mod tests {
     use super::*;
 
+    /// A result that starts or continues a pending change.
+    const PENDING: Step = Step {
+        changed: None,
+        pending: true,
+    };
+    /// A result that agrees with the current state.
+    const STEADY: Step = Step {
+        changed: None,
+        pending: false,
+    };
+
     fn pass(ms: u64) -> Outcome {
         Outcome {
             pass: true,
@@ -150,27 +161,9 @@ mod tests {
     fn fall_needs_consecutive_failures_and_a_pass_resets_it() {
         let mut c = Checker::new(2, 3, Health::UNKNOWN);
         c.observe(&pass(1));
-        assert_eq!(
-            c.observe(&fail()),
-            Step {
-                changed: None,
-                pending: true
-            }
-        );
-        assert_eq!(
-            c.observe(&fail()),
-            Step {
-                changed: None,
-                pending: true
-            }
-        );
-        assert_eq!(
-            c.observe(&pass(1)),
-            Step {
-                changed: None,
-                pending: false
-            }
-        );
+        assert_eq!(c.observe(&fail()), PENDING);
+        assert_eq!(c.observe(&fail()), PENDING);
+        assert_eq!(c.observe(&pass(1)), STEADY);
         c.observe(&fail());
         c.observe(&fail());
         assert_eq!(
@@ -187,20 +180,8 @@ mod tests {
     fn rise_needs_consecutive_passes() {
         let mut c = Checker::new(2, 2, Health::UNKNOWN);
         c.observe(&fail());
-        assert_eq!(
-            c.observe(&pass(1)),
-            Step {
-                changed: None,
-                pending: true
-            }
-        );
-        assert_eq!(
-            c.observe(&fail()),
-            Step {
-                changed: None,
-                pending: false
-            }
-        );
+        assert_eq!(c.observe(&pass(1)), PENDING);
+        assert_eq!(c.observe(&fail()), STEADY);
         c.observe(&pass(1));
         assert_eq!(
             c.observe(&pass(1)).changed,
