@@ -1,27 +1,26 @@
-//! Assembly: binds the listeners, starts the table writer, the TLS watcher, one probe task per
+//! Assembly: binds the listeners, starts the table writer, the TLS watcher, one health monitor per
 //! backend, the proxy and the admin server; applies reloads; shuts down in order.
 //!
 //! Every task is tracked here and cancellable. Does not own signals (`shutdown`) or any behaviour
 //! of the parts it wires together.
 
-use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::net::TcpListener;
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::{mpsc, oneshot, watch};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
-use crate::admin::Admin;
+use crate::admin::{Admin, StatusDoc};
 use crate::backend::BackendSpec;
 use crate::config::Config;
-use crate::health::ProbeTask;
+use crate::health::Monitor;
 use crate::metrics::Metrics;
 use crate::proxy::Proxy;
-use crate::table::{self, Routing, Table, TableCmd};
+use crate::table::{self, Table, TableCmd};
 use crate::tls::{self, TlsError, TlsSource};
 
 /// Why the balancer could not start or a reload was rejected. One line each, naming the culprit.
@@ -57,7 +56,8 @@ struct Listener {
     stop: CancellationToken,
 }
 
-struct Probe {
+/// A running [`Monitor`] task and the spec it checks.
+struct MonitorHandle {
     spec: Arc<BackendSpec>,
     stop: CancellationToken,
 }
@@ -73,7 +73,7 @@ pub struct App {
     writer: mpsc::Sender<TableCmd>,
     tasks: TaskTracker,
     background: CancellationToken,
-    probes: Vec<Probe>,
+    monitors: Vec<MonitorHandle>,
     listeners: Vec<Listener>,
     admin_listener: Listener,
     admin_tasks: TaskTracker,
@@ -135,7 +135,7 @@ impl App {
             writer,
             tasks,
             background,
-            probes: Vec::new(),
+            monitors: Vec::new(),
             listeners: Vec::new(),
             admin_listener: Listener {
                 configured: config.admin,
@@ -149,12 +149,12 @@ impl App {
             app.admin_listener.stop.cancel();
             return Err(e);
         }
-        app.sync_probes(&config, false);
+        app.reconcile_monitors(&config, false);
         for (configured, (listener, bound)) in bound {
             app.spawn_listener(configured, listener, bound);
         }
         let listen: Vec<String> = app.listen_addrs().iter().map(ToString::to_string).collect();
-        tracing::info!(listen = %listen.join(","), admin = %admin_bound, backends = config.backends.len(), zone = config.zone.as_deref().unwrap_or(""), "readyprism started");
+        tracing::info!(listen = %listen.join(","), admin = %admin_bound, backends = config.backends.len(), zone = config.routing.zone.as_deref().unwrap_or(""), "readyprism started");
         Ok(app)
     }
 
@@ -168,13 +168,30 @@ impl App {
         self.admin_listener.bound
     }
 
-    /// The routing table (tests and the demo watch it).
-    pub fn table(&self) -> Arc<Table> {
+    /// The `/status` document as of now: what an operator sees, and what tests observe.
+    pub fn status(&self) -> StatusDoc {
+        self.admin.status()
+    }
+
+    /// Notified with the generation of every published snapshot, so a caller can wait for a
+    /// change instead of sleeping.
+    pub fn subscribe(&self) -> watch::Receiver<u64> {
+        self.table.subscribe()
+    }
+
+    /// The `/metrics` text as of now.
+    pub fn metrics_text(&self) -> String {
+        self.metrics.encode()
+    }
+
+    /// The routing table (the demo watches it).
+    #[cfg(feature = "sim")]
+    pub(crate) fn table(&self) -> Arc<Table> {
         self.table.clone()
     }
 
-    /// The metrics registry.
-    pub fn metrics(&self) -> Arc<Metrics> {
+    /// The metrics registry (reload counting).
+    pub(crate) fn metrics(&self) -> Arc<Metrics> {
         self.metrics.clone()
     }
 
@@ -208,7 +225,20 @@ impl App {
             tls::publish_expiry(&self.metrics, &cert);
         }
         let restart_all = new.health != self.config.health;
-        self.sync_probes(&new, restart_all);
+        self.reconcile_monitors(&new, restart_all);
+        self.reconcile_listeners(&new, fresh, new_admin);
+        self.config = new;
+        Ok(())
+    }
+
+    /// Stops listeners no longer configured (their connections stay), starts the freshly bound
+    /// ones, and moves the admin server when its address changed.
+    fn reconcile_listeners(
+        &mut self,
+        new: &Config,
+        fresh: Vec<(SocketAddr, (TcpListener, SocketAddr))>,
+        new_admin: Option<(TcpListener, SocketAddr)>,
+    ) {
         self.listeners.retain(|l| {
             let keep = new.listen.contains(&l.configured);
             if !keep {
@@ -231,8 +261,6 @@ impl App {
                 stop,
             };
         }
-        self.config = new;
-        Ok(())
     }
 
     /// Readiness 503 → stop accepting → `shutdown_grace` for connections to end → cut the rest →
@@ -259,8 +287,8 @@ impl App {
             self.proxy.cut.cancel();
             conns.wait().await;
         }
-        for p in &self.probes {
-            p.stop.cancel();
+        for m in &self.monitors {
+            m.stop.cancel();
         }
         self.background.cancel();
         self.tasks.close();
@@ -272,58 +300,49 @@ impl App {
     }
 
     async fn configure_table(&self, config: &Config) -> Result<(), StartError> {
-        let routing = Routing {
-            zone: config.zone.clone(),
-            backends: config.backends.iter().cloned().map(Arc::new).collect(),
-            when_none_ready: config.when_none_ready,
-            connect_timeout: config.connect_timeout,
-        };
         let (done, wait) = oneshot::channel();
         self.writer
-            .send(TableCmd::Configure { routing, done })
+            .send(TableCmd::Configure {
+                routing: config.routing.clone(),
+                backends: config.backends.iter().cloned().map(Arc::new).collect(),
+                done,
+            })
             .await
             .map_err(|_| StartError::TableGone)?;
         wait.await.map_err(|_| StartError::TableGone)
     }
 
-    /// Stops probes of backends no longer configured and starts probes for new ones (all of them
-    /// when `restart_all`), each starting from the health the table already holds.
-    fn sync_probes(&mut self, config: &Config, restart_all: bool) {
-        let snap = self.table.load();
-        self.probes.retain(|p| {
-            let keep = !restart_all && config.backends.iter().any(|b| *b == *p.spec);
+    /// Stops the monitors of backends no longer configured or whose spec changed (all of them
+    /// when `restart_all`), and starts monitors for backends without one, each from the health
+    /// the table already holds.
+    fn reconcile_monitors(&mut self, config: &Config, restart_all: bool) {
+        self.monitors.retain(|m| {
+            let keep = !restart_all && config.backends.iter().any(|b| *b == *m.spec);
             if !keep {
-                p.stop.cancel();
+                m.stop.cancel();
             }
             keep
         });
-        let running: HashMap<&str, ()> = self
-            .probes
-            .iter()
-            .map(|p| (p.spec.address.as_str(), ()))
-            .collect();
-        let mut started = Vec::new();
-        for b in snap
-            .backends
-            .iter()
-            .filter(|b| !running.contains_key(b.spec.address.as_str()))
-        {
+        let snap = self.table.load();
+        for b in &snap.backends {
+            if self.monitors.iter().any(|m| m.spec.id == b.spec.id) {
+                continue;
+            }
             let stop = self.background.child_token();
-            let (task, prober) = ProbeTask {
+            let monitor = Monitor {
                 spec: b.spec.clone(),
                 health: config.health.clone(),
                 initial: b.health.clone(),
                 table: self.writer.clone(),
                 metrics: b.live.metrics.clone(),
-            }
-            .https(self.tls.clone());
-            self.tasks.spawn(task.run(prober, stop.clone()));
-            started.push(Probe {
+            };
+            let probe = monitor.https_probe(self.tls.clone());
+            self.tasks.spawn(monitor.run(probe, stop.clone()));
+            self.monitors.push(MonitorHandle {
                 spec: b.spec.clone(),
                 stop,
             });
         }
-        self.probes.extend(started);
     }
 
     fn spawn_listener(&mut self, configured: SocketAddr, listener: TcpListener, bound: SocketAddr) {

@@ -1,24 +1,50 @@
-//! A backend's identity, its health as last decided, its live counters, and the immutable `Snapshot`
-//! that holds all of them together.
+//! A backend's identity, its live per-backend state (active count, eviction), and the immutable
+//! [`Snapshot`] that holds every backend with its health and the routing settings.
 //!
 //! Does not own how health is measured (`health/`), how snapshots are published (`table`), or how a
 //! backend is chosen (`pick`).
 
+use std::fmt;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
 use rustls_pki_types::ServerName;
 use tokio::sync::watch;
 
-use crate::config::WhenNoneReady;
+use crate::health::state::{Health, State};
 use crate::metrics::BackendMetrics;
-use crate::pick::{self, Candidate, Pick};
+use crate::pick::{self, Candidate, Pick, WhenNoneReady};
 
-/// One configured apiserver. Immutable; a config change that alters it makes a new backend.
+/// A backend's identity: its address exactly as configured. Reloads, probes, status, logs and
+/// metrics all name a backend by it, so a backend whose zone or server name changes stays itself.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct BackendId(Arc<str>);
+
+impl BackendId {
+    /// The id of the backend configured as `address`.
+    pub fn new(address: &str) -> Self {
+        BackendId(address.into())
+    }
+
+    /// The configured address.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Display for BackendId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+/// One configured apiserver. Immutable; a config change that alters it makes a new spec with the
+/// same [`BackendId`].
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct BackendSpec {
-    /// The address exactly as configured: the backend's name in status, logs and metrics.
-    pub address: String,
+    /// Identity: the address as configured.
+    pub id: BackendId,
     /// What to dial: an IP literal (no brackets) or a DNS name.
     pub host: String,
     /// TCP port.
@@ -29,56 +55,101 @@ pub struct BackendSpec {
     pub server_name: ServerName<'static>,
 }
 
-/// Health state as decided by the rise/fall state machine.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum State {
-    /// No probe has finished yet.
-    Unknown,
-    /// Passing: receives new connections.
-    Ready,
-    /// Failing: receives nothing unless no backend is ready and we fail open.
-    Unready,
+/// The config-derived settings that decide routing, declared once: the config holds them, the
+/// snapshot carries them to the accept path.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Routing {
+    /// This node's zone: backends in it are picked first.
+    pub zone: Option<String>,
+    /// Behaviour with no ready backend.
+    pub when_none_ready: WhenNoneReady,
+    /// Bound on one dial attempt; on expiry the next candidate is tried.
+    pub connect_timeout: Duration,
 }
 
-impl State {
-    /// Lower-case name used in status JSON, logs and metric labels.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            State::Unknown => "unknown",
-            State::Ready => "ready",
-            State::Unready => "unready",
+impl Default for Routing {
+    fn default() -> Self {
+        Routing {
+            zone: None,
+            when_none_ready: WhenNoneReady::FailOpen,
+            connect_timeout: Duration::from_secs(1),
         }
     }
 }
 
-/// What the health checker last published for one backend.
-#[derive(Debug, Clone, PartialEq)]
-pub struct Health {
-    /// Current state after hysteresis.
-    pub state: State,
-    /// Smoothed `/readyz` request→response time; `None` until a response was measured.
-    pub latency: Option<Duration>,
-    /// Reason of the most recent failed probe; cleared by a pass.
-    pub last_error: Option<Arc<str>>,
+/// Closes the connections relayed to one backend, without a race against the snapshot a
+/// connection was picked from.
+///
+/// The protocol, in one place: **publish, then bump.** The table writer stamps the snapshot that
+/// stops offering the backend with [`Eviction::next`], publishes it, and only then calls
+/// [`Eviction::bump_to`]. A connection calls [`Eviction::watch_from`] with the epoch of the
+/// snapshot it picked from, before dialing: `None` means the backend was evicted since (or the
+/// snapshot already knew it would be), so it skips the backend and, having lost candidates, plans
+/// again on the newer snapshot; `Some` fires on the next bump. No eviction can slip between
+/// reading a snapshot and watching.
+#[derive(Debug)]
+pub struct Eviction(watch::Sender<u64>);
+
+impl Default for Eviction {
+    fn default() -> Self {
+        Eviction(watch::Sender::new(0))
+    }
 }
 
-impl Health {
-    /// Health of a backend no probe has finished for.
-    pub const UNKNOWN: Health = Health {
-        state: State::Unknown,
-        latency: None,
-        last_error: None,
-    };
+impl Eviction {
+    /// The current epoch: what a snapshot made now is stamped with.
+    pub fn epoch(&self) -> u64 {
+        *self.0.borrow()
+    }
+
+    /// The epoch to stamp on a snapshot that evicts this backend, and to bump to once published.
+    pub fn next(&self) -> u64 {
+        self.epoch().wrapping_add(1)
+    }
+
+    /// Fires every watch: call after publishing the snapshot stamped with `epoch`.
+    pub fn bump_to(&self, epoch: u64) {
+        self.0.send_replace(epoch);
+    }
+
+    /// Closes every connection of a backend no snapshot offers any more (removed by a reload).
+    pub fn evict_now(&self) {
+        self.0.send_modify(|n| *n = n.wrapping_add(1));
+    }
+
+    /// A watch for a connection picked from a snapshot stamped `epoch`; `None` if already evicted.
+    pub fn watch_from(&self, epoch: u64) -> Option<EvictionWatch> {
+        let mut rx = self.0.subscribe();
+        let current = *rx.borrow_and_update();
+        (current == epoch).then_some(EvictionWatch(rx))
+    }
 }
 
-/// Per-backend state that outlives snapshots: atomics and signals shared by every connection to it.
+/// One connection's view of its backend's [`Eviction`].
+#[derive(Debug)]
+pub struct EvictionWatch(watch::Receiver<u64>);
+
+impl EvictionWatch {
+    /// True once the backend was evicted after the watch was made.
+    pub fn fired(&self) -> bool {
+        self.0.has_changed().unwrap_or(true)
+    }
+
+    /// Completes when the backend is evicted.
+    pub async fn wait(&mut self) {
+        // A closed channel cannot happen while the backend lives; treat it as an eviction.
+        let _ = self.0.changed().await;
+    }
+}
+
+/// Per-backend state that outlives snapshots, shared by every connection to the backend.
 #[derive(Debug)]
 pub struct BackendLive {
-    /// Bumped when the backend's connections must be closed (turned unready, or removed).
-    /// Each relayed connection holds a receiver and closes when the value changes.
-    pub evict: watch::Sender<u64>,
-    /// Pre-resolved metric handles, so the relay path never looks up labels. Its `active` gauge is
-    /// also the picker's count of connections currently relayed to this backend.
+    /// Closes the backend's connections when it turns unready or is removed.
+    pub eviction: Eviction,
+    /// Connections relayed to the backend now: the picker's "fewest active" input.
+    pub active: AtomicUsize,
+    /// Pre-resolved metric handles, so the relay path never looks up labels.
     pub metrics: BackendMetrics,
 }
 
@@ -86,50 +157,53 @@ impl BackendLive {
     /// Fresh live state with the given metric handles.
     pub fn new(metrics: BackendMetrics) -> Self {
         BackendLive {
-            evict: watch::Sender::new(0),
+            eviction: Eviction::default(),
+            active: AtomicUsize::new(0),
             metrics,
         }
     }
 
-    /// Asks every connection relayed to this backend to close; returns the new eviction epoch.
-    pub fn evict_all(&self) -> u64 {
-        let mut epoch = 0;
-        self.evict.send_modify(|n| {
-            *n = n.wrapping_add(1);
-            epoch = *n;
-        });
-        epoch
+    /// Counts one relayed connection for as long as the returned guard lives (also on panic).
+    pub fn count_active(&self) -> ActiveGuard<'_> {
+        self.active.fetch_add(1, Ordering::Relaxed);
+        self.metrics.active.inc();
+        ActiveGuard(self)
+    }
+}
+
+/// See [`BackendLive::count_active`].
+#[derive(Debug)]
+pub struct ActiveGuard<'a>(&'a BackendLive);
+
+impl Drop for ActiveGuard<'_> {
+    fn drop(&mut self) {
+        self.0.active.fetch_sub(1, Ordering::Relaxed);
+        self.0.metrics.active.dec();
     }
 }
 
 /// One entry of a snapshot.
 #[derive(Debug, Clone)]
 pub struct Backend {
-    /// Configuration identity.
+    /// Configuration and identity.
     pub spec: Arc<BackendSpec>,
     /// Health at the time the snapshot was made.
     pub health: Health,
-    /// Live counters, shared with the previous and next snapshots of the same backend.
+    /// Live state, shared with the previous and next snapshots of the same backend.
     pub live: Arc<BackendLive>,
-    /// The eviction epoch as of this snapshot. A connection picked from this snapshot compares it
-    /// with `live.evict` after subscribing: a difference means the backend was evicted since, so
-    /// no eviction can slip between reading the snapshot and subscribing.
+    /// The eviction epoch this snapshot was stamped with (see [`Eviction`]).
     pub evict_epoch: u64,
 }
 
 /// Everything the accept path and the admin server need, frozen at one moment.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Default)]
 pub struct Snapshot {
     /// Increases by one with every published snapshot; tests and status wait on it.
     pub generation: u64,
-    /// This node's zone.
-    pub zone: Option<String>,
+    /// Zone, no-ready policy and dial timeout.
+    pub routing: Routing,
     /// Backends in config order.
     pub backends: Vec<Backend>,
-    /// Behaviour with no ready backend.
-    pub when_none_ready: WhenNoneReady,
-    /// Per-attempt dial timeout.
-    pub connect_timeout: Duration,
 }
 
 impl Snapshot {
@@ -138,22 +212,79 @@ impl Snapshot {
         self.backends.iter().any(|b| b.health.state == State::Ready)
     }
 
+    /// Index of the backend with `id`.
+    pub fn position(&self, id: &BackendId) -> Option<usize> {
+        self.backends.iter().position(|b| b.spec.id == *id)
+    }
+
     /// The picker's input: a plain copy of what it needs, with active counts read now.
     pub fn candidates(&self) -> Vec<Candidate> {
+        let zone = self.routing.zone.as_ref();
         self.backends
             .iter()
             .map(|b| Candidate {
-                ready: b.health.state == State::Ready,
-                failing: b.health.state == State::Unready,
-                local: self.zone.is_some() && b.spec.zone == self.zone,
+                state: b.health.state,
+                local: zone.is_some() && b.spec.zone.as_ref() == zone,
                 latency: b.health.latency,
-                active: usize::try_from(b.live.metrics.active.get()).unwrap_or(0),
+                active: b.live.active.load(Ordering::Relaxed),
             })
             .collect()
     }
 
     /// The current pick order, as a new connection with round-robin position `rr` would see it.
     pub fn pick(&self, rr: usize) -> Pick {
-        pick::pick(&self.candidates(), self.when_none_ready, rr)
+        pick::pick(&self.candidates(), self.routing.when_none_ready, rr)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_watch_made_from_the_current_epoch_fires_on_the_next_bump() {
+        let e = Eviction::default();
+        let w = e.watch_from(e.epoch()).expect("not evicted");
+        assert!(!w.fired());
+        e.bump_to(e.next());
+        assert!(w.fired());
+    }
+
+    #[test]
+    fn publish_then_bump_leaves_no_window() {
+        let e = Eviction::default();
+        let old_snapshot_epoch = e.epoch();
+        let new_snapshot_epoch = e.next(); // stamped on the snapshot that stops offering it
+                                           // Published, not yet bumped: neither reader may connect.
+        assert!(e.watch_from(new_snapshot_epoch).is_none());
+        let early = e.watch_from(old_snapshot_epoch).expect("bump not sent yet");
+        e.bump_to(new_snapshot_epoch);
+        assert!(early.fired(), "a watch made before the bump fires");
+        assert!(
+            e.watch_from(old_snapshot_epoch).is_none(),
+            "a reader of the old snapshot after the bump skips the backend"
+        );
+    }
+
+    #[test]
+    fn evict_now_fires_and_stales_every_earlier_epoch() {
+        let e = Eviction::default();
+        let before = e.epoch();
+        let w = e.watch_from(before).expect("fresh");
+        e.evict_now();
+        assert!(w.fired());
+        assert!(e.watch_from(before).is_none());
+    }
+
+    #[test]
+    fn active_guard_counts_for_the_picker_and_the_gauge() {
+        let m = crate::metrics::Metrics::new();
+        let live = BackendLive::new(m.backend(&BackendId::new("a:1")));
+        let g = live.count_active();
+        assert_eq!(live.active.load(Ordering::Relaxed), 1);
+        assert_eq!(live.metrics.active.get(), 1);
+        drop(g);
+        assert_eq!(live.active.load(Ordering::Relaxed), 0);
+        assert_eq!(live.metrics.active.get(), 0);
     }
 }

@@ -3,33 +3,38 @@
 //! closes connections to an apiserver that turns unready.
 //!
 //! ```text
-//!  health::ProbeTask ──probe──▶ health::state (rise/fall) ──TableCmd──▶ table writer
-//!        (one per backend)                                               │ ArcSwap::store
-//!                                                                        ▼
-//!  client ──▶ proxy (load snapshot ─▶ pick ─▶ dial with retry ─▶ relay) ◀── Snapshot ──▶ admin
-//!                       ▲ evict signal when a backend stops being ready ─┘
+//!  health::Monitor ─probe─▶ health::rise_fall ──TableCmd──▶ table writer ── transitions (pure)
+//!    (one per backend)                                          │ publish, then bump evictions
+//!                                                               ▼
+//!  client ──▶ proxy (load Snapshot ─▶ pick (pure) ─▶ dial with retry ─▶ relay) ◀── admin /status
+//!                       ▲ backend::Eviction fires when a backend stops being ready ─┘
 //! ```
 //!
-//! Modules: [`config`] (YAML → typed), [`backend`] (identity, health, snapshot), [`table`] (the one
-//! `ArcSwap`), [`health`], [`pick`] (pure), [`proxy`] + [`relay`], [`admin`], [`metrics`], [`tls`],
-//! [`app`] (wiring), [`shutdown`] (signals), and for people and tests: `status`, `demo`, `fake`, `pki`.
+//! The daemon: [`config`] (YAML → typed), [`backend`] (identity, eviction, the snapshot),
+//! [`table`] (the one `ArcSwap`, its writer and its pure transitions), [`health`] (probe,
+//! rise/fall, monitor), [`pick`] (pure), [`proxy`] + [`relay`], [`accept`], [`admin`] (and the
+//! `/status` type), [`metrics`], [`tls`], [`app`] (wiring), [`signals`].
+//! Operator tools: [`cli`] (`status`, `demo`). Simulation for the demo and tests: `sim`.
+//!
+//! Dependencies point one way: `health::state` ← `pick` ← `backend` ← `table` ← `health`
+//! (monitor) / `proxy` / `admin` ← `app` ← `signals` ← `main`; `config` reads `backend` and `pick`.
 
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
+pub(crate) mod accept;
 pub mod admin;
 pub mod app;
-pub mod backend;
+pub(crate) mod backend;
+pub mod cli;
 pub mod config;
-pub mod demo;
-pub mod fake;
 pub mod health;
-pub mod metrics;
+pub(crate) mod metrics;
 pub mod pick;
-pub mod pki;
-pub mod proxy;
-pub mod relay;
-pub mod shutdown;
-pub mod status;
-pub mod table;
-pub mod tls;
+pub(crate) mod proxy;
+pub(crate) mod relay;
+pub mod signals;
+#[cfg(feature = "sim")]
+pub mod sim;
+pub(crate) mod table;
+pub(crate) mod tls;

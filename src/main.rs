@@ -1,16 +1,14 @@
 //! The `readyprism` command line: parse, set up logging and crypto, dispatch, map errors to exit codes.
 
-use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
 use anyhow::Context;
 use clap::{Parser, Subcommand};
 use readyprism::app::App;
-use readyprism::config::{Config, DurationValue};
-use readyprism::demo::DemoOptions;
-use readyprism::status;
-use tokio::signal::unix::{signal, SignalKind};
+use readyprism::cli::status;
+use readyprism::config::Source;
+use readyprism::signals::Signals;
 
 #[derive(Parser)]
 #[command(
@@ -35,26 +33,32 @@ enum LogFormat {
     Json,
 }
 
+/// The config file and the zone override, shared by `run` and `check`.
+#[derive(clap::Args)]
+struct ConfigArgs {
+    /// Config file (YAML).
+    #[arg(long, short)]
+    config: PathBuf,
+    /// This node's zone; overrides the config's `zone`.
+    #[arg(long, env = "READYPRISM_ZONE")]
+    zone: Option<String>,
+}
+
+impl ConfigArgs {
+    fn source(self) -> Source {
+        Source {
+            path: self.config,
+            zone: self.zone,
+        }
+    }
+}
+
 #[derive(Subcommand)]
 enum Command {
     /// Run the balancer.
-    Run {
-        /// Config file (YAML).
-        #[arg(long, short)]
-        config: PathBuf,
-        /// This node's zone; overrides the config's `zone`.
-        #[arg(long, env = "READYPRISM_ZONE")]
-        zone: Option<String>,
-    },
+    Run(ConfigArgs),
     /// Validate a config file and print it with defaults filled in.
-    Check {
-        /// Config file (YAML).
-        #[arg(long, short)]
-        config: PathBuf,
-        /// This node's zone; overrides the config's `zone`.
-        #[arg(long, env = "READYPRISM_ZONE")]
-        zone: Option<String>,
-    },
+    Check(ConfigArgs),
     /// Show a running balancer's backends (exit 0: one is ready, 1: none is, 2: unreachable).
     Status {
         /// The balancer's admin address.
@@ -65,16 +69,17 @@ enum Command {
         json: bool,
     },
     /// Run three simulated apiservers behind the balancer and watch the picks live.
+    #[cfg(feature = "sim")]
     Demo {
         /// Stop after this long (e.g. 30s, 2m); default: until Ctrl-C.
-        #[arg(long, value_parser = DurationValue::parse)]
-        duration: Option<DurationValue>,
+        #[arg(long, value_parser = readyprism::config::DurationValue::parse)]
+        duration: Option<readyprism::config::DurationValue>,
         /// The balancer's client listener.
         #[arg(long, default_value = readyprism::config::DEFAULT_LISTEN)]
-        listen: SocketAddr,
+        listen: std::net::SocketAddr,
         /// The balancer's admin listener.
         #[arg(long, default_value = readyprism::config::DEFAULT_ADMIN)]
-        admin: SocketAddr,
+        admin: std::net::SocketAddr,
     },
 }
 
@@ -101,23 +106,18 @@ fn main() -> ExitCode {
 
 fn dispatch(command: Command) -> anyhow::Result<ExitCode> {
     match command {
-        Command::Check { config, zone } => {
-            let config = load(&config, zone)?;
+        Command::Check(args) => {
+            let config = args.source().load()?;
             print!("{}", config.to_yaml());
             Ok(ExitCode::SUCCESS)
         }
-        Command::Run { config: path, zone } => {
-            let config = load(&path, zone.clone())?;
+        Command::Run(args) => {
+            let source = args.source();
+            let config = source.load()?;
             block_on(async move {
+                let signals = Signals::install().context("signal handling")?;
                 let app = App::start(config).await?;
-                let apply: readyprism::shutdown::Override = Box::new(move |c: &mut Config| {
-                    if let Some(z) = &zone {
-                        c.zone = Some(z.clone());
-                    }
-                });
-                readyprism::shutdown::run_until_signalled(app, path, apply)
-                    .await
-                    .context("signal handling")?;
+                signals.run(app, source).await;
                 Ok(ExitCode::SUCCESS)
             })
         }
@@ -139,46 +139,26 @@ fn dispatch(command: Command) -> anyhow::Result<ExitCode> {
                 }
             }
         }
+        #[cfg(feature = "sim")]
         Command::Demo {
             duration,
             listen,
             admin,
         } => {
-            let opts = DemoOptions {
+            let opts = readyprism::cli::demo::DemoOptions {
                 duration: duration.map(|d| d.0),
                 listen,
                 admin,
                 show: true,
             };
             block_on(async move {
-                let quit = tokio_util::sync::CancellationToken::new();
-                let mut term = signal(SignalKind::terminate()).context("signal handling")?;
-                let mut int = signal(SignalKind::interrupt()).context("signal handling")?;
-                let demo = readyprism::demo::run(opts, quit.clone());
-                tokio::pin!(demo);
-                loop {
-                    tokio::select! {
-                        report = &mut demo => return report.map(|_| ()).context("demo"),
-                        _ = term.recv() => quit.cancel(),
-                        _ = int.recv() => quit.cancel(),
-                    }
-                }
+                readyprism::cli::demo::run_until_signalled(opts)
+                    .await
+                    .context("demo")
             })?;
             Ok(ExitCode::SUCCESS)
         }
     }
-}
-
-fn load(path: &std::path::Path, zone: Option<String>) -> anyhow::Result<Config> {
-    let mut config = Config::load(path)?;
-    if let Some(z) = zone {
-        anyhow::ensure!(
-            !z.trim().is_empty(),
-            "--zone / READYPRISM_ZONE must not be empty"
-        );
-        config.zone = Some(z);
-    }
-    Ok(config)
 }
 
 /// Runs `fut` on a fresh multi-threaded runtime. Afterwards, blocking work still running (a DNS

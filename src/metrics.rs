@@ -10,6 +10,8 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
 use prometheus_client::registry::Registry;
 
+use crate::backend::BackendId;
+
 /// `Content-Type` of [`Metrics::encode`]'s output.
 pub const CONTENT_TYPE: &str = prometheus_client::encoding::prometheus_text::CONTENT_TYPE;
 
@@ -103,7 +105,7 @@ pub struct BackendMetrics {
     pub check_duration: Histogram,
     /// Connections relayed, ever.
     pub connections: Counter,
-    /// Connections relayed now; also the picker's "active connections".
+    /// Connections relayed now: mirrors [`crate::backend::BackendLive::active`].
     pub active: Gauge,
     /// Dials that failed (timeout, refused).
     pub dial_failures: Counter,
@@ -224,11 +226,16 @@ impl Metrics {
             })
             .set(1);
         registry.register("build_info", "Build information", build_info);
+        // Every label value an alert uses exists from start-up, so `increase()` sees the first one.
+        for result in ["success", "failure"] {
+            drop(m.reloads.get_or_create_owned(&ResultLabel { result }));
+        }
         Metrics { registry, ..m }
     }
 
     /// Resolves (creating if needed) every handle for one backend.
-    pub fn backend(&self, address: &str) -> BackendMetrics {
+    pub fn backend(&self, id: &BackendId) -> BackendMetrics {
+        let address = id.as_str();
         let b = || BackendLabel {
             backend: address.to_string(),
         };
@@ -261,9 +268,9 @@ impl Metrics {
 
     /// Sets `readyprism_backend_ready{backend,zone}`. Looked up per call: only the table writer
     /// calls it, and the zone label may change on reload.
-    pub fn set_backend_ready(&self, address: &str, zone: Option<&str>, ready: bool) {
+    pub fn set_backend_ready(&self, id: &BackendId, zone: Option<&str>, ready: bool) {
         let labels = BackendZone {
-            backend: address.to_string(),
+            backend: id.to_string(),
             zone: zone.unwrap_or("").to_string(),
         };
         self.backend_ready
@@ -272,17 +279,17 @@ impl Metrics {
     }
 
     /// Drops the gauges of a removed backend so it stops showing as ready/active; counters stay.
-    pub fn forget_backend(&self, address: &str, zone: Option<&str>) {
-        self.forget_ready_series(address, zone);
+    pub fn forget_backend(&self, id: &BackendId, zone: Option<&str>) {
+        self.forget_ready_series(id, zone);
         self.connections_active.remove(&BackendLabel {
-            backend: address.to_string(),
+            backend: id.to_string(),
         });
     }
 
     /// Drops the `backend_ready` series of `address` in `zone` (its zone changed or it is gone).
-    pub fn forget_ready_series(&self, address: &str, zone: Option<&str>) {
+    pub fn forget_ready_series(&self, id: &BackendId, zone: Option<&str>) {
         self.backend_ready.remove(&BackendZone {
-            backend: address.to_string(),
+            backend: id.to_string(),
             zone: zone.unwrap_or("").to_string(),
         });
     }

@@ -6,7 +6,19 @@
 use std::cmp::Ordering;
 use std::time::Duration;
 
-use crate::config::WhenNoneReady;
+use serde::{Deserialize, Serialize};
+
+use crate::health::state::State;
+
+/// What to do with a new client connection when no backend is ready (the `when_none_ready` key).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum WhenNoneReady {
+    /// Route to every backend in the usual order: an etcd-wide outage must not also cut the node off.
+    FailOpen,
+    /// Close the client connection at once.
+    Refuse,
+}
 
 /// Backends whose latency is within this fraction of the best one in their zone group count as
 /// equal. 25 % keeps a 23 ms and a 43 ms site apart but treats LAN jitter as noise.
@@ -18,10 +30,8 @@ pub const TOLERANCE_FLOOR: Duration = Duration::from_millis(2);
 /// What the picker needs to know about one backend.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Candidate {
-    /// Passing its `/readyz` checks.
-    pub ready: bool,
-    /// Known to fail its checks (as opposed to not yet checked).
-    pub failing: bool,
+    /// Its health state: ready, known to fail, or not yet checked.
+    pub state: State,
     /// In the node's own zone.
     pub local: bool,
     /// Smoothed `/readyz` latency, if measured.
@@ -37,7 +47,7 @@ pub enum Pick {
     Ready(Vec<usize>),
     /// Nothing is ready: backends not yet checked first, then (failing open) the failing ones,
     /// each part by the same zone and latency rules.
-    Panic(Vec<usize>),
+    NoneReady(Vec<usize>),
     /// Nothing is ready or unchecked and the policy is refuse (or there are no backends).
     Refuse,
 }
@@ -46,7 +56,7 @@ impl Pick {
     /// The dial order (empty when refusing).
     pub fn order(&self) -> &[usize] {
         match self {
-            Pick::Ready(o) | Pick::Panic(o) => o,
+            Pick::Ready(o) | Pick::NoneReady(o) => o,
             Pick::Refuse => &[],
         }
     }
@@ -60,23 +70,25 @@ impl Pick {
 ///
 /// ```
 /// use std::time::Duration;
-/// use readyprism::config::WhenNoneReady;
-/// use readyprism::pick::{pick, Candidate, Pick};
+/// use readyprism::health::state::State;
+/// use readyprism::pick::{pick, Candidate, Pick, WhenNoneReady};
 ///
 /// let ms = |n| Some(Duration::from_millis(n));
-/// let local_no_quorum = Candidate { ready: false, failing: true, local: true, latency: ms(0), active: 0 };
-/// let remote_near = Candidate { ready: true, failing: false, local: false, latency: ms(23), active: 0 };
-/// let remote_far = Candidate { ready: true, failing: false, local: false, latency: ms(43), active: 0 };
+/// let local_no_quorum = Candidate { state: State::Unready, local: true, latency: ms(0), active: 0 };
+/// let remote_near = Candidate { state: State::Ready, local: false, latency: ms(23), active: 0 };
+/// let remote_far = Candidate { state: State::Ready, local: false, latency: ms(43), active: 0 };
 /// let order = pick(&[local_no_quorum, remote_far, remote_near], WhenNoneReady::FailOpen, 0);
 /// assert_eq!(order, Pick::Ready(vec![2, 1]));
 /// ```
 pub fn pick(cands: &[Candidate], when_none_ready: WhenNoneReady, rr: usize) -> Pick {
-    let ready: Vec<usize> = (0..cands.len()).filter(|&i| cands[i].ready).collect();
+    let ready: Vec<usize> = (0..cands.len())
+        .filter(|&i| cands[i].state == State::Ready)
+        .collect();
     if !ready.is_empty() {
         return Pick::Ready(order(cands, ready, rr));
     }
     let (failing, unchecked): (Vec<usize>, Vec<usize>) =
-        (0..cands.len()).partition(|&i| cands[i].failing);
+        (0..cands.len()).partition(|&i| cands[i].state == State::Unready);
     let mut out = order(cands, unchecked, rr);
     if when_none_ready == WhenNoneReady::FailOpen {
         out.extend(order(cands, failing, rr));
@@ -84,7 +96,7 @@ pub fn pick(cands: &[Candidate], when_none_ready: WhenNoneReady, rr: usize) -> P
     if out.is_empty() {
         Pick::Refuse
     } else {
-        Pick::Panic(out)
+        Pick::NoneReady(out)
     }
 }
 
@@ -142,8 +154,7 @@ mod tests {
 
     fn c(ready: bool, local: bool, ms: Option<u64>, active: usize) -> Candidate {
         Candidate {
-            ready,
-            failing: !ready,
+            state: if ready { State::Ready } else { State::Unready },
             local,
             latency: ms.map(Duration::from_millis),
             active,
@@ -152,7 +163,7 @@ mod tests {
 
     fn unchecked(local: bool) -> Candidate {
         Candidate {
-            failing: false,
+            state: State::Unknown,
             ..c(false, local, None, 0)
         }
     }
@@ -203,7 +214,7 @@ mod tests {
                     c(false, false, Some(1), 0),
                 ],
                 FailOpen,
-                Pick::Panic(vec![1, 2, 0]),
+                Pick::NoneReady(vec![1, 2, 0]),
             ),
             (
                 "none ready refuses",
@@ -220,13 +231,13 @@ mod tests {
                     unchecked(true),
                 ],
                 FailOpen,
-                Pick::Panic(vec![2, 1, 0]),
+                Pick::NoneReady(vec![2, 1, 0]),
             ),
             (
                 "refuse still tries unchecked backends, never failing ones",
                 vec![c(false, true, Some(1), 0), unchecked(false)],
                 Refuse,
-                Pick::Panic(vec![1]),
+                Pick::NoneReady(vec![1]),
             ),
         ];
         for (name, cands, policy, want) in cases {

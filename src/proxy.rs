@@ -1,22 +1,22 @@
 //! The client side: accept, pick, dial with retry, relay, and close when the backend turns unready.
 //!
 //! The accept path takes no lock: one snapshot load per connection, released before the first
-//! await. Each connection's errors end in its own task. Does not own the order (`pick`) or the byte
-//! pump (`relay`).
+//! await. Each connection's errors end in its own task. Does not own the order (`pick`), the byte
+//! pump (`relay`) or the eviction protocol (`backend::Eviction`).
 
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use prometheus_client::metrics::gauge::Gauge;
 use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use tracing::Instrument;
 
-use crate::backend::{BackendLive, BackendSpec, State};
+use crate::accept::Acceptor;
+use crate::backend::{BackendLive, BackendSpec, EvictionWatch};
+use crate::health::state::State;
 use crate::metrics::Metrics;
 use crate::table::Table;
 
@@ -24,19 +24,14 @@ use crate::table::Table;
 /// clients do not re-dial the next apiserver in the same millisecond; well inside the 1 s promise.
 pub const EVICT_SPREAD: Duration = Duration::from_millis(500);
 
-/// Pause after a failed accept (e.g. EMFILE) before trying again.
-const ACCEPT_BACKOFF: Duration = Duration::from_millis(100);
-
 /// TCP keepalive idle time on both legs: finds dead peers behind NAT within about a minute.
 const KEEPALIVE_IDLE: Duration = Duration::from_secs(30);
 
 /// Shared by every listener and connection.
 #[derive(Debug)]
 pub struct Proxy {
-    /// Routing state.
-    pub table: Arc<Table>,
-    /// Process-wide counters (per-backend handles live in the snapshot).
-    pub metrics: Arc<Metrics>,
+    table: Arc<Table>,
+    metrics: Arc<Metrics>,
     /// Connection tasks, for draining at shutdown.
     pub conns: TaskTracker,
     /// Cancelled when connections still open after the grace period must be cut.
@@ -59,25 +54,11 @@ impl Proxy {
     /// Accepts on `listener` until `stop` is cancelled. Established connections are not affected by
     /// `stop`; they end on their own, by eviction, or by [`Proxy::cut`].
     pub async fn serve(self: Arc<Self>, listener: TcpListener, stop: CancellationToken) {
-        loop {
-            let accepted = tokio::select! {
-                _ = stop.cancelled() => return,
-                a = listener.accept() => a,
-            };
-            match accepted {
-                Ok((client, peer)) => {
-                    let span = tracing::debug_span!("conn", %peer);
-                    self.conns
-                        .spawn(self.clone().handle(client, peer).instrument(span));
-                }
-                Err(e) => {
-                    tracing::warn!(error = %e, "accept failed; backing off");
-                    tokio::select! {
-                        _ = stop.cancelled() => return,
-                        _ = tokio::time::sleep(ACCEPT_BACKOFF) => {}
-                    }
-                }
-            }
+        let mut acceptor = Acceptor::new("listen", listener, stop);
+        while let Some((client, peer)) = acceptor.next().await {
+            let span = tracing::debug_span!("conn", %peer);
+            self.conns
+                .spawn(self.clone().handle(client, peer).instrument(span));
         }
     }
 
@@ -97,7 +78,7 @@ impl Proxy {
                 Dialed::Connected(backend, i, evict) => {
                     let target = &plan.candidates[i];
                     tune(&backend);
-                    if target.failing {
+                    if target.state == State::Unready {
                         self.metrics.failed_open.inc();
                     }
                     self.relay(&client, backend, &target.spec, &target.live, evict, seq)
@@ -116,8 +97,8 @@ impl Proxy {
     /// The only snapshot access on this path: copy out what to dial, then let the snapshot go.
     fn plan(&self, seq: usize) -> Plan {
         let snap = self.table.load();
-        let pick = snap.pick(seq);
-        let candidates = pick
+        let candidates = snap
+            .pick(seq)
             .order()
             .iter()
             .map(|&i| {
@@ -126,48 +107,41 @@ impl Proxy {
                     spec: b.spec.clone(),
                     live: b.live.clone(),
                     epoch: b.evict_epoch,
-                    failing: b.health.state == State::Unready,
+                    state: b.health.state,
                 }
             })
             .collect();
         Plan {
             candidates,
-            connect_timeout: snap.connect_timeout,
+            connect_timeout: snap.routing.connect_timeout,
         }
     }
 
     /// Dials the candidates in order until one connects, before any byte is relayed.
     async fn dial_first(&self, plan: &Plan) -> Dialed {
         let mut evicted = false;
-        for (
-            i,
-            Target {
-                spec, live, epoch, ..
-            },
-        ) in plan.candidates.iter().enumerate()
-        {
-            // Subscribe before dialing and compare with the snapshot's epoch: an eviction between
-            // the snapshot and now, or during the dial, moves us to the next candidate.
-            let mut evict = live.evict.subscribe();
-            if *evict.borrow_and_update() != *epoch {
+        for (i, t) in plan.candidates.iter().enumerate() {
+            // Watch before dialing, from the snapshot's epoch: an eviction between the snapshot
+            // and now, or during the dial, moves us to the next candidate.
+            let Some(evict) = t.live.eviction.watch_from(t.epoch) else {
                 evicted = true;
                 continue;
-            }
-            let dial = TcpStream::connect((spec.host.as_str(), spec.port));
+            };
+            let dial = TcpStream::connect((t.spec.host.as_str(), t.spec.port));
             let dialed = tokio::select! {
                 _ = self.cut.cancelled() => return Dialed::Cut,
                 r = tokio::time::timeout(plan.connect_timeout, dial) => r,
             };
             match dialed {
-                Ok(Ok(_)) if evict.has_changed().unwrap_or(true) => evicted = true,
+                Ok(Ok(_)) if evict.fired() => evicted = true,
                 Ok(Ok(backend)) => return Dialed::Connected(backend, i, evict),
                 Ok(Err(e)) => {
-                    live.metrics.dial_failures.inc();
-                    tracing::debug!(backend = %spec.address, error = %e, "dial failed; trying the next backend");
+                    t.live.metrics.dial_failures.inc();
+                    tracing::debug!(backend = %t.spec.id, error = %e, "dial failed; trying the next backend");
                 }
                 Err(_) => {
-                    live.metrics.dial_failures.inc();
-                    tracing::debug!(backend = %spec.address, "dial timed out; trying the next backend");
+                    t.live.metrics.dial_failures.inc();
+                    tracing::debug!(backend = %t.spec.id, "dial timed out; trying the next backend");
                 }
             }
         }
@@ -181,27 +155,26 @@ impl Proxy {
         backend: TcpStream,
         spec: &BackendSpec,
         live: &BackendLive,
-        mut evict: watch::Receiver<u64>,
+        mut evict: EvictionWatch,
         seq: usize,
     ) {
         let m = &live.metrics;
         m.connections.inc();
-        let _active = Active::count(&m.active);
-        tracing::debug!(backend = %spec.address, "relaying");
+        let _active = live.count_active();
+        tracing::debug!(backend = %spec.id, "relaying");
         let evicted = async {
-            // A closed channel cannot happen while `live` is borrowed; treat it as an eviction.
-            let _ = evict.changed().await;
+            evict.wait().await;
             tokio::time::sleep(spread(seq)).await;
         };
         tokio::select! {
             r = crate::relay::relay(client, &backend, &m.bytes_to_backend, &m.bytes_to_client) => {
                 if let Err(e) = r {
-                    tracing::debug!(backend = %spec.address, error = %e, "connection ended with error");
+                    tracing::debug!(backend = %spec.id, error = %e, "connection ended with error");
                 }
             }
             _ = evicted => {
                 m.closed_unready.inc();
-                tracing::debug!(backend = %spec.address, "backend turned unready; closing connection");
+                tracing::debug!(backend = %spec.id, "backend turned unready; closing connection");
             }
             _ = self.cut.cancelled() => {}
         }
@@ -219,35 +192,19 @@ struct Plan {
 struct Target {
     spec: Arc<BackendSpec>,
     live: Arc<BackendLive>,
-    /// The eviction epoch in the snapshot; a different current value means evicted since.
+    /// The snapshot's eviction epoch for this backend.
     epoch: u64,
-    /// Known to fail its checks: relaying to it is failing open.
-    failing: bool,
+    /// Its state in the snapshot: `Unready` means relaying to it is failing open.
+    state: State,
 }
 
 enum Dialed {
-    /// Connected to `candidates[index]`, with its eviction receiver.
-    Connected(TcpStream, usize, watch::Receiver<u64>),
+    /// Connected to `candidates[index]`, with its eviction watch.
+    Connected(TcpStream, usize, EvictionWatch),
     /// Every candidate failed; `evicted` if some were skipped as evicted since the snapshot.
     Exhausted { evicted: bool },
     /// Shutdown cut the connection while dialing.
     Cut,
-}
-
-/// Counts a connection in the `active` gauge for as long as it lives, even if a task panics.
-struct Active<'a>(&'a Gauge);
-
-impl<'a> Active<'a> {
-    fn count(gauge: &'a Gauge) -> Self {
-        gauge.inc();
-        Active(gauge)
-    }
-}
-
-impl Drop for Active<'_> {
-    fn drop(&mut self) {
-        self.0.dec();
-    }
 }
 
 /// TCP_NODELAY (kubelet's requests are small and latency-bound) and keepalive, best effort.
@@ -268,4 +225,72 @@ fn tune(stream: &TcpStream) {
 fn spread(seq: usize) -> Duration {
     let frac = (seq as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 44; // 20 bits
     EVICT_SPREAD.mul_f64(frac as f64 / (1u64 << 20) as f64)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::backend::{Backend, BackendId, Routing, Snapshot};
+    use crate::health::state::Health;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    /// A plain TCP backend that writes `name` to every connection.
+    async fn named(name: &'static str) -> SocketAddr {
+        let l = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+        let addr = l.local_addr().expect("addr");
+        tokio::spawn(async move {
+            while let Ok((mut s, _)) = l.accept().await {
+                let _ = s.write_all(name.as_bytes()).await;
+            }
+        });
+        addr
+    }
+
+    #[tokio::test]
+    async fn a_backend_evicted_after_the_snapshot_was_read_is_not_connected() {
+        let metrics = Arc::new(Metrics::new());
+        let backend = |addr: SocketAddr| {
+            let id = BackendId::new(&addr.to_string());
+            let live = Arc::new(BackendLive::new(metrics.backend(&id)));
+            Backend {
+                spec: Arc::new(BackendSpec {
+                    id,
+                    host: addr.ip().to_string(),
+                    port: addr.port(),
+                    zone: None,
+                    server_name: rustls_pki_types::ServerName::try_from("x").expect("name"),
+                }),
+                health: Health {
+                    state: State::Ready,
+                    latency: Some(Duration::from_millis(1)),
+                    last_error: None,
+                },
+                evict_epoch: live.eviction.epoch(),
+                live,
+            }
+        };
+        let (first, second) = (named("first").await, named("second").await);
+        let table = Table::new();
+        let snap = Snapshot {
+            generation: 1,
+            routing: Routing::default(),
+            backends: vec![backend(first), backend(second)],
+        };
+        // The eviction fires, but the snapshot new connections read still offers `first`: the
+        // window between reading a snapshot and watching for evictions.
+        snap.backends[0].live.eviction.evict_now();
+        table.test_publish(snap);
+        let proxy = Proxy::new(table, metrics);
+        let l = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+        let at = l.local_addr().expect("addr");
+        let stop = CancellationToken::new();
+        let served = tokio::spawn(proxy.clone().serve(l, stop.clone()));
+        let mut c = TcpStream::connect(at).await.expect("connect");
+        let mut got = String::new();
+        c.read_to_string(&mut got).await.expect("read");
+        assert_eq!(got, "second");
+        stop.cancel();
+        proxy.cut.cancel();
+        served.await.expect("serve ends");
+    }
 }

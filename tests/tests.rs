@@ -1,12 +1,12 @@
 //! Integration tests: the balancer end to end against in-process fake apiservers with real mutual
-//! TLS on port 0.
+//! TLS on port 0, named by behaviour.
 
 mod support;
 
-mod core_cli;
-mod core_health;
-mod core_picking;
-mod core_relay;
-mod ops_cli;
-mod ops_lifecycle;
-mod ops_metrics;
+mod cli;
+mod config_errors;
+mod health;
+mod lifecycle;
+mod observability;
+mod picking;
+mod relay;

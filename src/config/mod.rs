@@ -13,8 +13,8 @@ use std::time::Duration;
 
 use rustls_pki_types::ServerName;
 
-use crate::backend::BackendSpec;
-pub use raw::{DurationValue, WhenNoneReady};
+use crate::backend::{BackendSpec, Routing};
+pub use raw::DurationValue;
 use raw::{RawBackend, RawConfig, RawHealth, RawTls};
 
 /// Default client listener: KubePrism's port, so kubelet config needs no change beyond the switch.
@@ -45,6 +45,9 @@ pub enum ConfigError {
         /// Parser message, prefixed with the field path.
         message: String,
     },
+    /// `--zone` or `READYPRISM_ZONE` is set but empty.
+    #[error("--zone / READYPRISM_ZONE must not be empty")]
+    EmptyZoneOverride,
     /// A rule across fields or a value the parser accepted but we do not.
     #[error("{file}:{line}: {field}: {message}")]
     Invalid {
@@ -94,18 +97,14 @@ pub struct Config {
     pub listen: Vec<SocketAddr>,
     /// Admin listener.
     pub admin: SocketAddr,
-    /// This node's zone (after `--zone` / `READYPRISM_ZONE` overrides).
-    pub zone: Option<String>,
+    /// Zone (after `--zone` / `READYPRISM_ZONE` overrides), no-ready policy, dial timeout.
+    pub routing: Routing,
     /// Backends in config order.
     pub backends: Vec<BackendSpec>,
     /// Probe settings.
     pub health: HealthConfig,
     /// Certificate files.
     pub tls: TlsFiles,
-    /// Per-attempt dial timeout.
-    pub connect_timeout: Duration,
-    /// Behaviour with no ready backend.
-    pub when_none_ready: WhenNoneReady,
     /// How long established connections may finish after SIGTERM.
     pub shutdown_grace: Duration,
 }
@@ -137,12 +136,12 @@ impl Config {
         let raw = RawConfig {
             listen: Some(self.listen.iter().map(|a| a.to_string()).collect()),
             admin: Some(self.admin.to_string()),
-            zone: self.zone.clone(),
+            zone: self.routing.zone.clone(),
             backends: Some(
                 self.backends
                     .iter()
                     .map(|b| RawBackend {
-                        address: b.address.clone(),
+                        address: b.id.to_string(),
                         zone: b.zone.clone(),
                         server_name: Some(server_name_text(&b.server_name)),
                     })
@@ -169,11 +168,35 @@ impl Config {
                     .as_ref()
                     .map(|p| p.display().to_string()),
             }),
-            connect_timeout: d(self.connect_timeout),
-            when_none_ready: Some(self.when_none_ready),
+            connect_timeout: d(self.routing.connect_timeout),
+            when_none_ready: Some(self.routing.when_none_ready),
             shutdown_grace: d(self.shutdown_grace),
         };
         yaml_serde::to_string(&raw).unwrap_or_else(|e| format!("# cannot print config: {e}\n"))
+    }
+}
+
+/// Where the config comes from: a file, and the command line's zone override that applies to it
+/// at start-up and at every reload alike.
+#[derive(Debug, Clone)]
+pub struct Source {
+    /// The config file.
+    pub path: PathBuf,
+    /// `--zone` / `READYPRISM_ZONE`, replacing the file's `zone`.
+    pub zone: Option<String>,
+}
+
+impl Source {
+    /// Reads and validates the file, then applies the zone override.
+    pub fn load(&self) -> Result<Config, ConfigError> {
+        let mut config = Config::load(&self.path)?;
+        if let Some(z) = &self.zone {
+            if z.trim().is_empty() {
+                return Err(ConfigError::EmptyZoneOverride);
+            }
+            config.routing.zone = Some(z.clone());
+        }
+        Ok(config)
     }
 }
 

@@ -9,6 +9,8 @@ use std::time::Duration;
 use serde::de::{self, Deserializer};
 use serde::{Deserialize, Serialize};
 
+use crate::pick::WhenNoneReady;
+
 /// The whole file. Every key is optional here so that defaults and "required" errors live in one place.
 #[derive(Debug, Default, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
@@ -56,16 +58,6 @@ pub struct RawTls {
     pub client_cert: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub client_key: Option<String>,
-}
-
-/// What to do with a new client connection when no backend is ready.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize)]
-#[serde(rename_all = "snake_case")]
-pub enum WhenNoneReady {
-    /// Route to every backend in the usual order: an etcd-wide outage must not also cut the node off.
-    FailOpen,
-    /// Close the client connection at once.
-    Refuse,
 }
 
 /// A duration written as an integer and a unit: `250ms`, `5s`, `1m`.

@@ -11,9 +11,10 @@ use std::time::Duration;
 use rustls_pki_types::ServerName;
 
 use super::locate;
-use super::raw::{DurationValue, RawBackend, RawConfig, RawHealth, RawTls, WhenNoneReady};
+use super::raw::{DurationValue, RawBackend, RawConfig, RawHealth, RawTls};
 use super::{Config, ConfigError, HealthConfig, TlsFiles, DEFAULT_ADMIN, DEFAULT_LISTEN};
-use crate::backend::BackendSpec;
+use crate::backend::{BackendId, BackendSpec, Routing};
+use crate::pick::WhenNoneReady;
 
 /// Turns the raw shape into a [`Config`], naming file, line and field in every error.
 pub(super) struct Resolver<'a> {
@@ -85,12 +86,14 @@ impl Resolver<'_> {
         Ok(Config {
             listen,
             admin,
-            zone,
+            routing: Routing {
+                zone,
+                when_none_ready: raw.when_none_ready.unwrap_or(WhenNoneReady::FailOpen),
+                connect_timeout,
+            },
             backends,
             health,
             tls,
-            connect_timeout,
-            when_none_ready: raw.when_none_ready.unwrap_or(WhenNoneReady::FailOpen),
             shutdown_grace: raw.shutdown_grace.map_or(Duration::from_secs(5), |d| d.0),
         })
     }
@@ -158,7 +161,7 @@ impl Resolver<'_> {
                 return Err(self.invalid(line, format!("backends[{i}].zone"), "must not be empty"));
             }
             out.push(BackendSpec {
-                address: b.address.clone(),
+                id: BackendId::new(&b.address),
                 host,
                 port,
                 zone: b.zone.clone(),

@@ -23,9 +23,12 @@ fn defaults_are_filled_in() {
     assert_eq!(c.health.fast_interval, Duration::from_secs(1));
     assert_eq!((c.health.rise, c.health.fall), (2, 2));
     assert_eq!(c.health.path, "/readyz");
-    assert_eq!(c.connect_timeout, Duration::from_secs(1));
+    assert_eq!(c.routing.connect_timeout, Duration::from_secs(1));
     assert_eq!(c.shutdown_grace, Duration::from_secs(5));
-    assert_eq!(c.when_none_ready, WhenNoneReady::FailOpen);
+    assert_eq!(
+        c.routing.when_none_ready,
+        crate::pick::WhenNoneReady::FailOpen
+    );
     assert_eq!(c.tls.client_cert, None);
     assert_eq!(server_name_text(&c.backends[0].server_name), "10.0.1.10");
 }

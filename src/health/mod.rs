@@ -1,9 +1,11 @@
-//! Health checking: one task per backend probes `/readyz`, runs the rise/fall machine and sends each
-//! result to the table's writer. Backends are probed independently and in parallel.
+//! Health checking: one [`Monitor`] task per backend probes `/readyz`, runs the rise/fall machine
+//! and sends each result to the table's writer. Backends are checked independently and in parallel.
 //!
-//! `probe` owns the HTTPS client, `state` the pure hysteresis; this file owns the schedule.
+//! `probe` owns the HTTPS client, `rise_fall` the pure hysteresis, `state` the values they produce;
+//! this file owns the schedule.
 
 pub mod probe;
+pub mod rise_fall;
 pub mod state;
 
 use std::sync::Arc;
@@ -12,18 +14,20 @@ use std::time::Duration;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
-use crate::backend::{BackendSpec, Health, State};
+use tokio::time::Instant;
+
+use crate::backend::BackendSpec;
 use crate::config::HealthConfig;
 use crate::metrics::BackendMetrics;
 use crate::table::TableCmd;
 use crate::tls::TlsSource;
-use probe::{Probe, Prober};
-use state::{Checker, Outcome};
-use tokio::time::Instant;
+use probe::{HttpsProbe, Probe};
+use rise_fall::{Outcome, RiseFall};
+use state::{Health, State};
 
-/// Everything one backend's probe loop needs besides the probe itself.
+/// One backend's health loop: everything it needs besides the probe itself.
 #[derive(Debug)]
-pub struct ProbeTask {
+pub struct Monitor {
     /// The backend.
     pub spec: Arc<BackendSpec>,
     /// Intervals, timeout, rise/fall.
@@ -36,43 +40,42 @@ pub struct ProbeTask {
     pub metrics: BackendMetrics,
 }
 
-impl ProbeTask {
-    /// The task for `spec` with the real HTTPS prober.
-    pub fn https(self, tls: Arc<TlsSource>) -> (Self, Prober) {
-        let prober = Prober::new(self.spec.clone(), self.health.path.clone(), tls);
-        (self, prober)
+impl Monitor {
+    /// The real probe for this monitor's backend.
+    pub fn https_probe(&self, tls: Arc<TlsSource>) -> HttpsProbe {
+        HttpsProbe::new(self.spec.clone(), self.health.path.clone(), tls)
     }
 
     /// Probes at once, then every `interval` (±10 %) or `fast_interval` while a change is pending,
     /// both counted from the start of the previous probe, until cancelled or the table is gone.
-    pub async fn run<P: Probe>(self, mut prober: P, cancel: CancellationToken) {
-        let ProbeTask {
+    pub async fn run<P: Probe>(self, mut probe: P, cancel: CancellationToken) {
+        let Monitor {
             spec,
             health,
             initial,
             table,
             metrics,
         } = self;
-        let mut checker = Checker::new(health.rise, health.fall, initial);
-        let mut jitter = Jitter::seeded(&spec.address);
+        let mut rise_fall = RiseFall::new(health.rise, health.fall, initial);
+        let mut jitter = Jitter::seeded(spec.id.as_str());
         loop {
             let started = Instant::now();
             let outcome = tokio::select! {
                 _ = cancel.cancelled() => return,
-                o = prober.probe(health.timeout) => o,
+                o = probe.probe(health.timeout) => o,
             };
             record(&metrics, &outcome);
-            let step = checker.observe(&outcome);
+            let step = rise_fall.observe(&outcome);
             if let Some((from, to)) = step.changed {
-                log_change(&spec, from, to, checker.health());
+                log_change(&spec, from, to, rise_fall.health());
                 match to {
                     State::Ready => metrics.to_ready.inc(),
                     _ => metrics.to_unready.inc(),
                 };
             }
             let cmd = TableCmd::Health {
-                spec: spec.clone(),
-                health: checker.health().clone(),
+                id: spec.id.clone(),
+                health: rise_fall.health().clone(),
             };
             tokio::select! {
                 _ = cancel.cancelled() => return,
@@ -105,7 +108,7 @@ fn record(metrics: &BackendMetrics, outcome: &Outcome) {
 fn log_change(spec: &BackendSpec, from: State, to: State, health: &Health) {
     let zone = spec.zone.as_deref().unwrap_or("");
     let reason = health.last_error.as_deref().unwrap_or("HTTP 200");
-    let (backend, from, to) = (spec.address.as_str(), from.as_str(), to.as_str());
+    let (backend, from, to) = (spec.id.as_str(), from.as_str(), to.as_str());
     if to == "ready" {
         tracing::info!(backend, zone, from, to, reason, "backend state changed");
     } else {
@@ -167,14 +170,14 @@ mod tests {
     async fn first_probe_at_once_then_interval_with_jitter_and_fast_interval_while_pending() {
         let metrics = crate::metrics::Metrics::new();
         let spec = Arc::new(BackendSpec {
-            address: "a:1".into(),
+            id: crate::backend::BackendId::new("a:1"),
             host: "a".into(),
             port: 1,
             zone: None,
             server_name: rustls_pki_types::ServerName::try_from("a").expect("name"),
         });
         let (tx, mut rx) = mpsc::channel(64);
-        let task = ProbeTask {
+        let task = Monitor {
             health: HealthConfig {
                 path: "/readyz".into(),
                 interval: Duration::from_secs(5),
@@ -183,7 +186,7 @@ mod tests {
                 rise: 2,
                 fall: 2,
             },
-            metrics: metrics.backend(&spec.address),
+            metrics: metrics.backend(&spec.id),
             spec,
             initial: Health::UNKNOWN,
             table: tx,

@@ -17,7 +17,7 @@ use tokio::task::JoinHandle;
 use tokio::time::Instant;
 use tokio_rustls::TlsConnector;
 
-use super::state::Outcome;
+use super::rise_fall::Outcome;
 use crate::backend::BackendSpec;
 use crate::config::DurationValue;
 use crate::tls::{TlsSource, TlsState};
@@ -26,9 +26,9 @@ use crate::tls::{TlsSource, TlsState};
 /// connection dropped, so a hostile backend cannot make us buffer without bound.
 pub const MAX_BODY: usize = 8 * 1024;
 
-/// Probes one backend; holds at most one kept-alive connection.
+/// The real [`Probe`]: HTTPS `GET <path>` to one backend over at most one kept-alive connection.
 #[derive(Debug)]
-pub struct Prober {
+pub struct HttpsProbe {
     spec: Arc<BackendSpec>,
     path: String,
     tls: Arc<TlsSource>,
@@ -65,22 +65,22 @@ impl Failure {
     }
 }
 
-/// One health probe of one backend; [`Prober`] is the real one, tests script their own.
+/// One health probe of one backend; [`HttpsProbe`] is the real one, tests script their own.
 pub trait Probe: Send {
     /// Probes once, bounded by `timeout` end to end.
     fn probe(&mut self, timeout: Duration) -> impl std::future::Future<Output = Outcome> + Send;
 }
 
-impl Probe for Prober {
+impl Probe for HttpsProbe {
     fn probe(&mut self, timeout: Duration) -> impl std::future::Future<Output = Outcome> + Send {
-        Prober::probe(self, timeout)
+        HttpsProbe::probe(self, timeout)
     }
 }
 
-impl Prober {
-    /// A prober with no connection yet.
+impl HttpsProbe {
+    /// A probe with no connection yet.
     pub fn new(spec: Arc<BackendSpec>, path: String, tls: Arc<TlsSource>) -> Self {
-        Prober {
+        HttpsProbe {
             spec,
             path,
             tls,
@@ -170,7 +170,7 @@ impl Prober {
         };
         conn.sender.ready().await.map_err(stale)?;
         let req = Request::get(self.path.as_str())
-            .header(header::HOST, self.spec.address.as_str())
+            .header(header::HOST, self.spec.id.as_str())
             .header(
                 header::USER_AGENT,
                 concat!("readyprism/", env!("CARGO_PKG_VERSION")),

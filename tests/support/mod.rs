@@ -8,22 +8,33 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
+use readyprism::admin::StatusDoc;
 use readyprism::app::App;
-use readyprism::backend::{Snapshot, State};
 use readyprism::config::Config;
-use readyprism::fake::FakeApiserver;
-use readyprism::pki::{Ca, Issued};
+use readyprism::health::state::State;
+use readyprism::sim::apiserver::FakeApiserver;
+use readyprism::sim::pki::{Ca, Issued};
 pub mod process;
 
 use rustls::ServerConfig;
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
-use tokio::net::{TcpListener, TcpStream};
+use tokio::net::TcpStream;
 
 /// Probes at start-up only, in practice: backends stay as first seen while a test breaks them.
 pub const SLOW_PROBES: &str = "health: { interval: 30s, timeout: 2s, fast_interval: 1s }\n";
 
-/// Generous bound for things that should happen in well under a second.
-pub const SOON: Duration = Duration::from_secs(10);
+/// Generous bound for things that should happen in well under a second: 10 s, or
+/// `READYPRISM_TEST_PATIENCE_MS` when set (a slow or heavily loaded machine may want more).
+pub fn patience() -> Duration {
+    static PATIENCE: std::sync::OnceLock<Duration> = std::sync::OnceLock::new();
+    *PATIENCE.get_or_init(|| {
+        let ms = std::env::var("READYPRISM_TEST_PATIENCE_MS")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(10_000);
+        Duration::from_millis(ms)
+    })
+}
 
 /// A CA, a server cert for 127.0.0.1, a kubelet-style client cert, and a temp dir with the files.
 pub struct Lab {
@@ -48,7 +59,7 @@ impl Lab {
             client.combined_pem(),
         )
         .expect("write client");
-        let server_tls = readyprism::fake::server_tls(&ca, &server).expect("server tls");
+        let server_tls = readyprism::sim::apiserver::server_tls(&ca, &server).expect("server tls");
         Lab {
             ca,
             client,
@@ -61,10 +72,10 @@ impl Lab {
         self.dir.path().join(name)
     }
 
-    /// A fake apiserver on 127.0.0.1:0.
+    /// A fake apiserver on 127.0.0.1:0. Once stopped, its port refuses (stays bound).
     pub async fn fake(&self, name: &str) -> FakeApiserver {
-        let l = TcpListener::bind("127.0.0.1:0").await.expect("bind fake");
-        FakeApiserver::start(name, l, self.server_tls.clone()).expect("start fake")
+        let any = SocketAddr::from(([127, 0, 0, 1], 0));
+        FakeApiserver::bind(name, any, self.server_tls.clone()).expect("start fake")
     }
 
     /// Config YAML: ports 0, fast probes, the lab's CA and client cert, `backends` as
@@ -110,69 +121,80 @@ pub fn addr(f: &FakeApiserver) -> String {
     f.addr.to_string()
 }
 
-/// Waits until a published snapshot satisfies `pred`.
-pub async fn wait_until(app: &App, what: &str, pred: impl Fn(&Snapshot) -> bool) -> Arc<Snapshot> {
-    let table = app.table();
-    let mut gen = table.subscribe();
+/// Waits until the status document satisfies `pred`, re-checking on every published snapshot.
+pub async fn wait_until(app: &App, what: &str, pred: impl Fn(&StatusDoc) -> bool) -> StatusDoc {
+    let mut gen = app.subscribe();
     let wait = async {
         loop {
-            let snap = table.load();
-            if pred(&snap) {
-                return snap;
+            let doc = app.status();
+            if pred(&doc) {
+                return doc;
             }
             gen.changed().await.expect("table writer alive");
         }
     };
-    tokio::time::timeout(SOON, wait).await.unwrap_or_else(|_| {
-        panic!(
-            "timed out waiting for: {what}; last snapshot: {:?}",
-            summary(&table.load())
-        )
-    })
+    tokio::time::timeout(patience(), wait)
+        .await
+        .unwrap_or_else(|_| {
+            panic!(
+                "timed out waiting for: {what}; last status: {:?}",
+                app.status()
+            )
+        })
 }
 
 /// Waits until every backend has a decided state equal to `states`, in config order.
-pub async fn wait_states(app: &App, states: &[State]) -> Arc<Snapshot> {
+pub async fn wait_states(app: &App, states: &[State]) -> StatusDoc {
     wait_until(app, &format!("states {states:?}"), |s| {
         s.backends.len() == states.len()
             && s.backends
                 .iter()
                 .zip(states)
-                .all(|(b, want)| b.health.state == *want)
+                .all(|(b, want)| b.state == *want)
     })
     .await
 }
 
+/// A per-backend counter from `/metrics`: `name{backend="<address>"<extra>}`, 0 when absent.
+pub fn backend_metric(app: &App, name: &str, address: &str, extra: &str) -> u64 {
+    let labels = format!("backend=\"{address}\"{extra}");
+    metric(&app.metrics_text(), name, &labels).unwrap_or(0.0) as u64
+}
+
+/// State changes of the backend at `address` to `to` (`ready`, `unready`).
+pub fn state_changes(app: &App, address: &str, to: &str) -> u64 {
+    let extra = format!(",to=\"{to}\"");
+    backend_metric(
+        app,
+        "readyprism_backend_state_changes_total",
+        address,
+        &extra,
+    )
+}
+
+/// Failed dials to the backend at `address`.
+pub fn dial_failures(app: &App, address: &str) -> u64 {
+    backend_metric(app, "readyprism_dial_failures_total", address, "")
+}
+
 /// Waits until every backend has finished at least `probes` probes.
-pub async fn wait_probed(app: &App, probes: u64) -> Arc<Snapshot> {
-    let table = app.table();
+pub async fn wait_probed(app: &App, probes: u64) -> StatusDoc {
     poll("each backend probed enough times", || {
-        let m = |b: &readyprism::backend::Backend| {
-            b.live.metrics.checks_pass.get() + b.live.metrics.checks_fail.get()
-        };
-        table.load().backends.iter().all(|b| m(b) >= probes)
+        app.status().backends.iter().all(|b| {
+            let n = |r: &str| {
+                let extra = format!(",result=\"{r}\"");
+                backend_metric(app, "readyprism_health_checks_total", &b.address, &extra)
+            };
+            n("pass") + n("fail") >= probes
+        })
     })
     .await;
-    table.load()
+    app.status()
 }
 
-pub fn summary(s: &Snapshot) -> Vec<(String, &'static str, Option<Duration>, Option<String>)> {
-    s.backends
-        .iter()
-        .map(|b| {
-            (
-                b.spec.address.clone(),
-                b.health.state.as_str(),
-                b.health.latency,
-                b.health.last_error.as_deref().map(str::to_string),
-            )
-        })
-        .collect()
-}
-
-/// Polls `cond` every 10 ms until true or [`SOON`] passes.
+/// Polls `cond` every 10 ms until true or [`patience`] passes.
 pub async fn poll(what: &str, mut cond: impl FnMut() -> bool) {
-    let deadline = tokio::time::Instant::now() + SOON;
+    let deadline = tokio::time::Instant::now() + patience();
     while !cond() {
         assert!(
             tokio::time::Instant::now() < deadline,
@@ -182,13 +204,13 @@ pub async fn poll(what: &str, mut cond: impl FnMut() -> bool) {
     }
 }
 
-/// Retries `f` every 10 ms until it yields `Some`, or panics after [`SOON`].
+/// Retries `f` every 10 ms until it yields `Some`, or panics after [`patience`].
 pub async fn eventually<T, F, Fut>(what: &str, mut f: F) -> T
 where
     F: FnMut() -> Fut,
     Fut: std::future::Future<Output = Option<T>>,
 {
-    let deadline = tokio::time::Instant::now() + SOON;
+    let deadline = tokio::time::Instant::now() + patience();
     loop {
         if let Some(t) = f().await {
             return t;
@@ -210,7 +232,7 @@ pub async fn raw(proxy: SocketAddr) -> Option<(BufReader<TcpStream>, String)> {
     s.write_all(b"RAW\n").await.ok()?;
     let mut r = BufReader::new(s);
     let mut line = String::new();
-    match tokio::time::timeout(SOON, r.read_line(&mut line))
+    match tokio::time::timeout(patience(), r.read_line(&mut line))
         .await
         .expect("greeting in time")
     {
@@ -227,7 +249,7 @@ pub async fn landed(proxy: SocketAddr) -> String {
 /// Reads until EOF or error; returns what was read.
 pub async fn read_to_end(r: &mut BufReader<TcpStream>) -> Vec<u8> {
     let mut out = Vec::new();
-    let _ = tokio::time::timeout(SOON, r.read_to_end(&mut out))
+    let _ = tokio::time::timeout(patience(), r.read_to_end(&mut out))
         .await
         .expect("EOF in time");
     out
@@ -235,22 +257,10 @@ pub async fn read_to_end(r: &mut BufReader<TcpStream>) -> Vec<u8> {
 
 /// GET `path` from the admin server; returns (status code, body).
 pub async fn admin_get(admin: SocketAddr, path: &str) -> (u16, String) {
-    let mut s = TcpStream::connect(admin).await.expect("connect admin");
-    s.write_all(format!("GET {path} HTTP/1.0\r\nHost: x\r\n\r\n").as_bytes())
+    let a = readyprism::cli::http::get(&admin.to_string(), path)
         .await
-        .expect("write");
-    let mut buf = String::new();
-    s.read_to_string(&mut buf).await.expect("read");
-    let code = buf
-        .split_whitespace()
-        .nth(1)
-        .and_then(|c| c.parse().ok())
-        .expect("status code");
-    let body = buf
-        .split_once("\r\n\r\n")
-        .map(|(_, b)| b.to_string())
-        .unwrap_or_default();
-    (code, body)
+        .expect("admin answers");
+    (a.status, a.body)
 }
 
 /// The value of one Prometheus sample line `name{labels} value`, matching labels as a substring.

@@ -1,4 +1,7 @@
 //! The real binary as a child process: JSON logs collected from stderr, signals sent with `kill`.
+//!
+//! Blocking code on OS threads, not driven by tokio's clock: std's `Instant` is right here.
+#![allow(clippy::disallowed_types)]
 
 use std::io::{BufRead, BufReader};
 use std::net::SocketAddr;
@@ -6,13 +9,15 @@ use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use super::SOON;
+use super::patience;
 
 /// A running `readyprism run`.
 pub struct Proc {
     child: Child,
     lines: Arc<Mutex<Vec<String>>>,
-    /// Bound client listener.
+    /// Bound client listeners, in config order.
+    pub listens: Vec<SocketAddr>,
+    /// The first bound client listener.
     pub listen: SocketAddr,
     /// Bound admin listener.
     pub admin: SocketAddr,
@@ -48,6 +53,7 @@ impl Proc {
         let mut p = Proc {
             child,
             lines,
+            listens: Vec::new(),
             listen: "0.0.0.0:0".parse().expect("addr"),
             admin: "0.0.0.0:0".parse().expect("addr"),
         };
@@ -56,15 +62,14 @@ impl Proc {
             started["fields"][k]
                 .as_str()
                 .unwrap_or_default()
-                .trim_matches(|c| c == '[' || c == ']')
                 .to_string()
         };
-        p.listen = field("listen")
-            .split(", ")
-            .next()
-            .unwrap_or_default()
-            .parse()
-            .expect("listen addr in log");
+        // `listen` is the bound addresses joined by commas, e.g. `127.0.0.1:41234,[::1]:41235`.
+        p.listens = field("listen")
+            .split(',')
+            .map(|a| a.parse().expect("listen addr in log"))
+            .collect();
+        p.listen = p.listens[0];
         p.admin = field("admin").parse().expect("admin addr in log");
         p
     }
@@ -85,7 +90,7 @@ impl Proc {
         message: &str,
         pred: impl Fn(&serde_json::Value) -> bool,
     ) -> serde_json::Value {
-        let deadline = Instant::now() + SOON;
+        let deadline = Instant::now() + patience();
         loop {
             if let Some(v) = self
                 .logs()
@@ -121,7 +126,7 @@ impl Proc {
             if let Some(status) = self.child.try_wait().expect("try_wait") {
                 return (status, start.elapsed());
             }
-            assert!(start.elapsed() < SOON, "did not exit");
+            assert!(start.elapsed() < patience(), "did not exit");
             std::thread::sleep(Duration::from_millis(10));
         }
     }

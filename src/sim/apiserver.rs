@@ -25,7 +25,8 @@ use tokio_rustls::TlsAcceptor;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
-use crate::pki::{Ca, Issued};
+use crate::accept::Acceptor;
+use crate::sim::pki::{Ca, Issued};
 
 /// How the fake treats new connections.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -141,6 +142,9 @@ pub struct FakeApiserver {
     pub control: Arc<Control>,
     stop: CancellationToken,
     tasks: TaskTracker,
+    /// Holds the port after [`FakeApiserver::stop`], bound but not listening: dials then get a
+    /// reset, and no other listener (another test's) can take the port meanwhile.
+    _tombstone: Option<socket2::Socket>,
 }
 
 impl Drop for FakeApiserver {
@@ -187,6 +191,34 @@ fn build_server_tls(
 }
 
 impl FakeApiserver {
+    /// Binds `addr` (port 0: any) and serves there with `tls`. After [`FakeApiserver::stop`] the
+    /// port stays bound, not listening, so it refuses until the fake is dropped.
+    pub fn bind(
+        name: &str,
+        addr: SocketAddr,
+        tls: Arc<ServerConfig>,
+    ) -> std::io::Result<FakeApiserver> {
+        use socket2::{Domain, Socket, Type};
+        let socket = |addr: SocketAddr| -> std::io::Result<Socket> {
+            let s = Socket::new(Domain::for_address(addr), Type::STREAM, None)?;
+            // Both sockets share the port; a listener of anyone else (no SO_REUSEPORT) cannot.
+            s.set_reuse_port(true)?;
+            s.set_nonblocking(true)?;
+            s.bind(&addr.into())?;
+            Ok(s)
+        };
+        let listening = socket(addr)?;
+        listening.listen(1024)?;
+        let bound = listening.local_addr()?.as_socket().ok_or_else(|| {
+            std::io::Error::new(std::io::ErrorKind::InvalidInput, "not an IP socket")
+        })?;
+        let tombstone = socket(bound)?;
+        let listener = TcpListener::from_std(std::net::TcpListener::from(listening))?;
+        let mut fake = FakeApiserver::start(name, listener, tls)?;
+        fake._tombstone = Some(tombstone);
+        Ok(fake)
+    }
+
     /// Serves on `listener` with `tls`, ready and in [`Mode::Serve`].
     pub fn start(
         name: &str,
@@ -222,10 +254,11 @@ impl FakeApiserver {
             control,
             stop,
             tasks,
+            _tombstone: None,
         })
     }
 
-    /// Stops accepting and closes every connection; the port then refuses.
+    /// Stops listening and closes every connection; the port then refuses.
     pub async fn stop(&self) {
         self.stop.cancel();
         self.tasks.close();
@@ -240,8 +273,9 @@ async fn accept_loop(
     stop: CancellationToken,
     tasks: TaskTracker,
 ) {
-    // Polling is fine for a test fixture: it only matters while accepting is paused or failing.
+    // Polling is fine for a test fixture: it only matters while accepting is paused.
     let pause = Duration::from_millis(10);
+    let mut acceptor = Acceptor::new("simulated apiserver", listener, stop.clone());
     loop {
         if !control.accepting.load(Ordering::SeqCst) {
             tokio::select! {
@@ -249,15 +283,8 @@ async fn accept_loop(
                 _ = tokio::time::sleep(pause) => continue,
             }
         }
-        let stream = tokio::select! {
-            _ = stop.cancelled() => return,
-            a = listener.accept() => match a {
-                Ok((s, _)) => s,
-                Err(_) => {
-                    tokio::time::sleep(pause).await; // e.g. EMFILE: do not spin
-                    continue;
-                }
-            },
+        let Some((stream, _)) = acceptor.next().await else {
+            return;
         };
         let (tls, control, stop) = (tls.clone(), control.clone(), stop.clone());
         tasks.spawn(async move {

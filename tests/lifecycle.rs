@@ -1,10 +1,10 @@
 //! Operations: live reload (SIGHUP) and clean shutdown (SIGTERM).
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use readyprism::app::App;
-use readyprism::backend::State::{Ready, Unknown};
 use readyprism::config::Config;
+use readyprism::health::state::State::{Ready, Unknown};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use crate::support::process::Proc;
@@ -16,7 +16,7 @@ async fn echo_ok(conn: &mut tokio::io::BufReader<tokio::net::TcpStream>, msg: &[
     }
     let mut buf = vec![0u8; msg.len()];
     matches!(
-        tokio::time::timeout(SOON, conn.read_exact(&mut buf)).await,
+        tokio::time::timeout(patience(), conn.read_exact(&mut buf)).await,
         Ok(Ok(_))
     ) && buf == msg
 }
@@ -50,11 +50,11 @@ async fn reload_adds_removes_keeps_backends_and_rebinds_listeners() {
         lab.yaml("dc-b", &[(addr(&a), "dc-a"), (addr(&b), "dc-b")], ""),
     )
     .expect("write");
-    readyprism::shutdown::reload(&mut app, &file, &no_override()).await;
+    readyprism::signals::reload(&mut app, &source(&file)).await;
     let (mut on_b, name) = raw(old_listener).await.expect("relayed");
     assert_eq!(name, "b");
     assert!(echo_ok(&mut on_a, b"zone change moves nothing").await);
-    let b_changes = app.table().load().backends[1].live.metrics.to_ready.get();
+    let b_changes = state_changes(&app, &addr(&b), "ready");
 
     // Remove a, keep b, add c, add a second listener.
     let both = "listen: [\"127.0.0.1:0\", \"127.0.0.2:0\"]\n";
@@ -62,18 +62,18 @@ async fn reload_adds_removes_keeps_backends_and_rebinds_listeners() {
         .yaml("dc-b", &[(addr(&b), "dc-b"), (addr(&c), "dc-c")], "")
         .replace("listen: [\"127.0.0.1:0\"]\n", both);
     std::fs::write(&file, yaml).expect("write");
-    readyprism::shutdown::reload(&mut app, &file, &no_override()).await;
-    let snap = app.table().load();
+    readyprism::signals::reload(&mut app, &source(&file)).await;
+    let snap = app.status();
     assert_eq!(snap.backends.len(), 2);
-    assert_eq!(snap.backends[0].spec.address, addr(&b));
+    assert_eq!(snap.backends[0].address, addr(&b));
     assert_eq!(
-        snap.backends[0].health.state, Ready,
+        snap.backends[0].state, Ready,
         "unchanged backend keeps its state"
     );
-    assert_eq!(snap.backends[1].health.state, Unknown);
+    assert_eq!(snap.backends[1].state, Unknown);
     wait_states(&app, &[Ready, Ready]).await; // the new backend is probed at once
     assert_eq!(
-        app.table().load().backends[0].live.metrics.to_ready.get(),
+        state_changes(&app, &app.status().backends[0].address, "ready"),
         b_changes,
         "no re-decision for b"
     );
@@ -90,18 +90,15 @@ async fn reload_adds_removes_keeps_backends_and_rebinds_listeners() {
     assert!(["b", "c"].contains(&landed(listeners[1]).await.as_str()));
 
     // A backend's zone changes: same address, so its health and connections stay.
-    let b_ready_changes = app.table().load().backends[0].live.metrics.to_ready.get();
+    let b_ready_changes = state_changes(&app, &app.status().backends[0].address, "ready");
     let moved = lab
         .yaml("dc-b", &[(addr(&b), "dc-x"), (addr(&c), "dc-c")], "")
         .replace("listen: [\"127.0.0.1:0\"]\n", both);
     std::fs::write(&file, moved).expect("write");
-    readyprism::shutdown::reload(&mut app, &file, &no_override()).await;
-    let snap = app.table().load();
+    readyprism::signals::reload(&mut app, &source(&file)).await;
+    let snap = app.status();
     assert_eq!(
-        (
-            snap.backends[0].spec.zone.as_deref(),
-            snap.backends[0].health.state
-        ),
+        (snap.backends[0].zone.as_deref(), snap.backends[0].state),
         (Some("dc-x"), Ready)
     );
     assert!(
@@ -126,13 +123,13 @@ async fn reload_adds_removes_keeps_backends_and_rebinds_listeners() {
         None
     );
     assert_eq!(
-        app.table().load().backends[0].live.metrics.to_ready.get(),
+        state_changes(&app, &app.status().backends[0].address, "ready"),
         b_ready_changes
     );
 
     // An invalid config is rejected and counted; the running one stays.
     std::fs::write(&file, "backends: [\n").expect("write");
-    readyprism::shutdown::reload(&mut app, &file, &no_override()).await;
+    readyprism::signals::reload(&mut app, &source(&file)).await;
     assert_eq!(app.config().backends.len(), 2);
     let t = admin_get(app.admin_addr(), "/metrics").await.1;
     assert_eq!(
@@ -149,7 +146,7 @@ async fn reload_adds_removes_keeps_backends_and_rebinds_listeners() {
         .yaml("dc-b", &[(addr(&b), "dc-x"), (addr(&c), "dc-c")], "")
         .replace("listen: [\"127.0.0.1:0\"]\n", "listen: [\"127.0.0.2:0\"]\n");
     std::fs::write(&file, only_second).expect("write");
-    readyprism::shutdown::reload(&mut app, &file, &no_override()).await;
+    readyprism::signals::reload(&mut app, &source(&file)).await;
     assert_eq!(app.listen_addrs(), vec![listeners[1]]);
     poll_refused(old_listener).await;
     assert!(
@@ -159,8 +156,11 @@ async fn reload_adds_removes_keeps_backends_and_rebinds_listeners() {
     app.shutdown().await;
 }
 
-fn no_override() -> readyprism::shutdown::Override {
-    Box::new(|_| {})
+fn source(file: &std::path::Path) -> readyprism::config::Source {
+    readyprism::config::Source {
+        path: file.to_path_buf(),
+        zone: None,
+    }
 }
 
 async fn poll_refused(addr: std::net::SocketAddr) {
@@ -206,7 +206,10 @@ fn sighup_reloads_and_an_invalid_file_keeps_the_running_config() {
 }
 
 #[test]
+// Times a real child process from a blocking thread, outside tokio's clock: std's Instant.
+#[allow(clippy::disallowed_types)]
 fn sigterm_drains_within_the_grace_period_and_exits_zero() {
+    use std::time::Instant;
     let rt = tokio::runtime::Runtime::new().expect("runtime");
     let lab = Lab::new();
     let a = rt.block_on(lab.fake("a"));

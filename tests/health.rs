@@ -3,8 +3,9 @@
 use std::sync::atomic::Ordering::SeqCst;
 use std::time::Duration;
 
-use readyprism::backend::State::{Ready, Unready};
-use readyprism::fake::Mode;
+use readyprism::admin::status::CertStatus;
+use readyprism::health::state::State::{Ready, Unready};
+use readyprism::sim::apiserver::Mode;
 
 use crate::support::*;
 
@@ -23,7 +24,7 @@ async fn backend_that_accepts_tcp_but_never_answers_tls_is_unready_by_timeout_an
         .await;
     let snap = wait_states(&app, &[Unready, Ready]).await;
     assert_eq!(
-        snap.backends[0].health.last_error.as_deref(),
+        snap.backends[0].last_error.as_deref(),
         Some("timeout after 400ms")
     );
     for _ in 0..5 {
@@ -42,15 +43,15 @@ async fn failure_reasons_name_the_cause() {
     let reset = lab.fake("reset").await;
     reset.control.set_mode(Mode::Reset);
     // A server whose certificate comes from another CA.
-    let other = readyprism::pki::Ca::new("other-ca").expect("ca");
+    let other = readyprism::sim::pki::Ca::new("other-ca").expect("ca");
     let other_server = other.server(&["127.0.0.1"]).expect("cert");
     let l = tokio::net::TcpListener::bind("127.0.0.1:0")
         .await
         .expect("bind");
-    let stranger = readyprism::fake::FakeApiserver::start(
+    let stranger = readyprism::sim::apiserver::FakeApiserver::start(
         "stranger",
         l,
-        readyprism::fake::server_tls(&other, &other_server).expect("tls"),
+        readyprism::sim::apiserver::server_tls(&other, &other_server).expect("tls"),
     )
     .expect("fake");
     let app = lab
@@ -64,7 +65,7 @@ async fn failure_reasons_name_the_cause() {
     let reasons: Vec<String> = snap
         .backends
         .iter()
-        .map(|b| b.health.last_error.as_deref().unwrap_or("").to_string())
+        .map(|b| b.last_error.clone().unwrap_or_default())
         .collect();
     assert_eq!(reasons[0], "connection refused");
     assert!(reasons[1].starts_with("TLS: "), "{reasons:?}");
@@ -81,20 +82,19 @@ async fn one_failed_probe_does_not_flip_ready_and_one_pass_does_not_flip_unready
         .start(&lab.yaml("dc-a", &[(addr(&a), "dc-a")], ""))
         .await;
     wait_states(&app, &[Ready]).await;
-    let table = app.table();
     let hits = || a.control.readyz_hits.load(SeqCst);
 
     // One failure: stays ready, and the failure is visible as the last error.
     a.control.fail_next(1);
     let before = hits();
     wait_until(&app, "the failure is recorded", |s| {
-        s.backends[0].health.last_error.is_some()
+        s.backends[0].last_error.is_some()
     })
     .await;
     poll("a pass after the failure", || hits() >= before + 3).await;
-    assert_eq!(table.load().backends[0].health.state, Ready);
+    assert_eq!(app.status().backends[0].state, Ready);
     assert_eq!(
-        table.load().backends[0].live.metrics.to_unready.get(),
+        state_changes(&app, &addr(&a), "unready"),
         0,
         "never flipped"
     );
@@ -107,9 +107,9 @@ async fn one_failed_probe_does_not_flip_ready_and_one_pass_does_not_flip_unready
     let before = hits();
     a.control.pass_next(1);
     poll("the pass and a failure after it", || hits() >= before + 3).await;
-    assert_eq!(table.load().backends[0].health.state, Unready);
+    assert_eq!(app.status().backends[0].state, Unready);
     assert_eq!(
-        table.load().backends[0].live.metrics.to_ready.get(),
+        state_changes(&app, &addr(&a), "ready"),
         1,
         "only the start-up transition"
     );
@@ -159,9 +159,7 @@ async fn probes_are_anonymous_until_the_client_cert_appears_and_follow_its_rotat
         a.control.last_client_cert.load().is_none(),
         "anonymous probe"
     );
-    let v: serde_json::Value =
-        serde_json::from_str(&admin_get(app.admin_addr(), "/status").await.1).expect("json");
-    assert_eq!(v["client_cert"], "absent");
+    assert_eq!(app.status().client_cert, CertStatus::Absent);
 
     // Kubelet finishes its TLS bootstrap: the certificate appears.
     std::fs::write(&cert_path, lab.client.combined_pem()).expect("write cert");
@@ -175,9 +173,7 @@ async fn probes_are_anonymous_until_the_client_cert_appears_and_follow_its_rotat
             == Some(first.as_slice())
     })
     .await;
-    let v: serde_json::Value =
-        serde_json::from_str(&admin_get(app.admin_addr(), "/status").await.1).expect("json");
-    assert_eq!(v["client_cert"], "loaded");
+    assert_eq!(app.status().client_cert, CertStatus::Loaded);
 
     // Kubelet rotates it: a new file swapped in by rename, as kubelet does with its symlink.
     let rotated = lab.ca.client("test-node").expect("cert");
@@ -199,20 +195,20 @@ async fn probes_are_anonymous_until_the_client_cert_appears_and_follow_its_rotat
 #[tokio::test]
 async fn a_new_ca_file_is_picked_up_without_reload() {
     let lab = Lab::new();
-    let other = readyprism::pki::Ca::new("rotated-cluster-ca").expect("ca");
+    let other = readyprism::sim::pki::Ca::new("rotated-cluster-ca").expect("ca");
     let l = tokio::net::TcpListener::bind("127.0.0.1:0")
         .await
         .expect("bind");
     let server = other.server(&["127.0.0.1"]).expect("cert");
     // Served with a certificate from the new CA; still accepts kubelet certs from the old one.
-    let tls = readyprism::fake::server_tls(&lab.ca, &server).expect("tls");
-    let a = readyprism::fake::FakeApiserver::start("a", l, tls).expect("fake");
+    let tls = readyprism::sim::apiserver::server_tls(&lab.ca, &server).expect("tls");
+    let a = readyprism::sim::apiserver::FakeApiserver::start("a", l, tls).expect("fake");
     let app = lab
         .start(&lab.yaml("dc-a", &[(addr(&a), "dc-a")], ""))
         .await;
     let snap = wait_states(&app, &[Unready]).await;
     assert_eq!(
-        snap.backends[0].health.last_error.as_deref(),
+        snap.backends[0].last_error.as_deref(),
         Some("TLS: unknown issuer")
     );
     // The operator installs the new CA bundle (old + new), no SIGHUP.
@@ -229,23 +225,18 @@ async fn a_new_ca_file_is_picked_up_without_reload() {
 async fn an_apiserver_rejecting_our_client_certificate_says_so() {
     let lab = Lab::new();
     // Trusts only another CA for clients: our kubelet certificate is refused after the handshake.
-    let other = readyprism::pki::Ca::new("other-client-ca").expect("ca");
+    let other = readyprism::sim::pki::Ca::new("other-client-ca").expect("ca");
     let l = tokio::net::TcpListener::bind("127.0.0.1:0")
         .await
         .expect("bind");
     let server = lab.ca.server(&["127.0.0.1"]).expect("cert");
-    let strict = readyprism::fake::strict_server_tls(&other, &server).expect("tls");
-    let a = readyprism::fake::FakeApiserver::start("a", l, strict).expect("fake");
+    let strict = readyprism::sim::apiserver::strict_server_tls(&other, &server).expect("tls");
+    let a = readyprism::sim::apiserver::FakeApiserver::start("a", l, strict).expect("fake");
     let app = lab
         .start(&lab.yaml("dc-a", &[(addr(&a), "dc-a")], ""))
         .await;
     let snap = wait_states(&app, &[Unready]).await;
-    let reason = snap.backends[0]
-        .health
-        .last_error
-        .as_deref()
-        .unwrap_or("")
-        .to_string();
+    let reason = snap.backends[0].last_error.clone().unwrap_or_default();
     assert!(
         reason.starts_with("TLS: ") && reason.contains("unknown ca"),
         "{reason}"
@@ -277,7 +268,7 @@ async fn redirects_fail_and_huge_answers_are_read_only_up_to_a_bound() {
         .await;
     let snap = wait_states(&app, &[Unready, Ready]).await;
     assert_eq!(
-        snap.backends[0].health.last_error.as_deref(),
+        snap.backends[0].last_error.as_deref(),
         Some("HTTP 302: see /elsewhere")
     );
     // A body past the bound is not read to the end: that connection is dropped, the next probe redials.

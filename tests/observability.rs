@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use readyprism::backend::State::{Ready, Unready};
+use readyprism::health::state::State::{Ready, Unready};
 use tokio::io::AsyncWriteExt;
 
 use crate::support::process::Proc;
@@ -112,12 +112,12 @@ async fn every_metric_is_exported_and_moves() {
     a.control.set_ready(false);
     wait_states(&app, &[Unready, Ready]).await;
     poll("connection closed as unready", || {
-        app.table().load().backends[0]
-            .live
-            .metrics
-            .closed_unready
-            .get()
-            == 1
+        backend_metric(
+            &app,
+            "readyprism_connections_closed_unready_total",
+            &addr(&a),
+            "",
+        ) == 1
     })
     .await;
     let t = scrape().await;

@@ -6,10 +6,9 @@ use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::time::Duration;
 
-use serde_json::Value;
-
 use super::{Traffic, RECENT, SITES};
-use crate::status;
+use crate::admin::StatusDoc;
+use crate::cli::status;
 
 /// One refresh of the live view.
 pub(super) struct Frame<'a> {
@@ -21,8 +20,8 @@ pub(super) struct Frame<'a> {
     pub listen: SocketAddr,
     /// The balancer's bound admin address.
     pub admin: SocketAddr,
-    /// `admin::status_json` of the current snapshot.
-    pub status: &'a Value,
+    /// The balancer's view: its `/status` document now.
+    pub status: &'a StatusDoc,
     /// What the demo's clients saw.
     pub traffic: &'a Traffic,
     /// Whether dc-a currently has quorum.
@@ -34,10 +33,9 @@ pub(super) struct Frame<'a> {
 impl Frame<'_> {
     /// One plain line per refresh.
     pub fn line(&self) -> String {
-        let backends = self.status.get("backends").and_then(Value::as_array);
-        let per: Vec<String> = backends
-            .map(Vec::as_slice)
-            .unwrap_or(&[])
+        let per: Vec<String> = self
+            .status
+            .backends
             .iter()
             .map(|b| {
                 let [_, zone, state, latency, active, rank, _] = status::backend_cells(b);
@@ -135,22 +133,7 @@ pub(super) fn counts(per: &BTreeMap<String, u64>) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use serde_json::json;
-
-    fn status() -> Value {
-        json!({
-            "zone": "dc-a", "ready": true, "mode": "normal", "shutting_down": false,
-            "client_cert": "loaded", "generation": 9,
-            "backends": [
-                {"address": "127.0.0.1:1001", "zone": "dc-a", "state": "unready", "latency_ms": 0.4,
-                 "last_error": "HTTP 500: [-]etcd failed", "active_connections": 0, "rank": null},
-                {"address": "127.0.0.1:1002", "zone": "dc-b", "state": "ready", "latency_ms": 23.41,
-                 "last_error": null, "active_connections": 2, "rank": 0},
-                {"address": "127.0.0.1:1003", "zone": "witness", "state": "ready", "latency_ms": 43.0,
-                 "last_error": null, "active_connections": 0, "rank": 1},
-            ],
-        })
-    }
+    use crate::cli::status::sample;
 
     fn traffic() -> Traffic {
         let mut t = Traffic::default();
@@ -164,7 +147,7 @@ mod tests {
         t
     }
 
-    fn frame<'a>(status: &'a Value, traffic: &'a Traffic) -> Frame<'a> {
+    fn frame<'a>(status: &'a StatusDoc, traffic: &'a Traffic) -> Frame<'a> {
         Frame {
             elapsed: Duration::from_secs(12),
             remaining: Some(Duration::from_millis(17_400)),
@@ -179,11 +162,11 @@ mod tests {
 
     #[test]
     fn line_says_where_traffic_went_and_when_dc_a_flips() {
-        let (s, t) = (status(), traffic());
+        let (s, t) = (sample(), traffic());
         assert_eq!(
             frame(&s, &t).line(),
-            "[ 12s] dc-a unready 0.40ms active 0 rank - | dc-b ready 23.4ms active 2 rank 1 | \
-             witness ready 43.0ms active 0 rank 2 | last: dc-a dc-a dc-b FAILED | \
+            "[ 12s] dc-a unready 0.31ms active 0 rank - | dc-b ready 23.3ms active 12 rank 1 | \
+             - unknown - active 0 rank - | last: dc-a dc-a dc-b FAILED | \
              long-lived: on dc-b, moved 1 time(s), last dc-a -> dc-b | \
              dc-a has LOST QUORUM (/readyz 500); recovers in 4s"
         );
@@ -191,13 +174,13 @@ mod tests {
 
     #[test]
     fn screen_has_the_table_the_try_commands_and_the_traffic() {
-        let (s, t) = (status(), traffic());
+        let (s, t) = (sample(), traffic());
         let screen = frame(&s, &t).screen();
         for want in [
             "(12s, 18s left)",
             "curl -k https://127.0.0.1:7445/version   readyprism status\n",
             "BACKEND",
-            "HTTP 500: [-]etcd failed",
+            "[-]etcd failed",
             "last 10 connections (newest last): dc-a dc-a dc-b FAILED\n",
             "connections so far: dc-a 2, dc-b 1   failed: 1\n",
             "long-lived connection: on dc-b, moved 1 time(s), last dc-a -> dc-b\n",

@@ -3,7 +3,7 @@
 //! apiserver when it loses quorum and come back when it recovers.
 //!
 //! Owns the demo's scenario and client traffic; `view` renders it. Does not own any balancer
-//! behaviour (`app`), the simulated apiserver (`fake`) or the certificates (`pki`).
+//! behaviour (`app`), the simulated apiserver or the certificates (`sim`).
 
 mod traffic;
 mod view;
@@ -15,16 +15,16 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use tokio::net::TcpListener;
 use tokio::time::{interval, sleep_until, timeout, Instant, MissedTickBehavior};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use crate::app::{self, App, StartError};
-use crate::backend::State;
 use crate::config::{Config, ConfigError};
-use crate::fake::FakeApiserver;
-use crate::pki::Ca;
+use crate::health::state::State;
+use crate::signals::Termination;
+use crate::sim::apiserver::FakeApiserver;
+use crate::sim::pki::Ca;
 use traffic::Traffic;
 use view::Frame;
 
@@ -96,10 +96,30 @@ pub enum DemoError {
     /// The balancer could not start, e.g. its port is in use.
     #[error("{0}")]
     Start(StartError),
+    /// SIGINT/SIGTERM handlers could not be installed.
+    #[error("signal handling: {0}")]
+    Signals(std::io::Error),
 }
 
-/// Runs the demo until `duration` passes or `quit` is cancelled (main does that on SIGINT and
-/// SIGTERM), then shuts everything down in order and removes its temporary files.
+/// Runs the demo until `duration` passes, SIGINT or SIGTERM, then shuts everything down in order.
+pub async fn run_until_signalled(opts: DemoOptions) -> Result<DemoReport, DemoError> {
+    let mut signals = Termination::install().map_err(DemoError::Signals)?;
+    let quit = CancellationToken::new();
+    let demo = run(opts, quit.clone());
+    tokio::pin!(demo);
+    loop {
+        tokio::select! {
+            report = &mut demo => return report,
+            name = signals.recv() => {
+                tracing::info!("{name}: ending the demo");
+                quit.cancel();
+            }
+        }
+    }
+}
+
+/// Runs the demo until `duration` passes or `quit` is cancelled, then shuts everything down in
+/// order and removes its temporary files.
 pub async fn run(opts: DemoOptions, quit: CancellationToken) -> Result<DemoReport, DemoError> {
     let scenario = Scenario::start(&opts).await?;
     let app = &scenario.app;
@@ -159,7 +179,7 @@ pub async fn run(opts: DemoOptions, quit: CancellationToken) -> Result<DemoRepor
                     remaining: end.map(|e| e - now),
                     listen,
                     admin: app.admin_addr(),
-                    status: &crate::admin::status_json(&app.table().load(), false, "loaded"),
+                    status: &app.status(),
                     traffic: &t,
                     dc_a_ready,
                     next_flip_in: next_flip - now,
@@ -226,12 +246,15 @@ impl Scenario {
             .map_err(DemoError::Pki)?
             .combined_pem();
         let client_path = dir.write("kubelet-client-current.pem", &client)?;
-        let tls = crate::fake::server_tls(&ca, &ca.server(&["127.0.0.1"]).map_err(DemoError::Pki)?)
-            .map_err(|e| DemoError::Fake(e.to_string()))?;
+        let tls = crate::sim::apiserver::server_tls(
+            &ca,
+            &ca.server(&["127.0.0.1"]).map_err(DemoError::Pki)?,
+        )
+        .map_err(|e| DemoError::Fake(e.to_string()))?;
         let mut fakes = Vec::new();
         for (name, delay_ms) in SITES {
-            let listener = TcpListener::bind("127.0.0.1:0").await;
-            let fake = listener.and_then(|l| FakeApiserver::start(name, l, tls.clone()));
+            let any_port = SocketAddr::from(([127, 0, 0, 1], 0));
+            let fake = FakeApiserver::bind(name, any_port, tls.clone());
             let fake = fake.map_err(|e| DemoError::Fake(format!("{name}: {e}")))?;
             fake.control
                 .set_readyz_delay(Duration::from_millis(delay_ms));
@@ -370,7 +393,7 @@ mod tests {
         let (o, ca) = (opts(Duration::ZERO), Path::new("/tmp/a dir/ca.crt"));
         let yaml = demo_yaml(o.listen, o.admin, &addrs, ca, Path::new("/tmp/c.pem"));
         let config = Config::parse(&yaml, "demo").expect("the demo config is valid");
-        assert_eq!(config.zone.as_deref(), Some("dc-a"));
+        assert_eq!(config.routing.zone.as_deref(), Some("dc-a"));
         let zones: Vec<_> = config.backends.iter().map(|b| b.zone.as_deref()).collect();
         assert_eq!(zones, [Some("dc-a"), Some("dc-b"), Some("witness")]);
         assert_eq!(config.health.interval, Duration::from_secs(1));

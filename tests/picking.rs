@@ -1,9 +1,10 @@
 //! Picking: readiness, zone, latency, sharing, dial retry, no-ready policies.
 
-use std::collections::HashMap;
 use std::time::Duration;
 
-use readyprism::backend::State::{Ready, Unready};
+use readyprism::health::state::State::{Ready, Unready};
+
+use readyprism::admin::status::{Mode, StatusDoc};
 
 use crate::support::*;
 
@@ -38,22 +39,22 @@ async fn unready_backend_that_accepts_tcp_fastest_is_never_picked() {
 #[tokio::test]
 async fn ready_same_zone_backend_wins_over_faster_remote() {
     let lab = Lab::new();
+    // 300 ms against ~0: a gap no scheduling noise on a loaded machine closes.
     let local = lab.fake("local").await;
-    local.control.set_readyz_delay(Duration::from_millis(60));
+    local.control.set_readyz_delay(Duration::from_millis(300));
     let remote = lab.fake("remote").await;
     let app = lab
         .start(&lab.yaml(
             "dc-a",
             &[(addr(&remote), "dc-b"), (addr(&local), "dc-a")],
-            "",
+            WIDE_GAP_PROBES,
         ))
         .await;
     wait_states(&app, &[Ready, Ready]).await;
     let snap = wait_probed(&app, 2).await;
     assert!(
-        snap.backends[1].health.latency > snap.backends[0].health.latency,
-        "{:?}",
-        summary(&snap)
+        snap.backends[1].latency_ms > snap.backends[0].latency_ms,
+        "the local one is the slower: {snap:?}"
     );
     let proxy = app.listen_addrs()[0];
     for _ in 0..10 {
@@ -62,44 +63,30 @@ async fn ready_same_zone_backend_wins_over_faster_remote() {
     app.shutdown().await;
 }
 
+/// Probes that tolerate a 300 ms `/readyz` (and a 1 s handshake) with room to spare.
+const WIDE_GAP_PROBES: &str = "health: { interval: 3s, timeout: 2s, fast_interval: 200ms }\n";
+
+// Sharing among near-equal backends is table-tested in `pick.rs`: measured latencies on a loaded
+// machine are too noisy to show a 25 % band end to end.
 #[tokio::test]
-async fn lower_readyz_latency_wins_among_remotes_and_near_equal_ones_share() {
+async fn lower_readyz_latency_wins_among_remotes() {
     let lab = Lab::new();
     let slow = lab.fake("slow").await;
-    slow.control.set_readyz_delay(Duration::from_millis(60));
+    slow.control.set_readyz_delay(Duration::from_millis(300));
     let fast = lab.fake("fast").await;
-    fast.control.set_readyz_delay(Duration::from_millis(5));
-    let twin = lab.fake("twin").await;
-    twin.control.set_readyz_delay(Duration::from_millis(60));
     let app = lab
         .start(&lab.yaml(
             "dc-a",
-            &[
-                (addr(&slow), "dc-b"),
-                (addr(&fast), "dc-c"),
-                (addr(&twin), "dc-d"),
-            ],
-            "",
+            &[(addr(&slow), "dc-b"), (addr(&fast), "dc-c")],
+            WIDE_GAP_PROBES,
         ))
         .await;
-    wait_states(&app, &[Ready, Ready, Ready]).await;
+    wait_states(&app, &[Ready, Ready]).await;
     wait_probed(&app, 2).await;
     let proxy = app.listen_addrs()[0];
     for _ in 0..10 {
         assert_eq!(landed(proxy).await, "fast");
     }
-    // Without the fast one, the two near-equal 60 ms ones share (the band is 25 % = 15 ms).
-    fast.control.set_ready(false);
-    wait_states(&app, &[Ready, Unready, Ready]).await;
-    let mut count: HashMap<String, usize> = HashMap::new();
-    for _ in 0..20 {
-        *count.entry(landed(proxy).await).or_default() += 1;
-    }
-    assert!(
-        count.get("slow").copied().unwrap_or(0) >= 5
-            && count.get("twin").copied().unwrap_or(0) >= 5,
-        "{count:?}"
-    );
     app.shutdown().await;
 }
 
@@ -114,12 +101,12 @@ async fn refused_dial_goes_to_the_next_backend_without_client_visible_failure() 
     for _ in 0..5 {
         assert_eq!(landed(proxy).await, "remote");
     }
-    let snap = app.table().load();
     assert_eq!(
-        snap.backends[0].health.state, Ready,
+        app.status().backends[0].state,
+        Ready,
         "still ready: the retry, not the health check, saved us"
     );
-    assert_eq!(snap.backends[0].live.metrics.dial_failures.get(), 5);
+    assert_eq!(dial_failures(&app, &addr(&local)), 5);
     // Both gone before the health checks notice: the client is closed and it is counted.
     remote.stop().await;
     assert!(raw(proxy).await.is_none());
@@ -147,9 +134,9 @@ async fn no_ready_backend_fails_open_by_default() {
     assert_eq!(landed(app.listen_addrs()[0]).await, "a");
     let (code, body) = admin_get(app.admin_addr(), "/status").await;
     assert_eq!(code, 200);
-    let v: serde_json::Value = serde_json::from_str(&body).expect("json");
-    assert_eq!(v["mode"], "fail_open");
-    assert_eq!(v["ready"], false);
+    let v: StatusDoc = serde_json::from_str(&body).expect("a status document");
+    assert_eq!(v.mode, Mode::FailOpen);
+    assert!(!v.ready);
     let t = admin_get(app.admin_addr(), "/metrics").await.1;
     assert_eq!(
         metric(&t, "readyprism_connections_failed_open_total", ""),
@@ -178,9 +165,7 @@ async fn no_ready_backend_with_refuse_closes_clients() {
             .load(std::sync::atomic::Ordering::SeqCst)
             > 0
     );
-    let v: serde_json::Value =
-        serde_json::from_str(&admin_get(app.admin_addr(), "/status").await.1).expect("json");
-    assert_eq!(v["mode"], "refuse");
+    assert_eq!(app.status().mode, Mode::Refuse);
     // Once it is ready again, clients get through.
     a.control.set_ready(true);
     wait_states(&app, &[Ready]).await;
@@ -252,9 +237,13 @@ async fn dial_that_times_out_goes_to_the_next_backend() {
     sock.listen(1).expect("listen");
     sock.set_nonblocking(true).expect("nonblocking");
     let listener = tokio::net::TcpListener::from_std(sock.into()).expect("tokio listener");
-    let tls = readyprism::fake::server_tls(&lab.ca, &lab.ca.server(&["127.0.0.1"]).expect("cert"))
-        .expect("tls");
-    let holed = readyprism::fake::FakeApiserver::start("holed", listener, tls).expect("fake");
+    let tls = readyprism::sim::apiserver::server_tls(
+        &lab.ca,
+        &lab.ca.server(&["127.0.0.1"]).expect("cert"),
+    )
+    .expect("tls");
+    let holed =
+        readyprism::sim::apiserver::FakeApiserver::start("holed", listener, tls).expect("fake");
     let other = lab.fake("other").await;
     let extra = &format!("{SLOW_PROBES}connect_timeout: 300ms\n");
     let app = lab
@@ -279,10 +268,9 @@ async fn dial_that_times_out_goes_to_the_next_backend() {
         }
     }
     assert_eq!(landed(app.listen_addrs()[0]).await, "other");
-    let holed_metrics = &app.table().load().backends[0].live.metrics;
-    assert_eq!(holed_metrics.dial_failures.get(), 1);
+    assert_eq!(dial_failures(&app, &addr(&holed)), 1);
     assert_eq!(
-        app.table().load().backends[0].health.state,
+        app.status().backends[0].state,
         Ready,
         "the retry, not the health check, saved us"
     );
@@ -292,33 +280,32 @@ async fn dial_that_times_out_goes_to_the_next_backend() {
 #[tokio::test]
 async fn latency_is_the_readyz_answer_time_not_the_connect_or_tls_time() {
     let lab = Lab::new();
-    // Slow to connect (TLS handshake 300 ms) but answers /readyz at once.
+    // Slow to connect (TLS handshake 1 s) but answers /readyz at once: if the handshake counted,
+    // it would measure 1 s, far above the other's 300 ms; as it does not, it measures ~0.
     let far_handshake = lab.fake("slow-handshake").await;
     far_handshake
         .control
-        .set_handshake_delay(Duration::from_millis(300));
+        .set_handshake_delay(Duration::from_secs(1));
     // Quick to connect, slow to answer.
     let slow_answer = lab.fake("slow-answer").await;
     slow_answer
         .control
-        .set_readyz_delay(Duration::from_millis(60));
-    let extra = "health: { interval: 2s, timeout: 1s, fast_interval: 200ms }\n";
+        .set_readyz_delay(Duration::from_millis(300));
     let app = lab
         .start(&lab.yaml(
             "dc-a",
             &[(addr(&slow_answer), "dc-b"), (addr(&far_handshake), "dc-c")],
-            extra,
+            WIDE_GAP_PROBES,
         ))
         .await;
     let snap = wait_states(&app, &[Ready, Ready]).await;
     let (answer, handshake) = (
-        snap.backends[0].health.latency.expect("measured"),
-        snap.backends[1].health.latency.expect("measured"),
+        snap.backends[0].latency_ms.expect("measured"),
+        snap.backends[1].latency_ms.expect("measured"),
     );
     assert!(
         handshake < answer,
-        "handshake time must not count: {:?}",
-        summary(&snap)
+        "handshake time must not count: {snap:?}"
     );
     for _ in 0..5 {
         assert_eq!(landed(app.listen_addrs()[0]).await, "slow-handshake");

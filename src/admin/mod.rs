@@ -1,0 +1,117 @@
+//! The admin HTTP server: `/livez`, `/readyz`, `/status` (JSON) and `/metrics` (Prometheus text).
+//!
+//! Reads the same snapshot the proxy does; owns no state of its own beyond the shutting-down flag.
+//! `status` owns the `/status` document's type.
+
+pub mod status;
+
+use std::convert::Infallible;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+
+use bytes::Bytes;
+use http_body_util::Full;
+use hyper::service::service_fn;
+use hyper::{header, Method, Request, Response, StatusCode};
+use hyper_util::rt::TokioIo;
+use tokio::net::TcpListener;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+
+use crate::accept::Acceptor;
+use crate::metrics::{self, Metrics};
+use crate::table::Table;
+use crate::tls::TlsSource;
+pub use status::StatusDoc;
+
+/// What the admin endpoints read.
+#[derive(Debug)]
+pub struct Admin {
+    /// Routing state.
+    pub table: Arc<Table>,
+    /// Metric registry.
+    pub metrics: Arc<Metrics>,
+    /// TLS material, for the client-certificate status.
+    pub tls: Arc<TlsSource>,
+    /// Set at the start of shutdown: `/readyz` answers 503 from then on.
+    pub shutting_down: AtomicBool,
+}
+
+impl Admin {
+    /// Serves until `stop` is cancelled; open admin connections end with it.
+    pub async fn serve(self: Arc<Self>, listener: TcpListener, stop: CancellationToken) {
+        let tasks = TaskTracker::new();
+        let mut acceptor = Acceptor::new("admin", listener, stop.clone());
+        while let Some((stream, _)) = acceptor.next().await {
+            let admin = self.clone();
+            let stop = stop.clone();
+            tasks.spawn(async move {
+                let svc = service_fn(move |req| {
+                    let admin = admin.clone();
+                    async move { Ok::<_, Infallible>(admin.route(&req)) }
+                });
+                let conn = hyper::server::conn::http1::Builder::new()
+                    .serve_connection(TokioIo::new(stream), svc);
+                tokio::select! {
+                    _ = stop.cancelled() => {}
+                    r = conn => if let Err(e) = r { tracing::debug!(error = %e, "admin connection error") },
+                }
+            });
+        }
+        tasks.close();
+        tasks.wait().await;
+    }
+
+    /// The `/status` document as of now.
+    pub fn status(&self) -> StatusDoc {
+        StatusDoc::of(
+            &self.table.load(),
+            self.shutting_down.load(Ordering::Relaxed),
+            (&self.tls.current().client_cert).into(),
+        )
+    }
+
+    fn route<B>(&self, req: &Request<B>) -> Response<Full<Bytes>> {
+        if req.method() != Method::GET && req.method() != Method::HEAD {
+            return text(StatusCode::METHOD_NOT_ALLOWED, "only GET\n");
+        }
+        match req.uri().path() {
+            "/livez" => text(StatusCode::OK, "ok\n"),
+            "/readyz" => {
+                if self.shutting_down.load(Ordering::Relaxed) {
+                    text(StatusCode::SERVICE_UNAVAILABLE, "shutting down\n")
+                } else if self.table.load().any_ready() {
+                    text(StatusCode::OK, "ok\n")
+                } else {
+                    text(StatusCode::SERVICE_UNAVAILABLE, "no ready backend\n")
+                }
+            }
+            "/status" => match serde_json::to_string(&self.status()) {
+                Ok(body) => respond(StatusCode::OK, "application/json", body),
+                Err(e) => respond(
+                    StatusCode::INTERNAL_SERVER_ERROR,
+                    "text/plain; charset=utf-8",
+                    format!("cannot encode status: {e}\n"),
+                ),
+            },
+            "/metrics" => respond(StatusCode::OK, metrics::CONTENT_TYPE, self.metrics.encode()),
+            _ => text(
+                StatusCode::NOT_FOUND,
+                "not found: try /livez /readyz /status /metrics\n",
+            ),
+        }
+    }
+}
+
+fn text(status: StatusCode, body: &'static str) -> Response<Full<Bytes>> {
+    respond(status, "text/plain; charset=utf-8", body.to_string())
+}
+
+fn respond(status: StatusCode, content_type: &str, body: String) -> Response<Full<Bytes>> {
+    let mut resp = Response::new(Full::new(Bytes::from(body)));
+    *resp.status_mut() = status;
+    if let Ok(v) = header::HeaderValue::from_str(content_type) {
+        resp.headers_mut().insert(header::CONTENT_TYPE, v);
+    }
+    resp
+}

@@ -1,0 +1,224 @@
+//! The `/status` document as a type: written by the admin server, read by `readyprism status`, the
+//! demo and the tests, so writer and readers cannot drift apart.
+//!
+//! Owns the document's shape and how it is derived from a snapshot. Does not own serving it.
+
+use std::sync::atomic::Ordering;
+
+use serde::{Deserialize, Serialize};
+
+use crate::backend::Snapshot;
+use crate::health::state::State;
+use crate::pick::Pick;
+use crate::tls::ClientCert;
+
+/// What new connections get right now.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Mode {
+    /// Ready backends only.
+    Normal,
+    /// Nothing is ready: routing to backends that fail their checks.
+    FailOpen,
+    /// Nothing is ready and the policy is `refuse`: clients are closed.
+    Refuse,
+    /// Nothing is ready yet, but backends not yet checked are tried (start-up, just added).
+    Starting,
+}
+
+/// Which client certificate the probes present.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum CertStatus {
+    /// None configured: anonymous by choice.
+    None,
+    /// Configured, the file does not exist (yet): anonymous while kubelet bootstraps.
+    Absent,
+    /// Presented.
+    Loaded,
+}
+
+impl From<&ClientCert> for CertStatus {
+    fn from(c: &ClientCert) -> Self {
+        match c {
+            ClientCert::NotConfigured => CertStatus::None,
+            ClientCert::Absent(_) => CertStatus::Absent,
+            ClientCert::Loaded { .. } => CertStatus::Loaded,
+        }
+    }
+}
+
+/// The whole `/status` document.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct StatusDoc {
+    /// This node's zone.
+    pub zone: Option<String>,
+    /// At least one backend is ready and the balancer is not shutting down (admin `/readyz`).
+    pub ready: bool,
+    /// What new connections get.
+    pub mode: Mode,
+    /// SIGTERM received: draining.
+    pub shutting_down: bool,
+    /// Which client certificate the probes present.
+    pub client_cert: CertStatus,
+    /// The snapshot generation the document was made from.
+    pub generation: u64,
+    /// Every configured backend, in config order.
+    pub backends: Vec<BackendStatus>,
+}
+
+/// One backend in the `/status` document.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct BackendStatus {
+    /// The address as configured (the backend's id).
+    pub address: String,
+    /// The backend's zone.
+    pub zone: Option<String>,
+    /// Health state after hysteresis.
+    pub state: State,
+    /// Smoothed `/readyz` latency in milliseconds, two decimals; null until measured.
+    pub latency_ms: Option<f64>,
+    /// Reason of the latest failed check; null after a pass.
+    pub last_error: Option<String>,
+    /// Connections relayed to it now.
+    pub active_connections: u64,
+    /// 0-based position in the current pick order; null when not a candidate.
+    pub rank: Option<usize>,
+}
+
+impl StatusDoc {
+    /// The document for `snap`.
+    pub fn of(snap: &Snapshot, shutting_down: bool, client_cert: CertStatus) -> StatusDoc {
+        let pick = snap.pick(0);
+        let failing = |i: &usize| snap.backends[*i].health.state == State::Unready;
+        let mode = match &pick {
+            Pick::Ready(_) => Mode::Normal,
+            Pick::NoneReady(order) if order.iter().any(failing) => Mode::FailOpen,
+            Pick::NoneReady(_) => Mode::Starting,
+            Pick::Refuse => Mode::Refuse,
+        };
+        let backends = snap
+            .backends
+            .iter()
+            .enumerate()
+            .map(|(i, b)| BackendStatus {
+                address: b.spec.id.to_string(),
+                zone: b.spec.zone.clone(),
+                state: b.health.state,
+                latency_ms: b
+                    .health
+                    .latency
+                    .map(|l| (l.as_secs_f64() * 1e5).round() / 100.0),
+                last_error: b.health.last_error.as_deref().map(str::to_string),
+                active_connections: b.live.active.load(Ordering::Relaxed) as u64,
+                rank: pick.order().iter().position(|&j| j == i),
+            })
+            .collect();
+        StatusDoc {
+            zone: snap.routing.zone.clone(),
+            ready: snap.any_ready() && !shutting_down,
+            mode,
+            shutting_down,
+            client_cert,
+            generation: snap.generation,
+            backends,
+        }
+    }
+
+    /// The backend with `address`, if configured.
+    pub fn backend(&self, address: &str) -> Option<&BackendStatus> {
+        self.backends.iter().find(|b| b.address == address)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use super::*;
+    use crate::backend::{Backend, BackendId, BackendLive, BackendSpec, Routing};
+    use crate::health::state::Health;
+    use crate::metrics::Metrics;
+    use crate::pick::WhenNoneReady;
+
+    fn snapshot(states: &[State], policy: WhenNoneReady) -> Snapshot {
+        let metrics = Metrics::new();
+        let backends = states
+            .iter()
+            .enumerate()
+            .map(|(i, &state)| {
+                let id = BackendId::new(&format!("10.0.0.{i}:6443"));
+                Backend {
+                    live: Arc::new(BackendLive::new(metrics.backend(&id))),
+                    spec: Arc::new(BackendSpec {
+                        id,
+                        host: format!("10.0.0.{i}"),
+                        port: 6443,
+                        zone: None,
+                        server_name: rustls_pki_types::ServerName::try_from("kubernetes")
+                            .expect("name"),
+                    }),
+                    health: Health {
+                        state,
+                        ..Health::UNKNOWN
+                    },
+                    evict_epoch: 0,
+                }
+            })
+            .collect();
+        Snapshot {
+            generation: 1,
+            routing: Routing {
+                when_none_ready: policy,
+                ..Routing::default()
+            },
+            backends,
+        }
+    }
+
+    #[test]
+    fn mode_says_what_new_connections_get() {
+        use State::*;
+        use WhenNoneReady::*;
+        let cases = [
+            (vec![Ready, Unready], FailOpen, Mode::Normal),
+            (vec![Unready, Unready], FailOpen, Mode::FailOpen),
+            (vec![Unknown, Unready], FailOpen, Mode::FailOpen),
+            (vec![Unknown, Unknown], FailOpen, Mode::Starting),
+            (vec![Unknown, Unready], Refuse, Mode::Starting),
+            (vec![Unready, Unready], Refuse, Mode::Refuse),
+        ];
+        for (states, policy, want) in cases {
+            let doc = StatusDoc::of(&snapshot(&states, policy), false, CertStatus::None);
+            assert_eq!(doc.mode, want, "{states:?} {policy:?}");
+        }
+    }
+
+    #[test]
+    fn document_round_trips_through_json_with_the_documented_field_names() {
+        let doc = StatusDoc::of(
+            &snapshot(&[State::Ready, State::Unready], WhenNoneReady::FailOpen),
+            false,
+            CertStatus::Loaded,
+        );
+        let text = serde_json::to_string(&doc).expect("serialize");
+        for key in [
+            "\"zone\":null",
+            "\"ready\":true",
+            "\"mode\":\"normal\"",
+            "\"shutting_down\":false",
+            "\"client_cert\":\"loaded\"",
+            "\"generation\":1",
+            "\"state\":\"unready\"",
+            "\"rank\":null",
+            "\"rank\":0",
+            "\"active_connections\":0",
+            "\"latency_ms\":null",
+            "\"last_error\":null",
+        ] {
+            assert!(text.contains(key), "{key} in {text}");
+        }
+        let back: StatusDoc = serde_json::from_str(&text).expect("deserialize");
+        assert_eq!(back, doc);
+    }
+}

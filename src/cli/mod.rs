@@ -1,0 +1,7 @@
+//! The operator tools: `readyprism status` and `readyprism demo`, and the plain HTTP GET they and
+//! the tests use to read an admin endpoint. None of this runs inside the balancer.
+
+#[cfg(feature = "sim")]
+pub mod demo;
+pub mod http;
+pub mod status;

@@ -1,0 +1,301 @@
+//! `readyprism status`: fetches the admin `/status` document and renders it for an operator.
+//!
+//! Owns the human table and the exit-code decision. Does not own the document's shape
+//! (`admin::status`) or the HTTP exchange (`cli::http`).
+
+use std::fmt::Write as _;
+
+use super::http::{self, GetError};
+use crate::admin::status::{BackendStatus, CertStatus, Mode, StatusDoc};
+
+/// Exit code: at least one backend is ready.
+pub const EXIT_READY: u8 = 0;
+/// Exit code: the balancer answered but no backend is ready (or it is shutting down).
+pub const EXIT_NOT_READY: u8 = 1;
+/// Exit code: the admin endpoint could not be reached or did not answer with a status document.
+pub const EXIT_UNREACHABLE: u8 = 2;
+
+/// Why the status document could not be fetched. Every variant maps to [`EXIT_UNREACHABLE`].
+#[derive(Debug, thiserror::Error)]
+pub enum StatusError {
+    /// No answer.
+    #[error(transparent)]
+    Get(#[from] GetError),
+    /// The endpoint answered, but not with 200.
+    #[error("admin endpoint {addr} answered HTTP {status} on /status")]
+    Http {
+        /// The address as given.
+        addr: String,
+        /// The HTTP status.
+        status: u16,
+    },
+    /// The body is not a readyprism status document.
+    #[error("admin endpoint {addr} answered /status with something other than a readyprism status document: {reason}")]
+    NotAStatusDocument {
+        /// The address as given.
+        addr: String,
+        /// What is wrong.
+        reason: String,
+    },
+}
+
+/// A fetched status document.
+#[derive(Debug, Clone)]
+pub struct Fetched {
+    /// The body exactly as received (printed by `--json`).
+    pub body: String,
+    /// The parsed document.
+    pub doc: StatusDoc,
+}
+
+/// GETs `http://{admin}/status` and parses it as a [`StatusDoc`].
+pub async fn fetch(admin: &str) -> Result<Fetched, StatusError> {
+    let answer = http::get(admin, "/status").await?;
+    if answer.status != 200 {
+        return Err(StatusError::Http {
+            addr: admin.to_string(),
+            status: answer.status,
+        });
+    }
+    let doc = serde_json::from_str(&answer.body).map_err(|e| StatusError::NotAStatusDocument {
+        addr: admin.to_string(),
+        reason: e.to_string(),
+    })?;
+    Ok(Fetched {
+        body: answer.body,
+        doc,
+    })
+}
+
+/// [`EXIT_READY`] if the document says ready, else [`EXIT_NOT_READY`].
+pub fn exit_code(doc: &StatusDoc) -> u8 {
+    if doc.ready {
+        EXIT_READY
+    } else {
+        EXIT_NOT_READY
+    }
+}
+
+/// The human view of a status document: a summary line, then one row per backend with columns
+/// BACKEND, ZONE, STATE, LATENCY, ACTIVE, RANK, LAST ERROR. RANK is 1-based (1 = dialed first);
+/// `-` marks a missing value. Multi-line errors are folded onto one line.
+pub fn render_table(doc: &StatusDoc) -> String {
+    let mut out = String::new();
+    let mode = match doc.mode {
+        Mode::Normal => "normal",
+        Mode::FailOpen => "fail_open",
+        Mode::Refuse => "refuse",
+        Mode::Starting => "starting",
+    };
+    let cert = match doc.client_cert {
+        CertStatus::None => "none",
+        CertStatus::Absent => "absent",
+        CertStatus::Loaded => "loaded",
+    };
+    let _ = write!(
+        out,
+        "node zone {}  ready {}  mode {mode}  client cert {cert}",
+        doc.zone.as_deref().unwrap_or("-"),
+        if doc.ready { "yes" } else { "NO" },
+    );
+    if doc.shutting_down {
+        out.push_str("  SHUTTING DOWN");
+    }
+    out.push('\n');
+
+    let header = [
+        "BACKEND",
+        "ZONE",
+        "STATE",
+        "LATENCY",
+        "ACTIVE",
+        "RANK",
+        "LAST ERROR",
+    ];
+    let mut rows: Vec<[String; 7]> = vec![header.map(String::from)];
+    rows.extend(doc.backends.iter().map(backend_cells));
+    let mut widths = [0usize; 7];
+    for r in &rows {
+        for (w, cell) in widths.iter_mut().zip(r) {
+            *w = (*w).max(cell.chars().count());
+        }
+    }
+    for r in &rows {
+        let mut line = String::new();
+        for (i, cell) in r.iter().enumerate() {
+            if i + 1 == r.len() {
+                line.push_str(cell);
+            } else {
+                let _ = write!(line, "{cell:<w$}  ", w = widths[i]);
+            }
+        }
+        out.push_str(line.trim_end());
+        out.push('\n');
+    }
+    if doc.backends.is_empty() {
+        out.push_str("(no backends configured)\n");
+    }
+    out
+}
+
+/// One backend as the table's cells, in column order (`-` for missing).
+pub fn backend_cells(b: &BackendStatus) -> [String; 7] {
+    let dash = || "-".to_string();
+    let error = b.last_error.as_deref().map(|e| {
+        e.split('\n')
+            .map(str::trim)
+            .filter(|l| !l.is_empty())
+            .collect::<Vec<_>>()
+            .join("; ")
+    });
+    [
+        b.address.clone(),
+        b.zone.clone().unwrap_or_else(dash),
+        b.state.as_str().to_string(),
+        b.latency_ms.map(format_ms).unwrap_or_else(dash),
+        b.active_connections.to_string(),
+        b.rank.map(|r| (r + 1).to_string()).unwrap_or_else(dash),
+        error.filter(|e| !e.is_empty()).unwrap_or_else(dash),
+    ]
+}
+
+/// `0.25ms` below a millisecond (LAN), `12.3ms` above.
+fn format_ms(ms: f64) -> String {
+    if ms < 1.0 {
+        format!("{ms:.2}ms")
+    } else {
+        format!("{ms:.1}ms")
+    }
+}
+
+/// A document with three backends (unready local, ready remote, unchecked) for tests of readers.
+#[cfg(test)]
+pub(crate) fn sample() -> StatusDoc {
+    use crate::health::state::State;
+    let b = |address: &str,
+             zone: Option<&str>,
+             state,
+             latency_ms,
+             last_error: Option<&str>,
+             active,
+             rank| {
+        BackendStatus {
+            address: address.to_string(),
+            zone: zone.map(str::to_string),
+            state,
+            latency_ms,
+            last_error: last_error.map(str::to_string),
+            active_connections: active,
+            rank,
+        }
+    };
+    StatusDoc {
+        zone: Some("dc-a".to_string()),
+        ready: true,
+        mode: Mode::Normal,
+        shutting_down: false,
+        client_cert: CertStatus::Loaded,
+        generation: 7,
+        backends: vec![
+            b(
+                "10.0.1.10:6443",
+                Some("dc-a"),
+                State::Unready,
+                Some(0.31),
+                Some("HTTP 500: [+]ping ok\n[-]etcd failed"),
+                0,
+                None,
+            ),
+            b(
+                "10.0.2.10:6443",
+                Some("dc-b"),
+                State::Ready,
+                Some(23.26),
+                None,
+                12,
+                Some(0),
+            ),
+            b("[fd00::3]:6443", None, State::Unknown, None, None, 0, None),
+        ],
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn table_shows_summary_and_one_aligned_row_per_backend() {
+        let want = "\
+node zone dc-a  ready yes  mode normal  client cert loaded
+BACKEND         ZONE  STATE    LATENCY  ACTIVE  RANK  LAST ERROR
+10.0.1.10:6443  dc-a  unready  0.31ms   0       -     HTTP 500: [+]ping ok; [-]etcd failed
+10.0.2.10:6443  dc-b  ready    23.3ms   12      1     -
+[fd00::3]:6443  -     unknown  -        0       -     -
+";
+        assert_eq!(render_table(&sample()), want);
+    }
+
+    #[test]
+    fn table_flags_not_ready_and_shutting_down() {
+        let doc = StatusDoc {
+            zone: None,
+            ready: false,
+            mode: Mode::FailOpen,
+            shutting_down: true,
+            client_cert: CertStatus::Absent,
+            backends: vec![],
+            ..sample()
+        };
+        let table = render_table(&doc);
+        assert!(
+            table.starts_with(
+                "node zone -  ready NO  mode fail_open  client cert absent  SHUTTING DOWN\n"
+            ),
+            "{table}"
+        );
+        assert!(table.ends_with("(no backends configured)\n"), "{table}");
+    }
+
+    #[test]
+    fn exit_code_follows_the_ready_field() {
+        assert_eq!(exit_code(&sample()), EXIT_READY);
+        let not_ready = StatusDoc {
+            ready: false,
+            ..sample()
+        };
+        assert_eq!(exit_code(&not_ready), EXIT_NOT_READY);
+    }
+
+    /// Serves one canned HTTP answer on a fresh port; returns the address.
+    async fn answer_once(response: Vec<u8>) -> String {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind");
+        let addr = listener.local_addr().expect("addr").to_string();
+        tokio::spawn(async move {
+            let (mut s, _) = listener.accept().await.expect("accept");
+            let mut buf = [0u8; 1024];
+            let _ = s.read(&mut buf).await.expect("read request");
+            s.write_all(&response).await.expect("write");
+        });
+        addr
+    }
+
+    #[tokio::test]
+    async fn any_json_that_is_not_a_status_document_is_rejected() {
+        for body in ["hello", "{\"ready\": true}"] {
+            let response = format!(
+                "HTTP/1.1 200 OK\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+                body.len()
+            );
+            let addr = answer_once(response.into_bytes()).await;
+            let err = fetch(&addr).await.expect_err("not a document");
+            assert!(
+                matches!(err, StatusError::NotAStatusDocument { .. }),
+                "{err}"
+            );
+        }
+    }
+}

@@ -1,0 +1,235 @@
+//! The routing table: one `ArcSwap<Snapshot>` with a single writer task and lock-free readers.
+//!
+//! Health results and config changes arrive as [`TableCmd`]s; the writer folds them into a new
+//! snapshot, decides what the change means ([`transitions`], pure), and applies it: stamp, publish,
+//! then bump the evicted backends (see [`crate::backend::Eviction`]). Does not own probing
+//! (`health/`) or connection handling (`proxy`).
+
+pub mod transitions;
+
+use std::sync::Arc;
+
+use arc_swap::ArcSwap;
+use tokio::sync::{mpsc, oneshot, watch};
+use tokio_util::sync::CancellationToken;
+
+use crate::backend::{Backend, BackendId, BackendLive, BackendSpec, Routing, Snapshot};
+use crate::health::state::Health;
+use crate::metrics::Metrics;
+use crate::pick::WhenNoneReady;
+use transitions::{Alarm, Step};
+
+/// The published snapshot and its generation counter.
+#[derive(Debug)]
+pub struct Table {
+    current: ArcSwap<Snapshot>,
+    generation: watch::Sender<u64>,
+}
+
+/// A change for the writer.
+#[derive(Debug)]
+pub enum TableCmd {
+    /// A backend's health changed (state, latency or reason).
+    Health {
+        /// Which backend; ignored if it is no longer configured.
+        id: BackendId,
+        /// The new health.
+        health: Health,
+    },
+    /// Replace the backend list and routing settings (start-up and reload).
+    Configure {
+        /// The new routing settings.
+        routing: Routing,
+        /// The new backends, in config order.
+        backends: Vec<Arc<BackendSpec>>,
+        /// Signalled once the new snapshot is published.
+        done: oneshot::Sender<()>,
+    },
+}
+
+impl Table {
+    /// An empty table (no backends) at generation 0.
+    pub fn new() -> Arc<Table> {
+        Arc::new(Table {
+            current: ArcSwap::from_pointee(Snapshot::default()),
+            generation: watch::Sender::new(0),
+        })
+    }
+
+    /// The current snapshot. Cheap; hold it only for the synchronous part of a decision.
+    pub fn load(&self) -> Arc<Snapshot> {
+        self.current.load_full()
+    }
+
+    /// Notified with the generation of every published snapshot.
+    pub fn subscribe(&self) -> watch::Receiver<u64> {
+        self.generation.subscribe()
+    }
+
+    fn publish(&self, snap: Snapshot) {
+        let generation = snap.generation;
+        self.current.store(Arc::new(snap));
+        self.generation.send_replace(generation);
+    }
+}
+
+/// Runs the single writer until cancelled or every sender is gone.
+pub async fn run_writer(
+    table: Arc<Table>,
+    metrics: Arc<Metrics>,
+    mut rx: mpsc::Receiver<TableCmd>,
+    cancel: CancellationToken,
+) {
+    // Whether "no backend is ready" has been announced and not yet taken back.
+    let mut announced = false;
+    loop {
+        let cmd = tokio::select! {
+            _ = cancel.cancelled() => return,
+            cmd = rx.recv() => match cmd { Some(c) => c, None => return },
+        };
+        let old = table.load();
+        match cmd {
+            TableCmd::Health { id, health } => {
+                let Some(i) = old.position(&id) else {
+                    continue; // a probe of a backend removed by a reload
+                };
+                if old.backends[i].health == health {
+                    continue;
+                }
+                let mut next = (*old).clone();
+                next.backends[i].health = health;
+                announced = apply(&table, &metrics, &old, next, announced);
+            }
+            TableCmd::Configure {
+                routing,
+                backends,
+                done,
+            } => {
+                let (next, removed) = configure(&old, routing, backends, &metrics);
+                announced = apply(&table, &metrics, &old, next, announced);
+                // After publishing: a connection that still read the old snapshot sees the new
+                // epoch, skips the removed backend and re-plans on the snapshot just published.
+                for live in removed {
+                    live.eviction.evict_now();
+                }
+                let _ = done.send(()); // the reloader may have given up waiting; nothing to undo
+            }
+        }
+    }
+}
+
+/// The snapshot for a new config, and the live state of removed backends (to evict once the
+/// snapshot is published). Backends are matched by id: a new zone or server name keeps the
+/// health and the connections (the probe restarts with the new name).
+fn configure(
+    old: &Snapshot,
+    routing: Routing,
+    specs: Vec<Arc<BackendSpec>>,
+    metrics: &Metrics,
+) -> (Snapshot, Vec<Arc<BackendLive>>) {
+    let mut removed = Vec::new();
+    for gone in old
+        .backends
+        .iter()
+        .filter(|o| !specs.iter().any(|s| s.id == o.spec.id))
+    {
+        tracing::info!(backend = %gone.spec.id, "backend removed from config; closing its connections");
+        metrics.forget_backend(&gone.spec.id, gone.spec.zone.as_deref());
+        removed.push(gone.live.clone());
+    }
+    let backends = specs
+        .into_iter()
+        .map(|spec| match old.position(&spec.id) {
+            Some(i) => {
+                let kept = &old.backends[i];
+                if kept.spec.zone != spec.zone {
+                    metrics.forget_ready_series(&spec.id, kept.spec.zone.as_deref());
+                }
+                Backend {
+                    spec,
+                    ..kept.clone()
+                }
+            }
+            None => {
+                let live = Arc::new(BackendLive::new(metrics.backend(&spec.id)));
+                let evict_epoch = live.eviction.epoch();
+                Backend {
+                    live,
+                    spec,
+                    health: Health::UNKNOWN,
+                    evict_epoch,
+                }
+            }
+        })
+        .collect();
+    let next = Snapshot {
+        generation: old.generation,
+        routing,
+        backends,
+    };
+    (next, removed)
+}
+
+/// Decides what `next` means compared with `old`, then applies it: stamp evicted backends with
+/// their next epoch, set gauges, log the alarm, publish, and only then bump. Returns whether the
+/// no-ready alarm is up.
+fn apply(
+    table: &Table,
+    metrics: &Metrics,
+    old: &Snapshot,
+    mut next: Snapshot,
+    announced: bool,
+) -> bool {
+    next.generation = old.generation + 1;
+    let steps: Vec<Step> = next
+        .backends
+        .iter()
+        .map(|b| Step {
+            before: old
+                .position(&b.spec.id)
+                .map(|i| old.backends[i].health.state),
+            after: b.health.state,
+        })
+        .collect();
+    let policy = next.routing.when_none_ready;
+    let decision = transitions::transitions(old.any_ready(), &steps, policy, announced);
+    let mut bumps = Vec::with_capacity(decision.evict.len());
+    for &i in &decision.evict {
+        let b = &mut next.backends[i];
+        b.evict_epoch = b.live.eviction.next();
+        bumps.push((b.live.clone(), b.evict_epoch));
+    }
+    for b in &next.backends {
+        let ready = b.health.state == crate::health::state::State::Ready;
+        metrics.set_backend_ready(&b.spec.id, b.spec.zone.as_deref(), ready);
+    }
+    match decision.alarm {
+        Alarm::Raise => {
+            let action = match policy {
+                WhenNoneReady::FailOpen => "failing open: routing to all backends",
+                WhenNoneReady::Refuse => "refusing client connections",
+            };
+            tracing::warn!("no backend is ready; {action}");
+        }
+        Alarm::Clear => {
+            tracing::warn!("a backend is ready again; leaving the no-ready-backend state")
+        }
+        Alarm::Unchanged => {}
+    }
+    metrics
+        .no_ready_backends
+        .set(i64::from(decision.no_ready_gauge));
+    table.publish(next);
+    for (live, epoch) in bumps {
+        live.eviction.bump_to(epoch);
+    }
+    decision.announced
+}
+
+#[cfg(test)]
+impl Table {
+    /// Publishes a hand-made snapshot (unit tests of readers).
+    pub(crate) fn test_publish(&self, snap: Snapshot) {
+        self.publish(snap);
+    }
+}
