@@ -357,6 +357,14 @@ impl App {
     }
 }
 
+/// Loads the CA, client certificate and key exactly as [`App::start`] does (a client certificate
+/// file that does not exist yet is fine: probes are anonymous), without binding or starting
+/// anything: what `readyprism check` verifies.
+pub fn check_files(config: &Config) -> Result<(), StartError> {
+    TlsSource::load(&config.tls)?;
+    Ok(())
+}
+
 /// How long [`App::shutdown`] may take at most: the grace period plus a second to cut and stop.
 pub fn shutdown_bound(config: &Config) -> Duration {
     config.shutdown_grace + Duration::from_secs(1)

@@ -57,8 +57,16 @@ impl ConfigArgs {
 enum Command {
     /// Run the balancer.
     Run(ConfigArgs),
-    /// Validate a config file and print it with defaults filled in.
-    Check(ConfigArgs),
+    /// Validate a config file (and the CA, certificate and key it names) and print it with
+    /// defaults filled in.
+    Check {
+        #[command(flatten)]
+        args: ConfigArgs,
+        /// Do not read the CA, certificate and key files: for validating a config away from the
+        /// node they exist on (e.g. in CI, before rolling it out).
+        #[arg(long)]
+        skip_node_files: bool,
+    },
     /// Show a running balancer's backends (exit 0: one is ready, 1: none is, 2: unreachable).
     Status {
         /// The balancer's admin address.
@@ -106,8 +114,14 @@ fn main() -> ExitCode {
 
 fn dispatch(command: Command) -> anyhow::Result<ExitCode> {
     match command {
-        Command::Check(args) => {
+        Command::Check {
+            args,
+            skip_node_files,
+        } => {
             let config = args.source().load()?;
+            if !skip_node_files {
+                readyprism::app::check_files(&config)?;
+            }
             print!("{}", config.to_yaml());
             Ok(ExitCode::SUCCESS)
         }

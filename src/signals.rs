@@ -1,5 +1,5 @@
-//! Signals and what they do: SIGHUP reloads the config, SIGTERM/SIGINT shut down within
-//! `shutdown_grace` + 1 s.
+//! Signals and what they do: SIGHUP (or a change of the config file's content) reloads the
+//! config, SIGTERM/SIGINT shut down within `shutdown_grace` + 1 s.
 //!
 //! Handlers are installed before anything is served ([`Signals::install`] comes before
 //! `App::start`), so a signal right after start never takes its default action and kills the
@@ -10,6 +10,7 @@ use std::io;
 use tokio::signal::unix::{signal, Signal, SignalKind};
 
 use crate::app::App;
+use crate::config::watch::{ConfigWatch, WATCH_INTERVAL};
 use crate::config::Source;
 
 /// SIGTERM and SIGINT, installed together: the signals that end a run.
@@ -53,11 +54,22 @@ impl Signals {
         })
     }
 
-    /// Runs `app` until SIGTERM or SIGINT, reloading from `source` on SIGHUP, then shuts it down.
+    /// Runs `app` until SIGTERM or SIGINT, reloading from `source` on SIGHUP and whenever the
+    /// file's content changes (a static pod's process cannot be signalled), then shuts it down.
     pub async fn run(mut self, mut app: App, source: Source) {
+        let mut watch = ConfigWatch::new(&source.path);
+        let mut tick = tokio::time::interval(WATCH_INTERVAL);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             tokio::select! {
-                _ = self.hup.recv() => reload(&mut app, &source).await,
+                _ = self.hup.recv() => {
+                    watch.sync();
+                    reload(&mut app, &source).await;
+                }
+                _ = tick.tick() => if watch.changed() {
+                    tracing::info!(file = %source.path.display(), "config file changed; reloading");
+                    reload(&mut app, &source).await;
+                },
                 name = self.end.recv() => { tracing::info!("{name}: shutting down"); break }
             }
         }

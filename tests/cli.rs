@@ -58,6 +58,38 @@ fn check_prints_the_resolved_config_with_defaults_and_zone_override() {
     }
 }
 
+#[test]
+fn check_loads_the_files_as_run_does_unless_told_they_exist_only_on_the_node() {
+    let lab = Lab::new();
+    let garbage = write(&lab, "garbage.pem", "this is not PEM\n");
+    let on_node_only = "backends:\n  - address: 10.0.1.10:6443\ntls:\n  ca: /etc/kubernetes/pki/ca.crt\n  client_cert: /var/lib/kubelet/pki/kubelet-client-current.pem\n";
+    let file = write(&lab, "node.yaml", on_node_only);
+    let o = readyprism(&["check", "--config", &file]);
+    assert!(!o.status.success(), "the CA does not exist here");
+    assert!(
+        stderr(&o).contains("/etc/kubernetes/pki/ca.crt: cannot read"),
+        "{}",
+        stderr(&o)
+    );
+    let o = readyprism(&["check", "--skip-node-files", "--config", &file]);
+    assert!(o.status.success(), "{}", stderr(&o));
+
+    // A missing client certificate is fine (anonymous probes); a garbage one is not.
+    let ca = lab.path("ca.crt").display().to_string();
+    let missing =
+        format!("backends:\n  - address: a:1\ntls:\n  ca: {ca}\n  client_cert: /nonexistent.pem\n");
+    let o = readyprism(&["check", "--config", &write(&lab, "m.yaml", &missing)]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let bad = format!("backends:\n  - address: a:1\ntls:\n  ca: {ca}\n  client_cert: {garbage}\n");
+    let o = readyprism(&["check", "--config", &write(&lab, "g.yaml", &bad)]);
+    assert!(!o.status.success());
+    assert!(
+        stderr(&o).contains(&format!("{garbage}: no CERTIFICATE")),
+        "{}",
+        stderr(&o)
+    );
+}
+
 fn status(admin: &str, json: bool) -> (i32, String, String) {
     let mut args = vec!["status", "--admin", admin];
     if json {
@@ -114,11 +146,7 @@ async fn status_command_exit_codes_follow_readiness_and_reachability() {
     assert_eq!(code, 1, "{out}");
     assert!(out.contains("HTTP 500: [-]etcd failed"), "{out}");
 
-    let closed = std::net::TcpListener::bind("127.0.0.1:0")
-        .expect("bind")
-        .local_addr()
-        .expect("addr")
-        .to_string();
+    let (_held, closed) = refusing_addr();
     let (code, _, err) = tokio::task::spawn_blocking(move || status(&closed, false))
         .await
         .expect("join");

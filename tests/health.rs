@@ -25,7 +25,7 @@ async fn backend_that_accepts_tcp_but_never_answers_tls_is_unready_by_timeout_an
     let snap = wait_states(&app, &[Unready, Ready]).await;
     assert_eq!(
         snap.backends[0].last_error.as_deref(),
-        Some("timeout after 400ms")
+        Some("timeout after 800ms")
     );
     for _ in 0..5 {
         assert_eq!(landed(app.listen_addrs()[0]).await, "good");
@@ -36,10 +36,7 @@ async fn backend_that_accepts_tcp_but_never_answers_tls_is_unready_by_timeout_an
 #[tokio::test]
 async fn failure_reasons_name_the_cause() {
     let lab = Lab::new();
-    let refused = {
-        let l = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
-        l.local_addr().expect("addr").to_string() // closed when `l` drops: the port refuses
-    };
+    let (_held, refused) = refusing_addr();
     let reset = lab.fake("reset").await;
     reset.control.set_mode(Mode::Reset);
     // A server whose certificate comes from another CA.

@@ -288,3 +288,81 @@ fn blocking_get(admin: std::net::SocketAddr, path: &str) -> (u16, String) {
             .unwrap_or_default(),
     )
 }
+
+#[test]
+fn the_config_file_is_watched_and_reloaded_on_change_without_a_signal() {
+    let rt = tokio::runtime::Runtime::new().expect("runtime");
+    let lab = Lab::new();
+    let (a, b) = (rt.block_on(lab.fake("a")), rt.block_on(lab.fake("b")));
+    let file = lab.path("watched.yaml");
+    std::fs::write(&file, lab.yaml("dc-a", &[(addr(&a), "dc-a")], "")).expect("write");
+    let p = Proc::start(&file);
+    let backends = |p: &Proc| -> Vec<String> {
+        let doc: readyprism::admin::StatusDoc =
+            serde_json::from_str(&blocking_get(p.admin, "/status").1).expect("status");
+        doc.backends.into_iter().map(|b| b.address).collect()
+    };
+    let reloads = |p: &Proc, result: &str| {
+        let t = blocking_get(p.admin, "/metrics").1;
+        metric(
+            &t,
+            "readyprism_config_reloads_total",
+            &format!("result=\"{result}\""),
+        )
+    };
+    assert_eq!(
+        reloads(&p, "failure"),
+        Some(0.0),
+        "the series exists from start-up"
+    );
+
+    // Written in place.
+    std::fs::write(
+        &file,
+        lab.yaml("dc-a", &[(addr(&a), "dc-a"), (addr(&b), "dc-b")], ""),
+    )
+    .expect("write");
+    rt.block_on(poll("b added by the file change", || {
+        backends(&p) == [addr(&a), addr(&b)]
+    }));
+    // An invalid file, replaced by rename as Talos and editors do: rejected, counted, kept.
+    let tmp = lab.path("watched.yaml.tmp");
+    std::fs::write(&tmp, "backends: [\n").expect("write");
+    std::fs::rename(&tmp, &file).expect("rename");
+    let rejected = p.wait_log("config reload rejected; the running config stays", |_| true);
+    let err = rejected["fields"]["error"].as_str().unwrap_or_default();
+    assert!(err.contains(&file.display().to_string()), "{err}");
+    rt.block_on(poll("failure counted", || {
+        reloads(&p, "failure") == Some(1.0)
+    }));
+    assert_eq!(
+        backends(&p),
+        [addr(&a), addr(&b)],
+        "the running config stays"
+    );
+    // Fixed, again by rename.
+    std::fs::write(&tmp, lab.yaml("dc-a", &[(addr(&b), "dc-b")], "")).expect("write");
+    std::fs::rename(&tmp, &file).expect("rename");
+    rt.block_on(poll("a removed", || backends(&p) == [addr(&b)]));
+    assert_eq!(reloads(&p, "success"), Some(2.0));
+}
+
+#[test]
+fn signals_right_after_start_reload_or_drain_and_never_kill() {
+    let rt = tokio::runtime::Runtime::new().expect("runtime");
+    let lab = Lab::new();
+    let a = rt.block_on(lab.fake("a"));
+    let file = lab.path("early.yaml");
+    std::fs::write(&file, lab.yaml("dc-a", &[(addr(&a), "dc-a")], "")).expect("write");
+    for _ in 0..3 {
+        // `start` returns as soon as "readyprism started" is logged: the moment clients may come.
+        let p = Proc::start(&file);
+        p.signal("HUP");
+        p.wait_log("config reloaded", |_| true);
+        assert_eq!(blocking_get(p.admin, "/livez").0, 200, "still alive");
+        let mut p = Proc::start(&file);
+        p.signal("TERM");
+        let (status, _) = p.wait_exit();
+        assert!(status.success(), "drained, not killed: {status:?}");
+    }
+}

@@ -210,14 +210,15 @@ fn a_fast_unready_local_apiserver_at_start_up_is_no_no_ready_alarm() {
     let local = rt.block_on(lab.fake("local"));
     local.control.set_ready(false); // answers its 500 at once
     let remote = rt.block_on(lab.fake("remote"));
-    remote.control.set_readyz_delay(Duration::from_millis(100)); // answers its 200 later
+    // Answers its 200 later: 500 ms, a gap scheduling on a loaded machine does not close.
+    remote.control.set_readyz_delay(Duration::from_millis(500));
     let file = lab.path("run.yaml");
     std::fs::write(
         &file,
         lab.yaml(
             "dc-a",
             &[(addr(&local), "dc-a"), (addr(&remote), "dc-b")],
-            "",
+            "health: { interval: 5s, timeout: 3s, fast_interval: 1s }\n",
         ),
     )
     .expect("write");

@@ -26,7 +26,7 @@ pub use status::StatusDoc;
 
 /// What the admin endpoints read.
 #[derive(Debug)]
-pub struct Admin {
+pub(crate) struct Admin {
     /// Routing state.
     pub table: Arc<Table>,
     /// Metric registry.

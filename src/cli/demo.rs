@@ -5,6 +5,7 @@
 //! Owns the demo's scenario and client traffic; `view` renders it. Does not own any balancer
 //! behaviour (`app`), the simulated apiserver or the certificates (`sim`).
 
+mod files;
 mod traffic;
 mod view;
 
@@ -25,6 +26,7 @@ use crate::health::state::State;
 use crate::signals::Termination;
 use crate::sim::apiserver::FakeApiserver;
 use crate::sim::pki::Ca;
+use files::DemoDir;
 use traffic::Traffic;
 use view::Frame;
 
@@ -324,49 +326,6 @@ async fn wait_for_first_probes(app: &App) {
     });
     if waited.await.is_err() {
         tracing::warn!("not every simulated apiserver answered its first probe within 3s");
-    }
-}
-
-/// The demo's private directory for the CA and the client certificate; removed when dropped.
-struct DemoDir {
-    path: PathBuf,
-}
-
-impl DemoDir {
-    fn create() -> Result<DemoDir, DemoError> {
-        use std::os::unix::fs::DirBuilderExt;
-        static SEQ: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
-        let seq = SEQ.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        let nanos = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map(|d| d.subsec_nanos())
-            .unwrap_or(0);
-        let path = std::env::temp_dir().join(format!(
-            "readyprism-demo-{}-{seq}-{nanos}",
-            std::process::id()
-        ));
-        let created = std::fs::DirBuilder::new().mode(0o700).create(&path);
-        created.map_err(|cause| DemoError::Files {
-            path: path.clone(),
-            cause,
-        })?;
-        Ok(DemoDir { path })
-    }
-
-    fn write(&self, name: &str, contents: &str) -> Result<PathBuf, DemoError> {
-        let path = self.path.join(name);
-        match std::fs::write(&path, contents) {
-            Ok(()) => Ok(path),
-            Err(cause) => Err(DemoError::Files { path, cause }),
-        }
-    }
-}
-
-impl Drop for DemoDir {
-    fn drop(&mut self) {
-        if let Err(e) = std::fs::remove_dir_all(&self.path) {
-            tracing::warn!(path = %self.path.display(), error = %e, "could not remove the demo's temporary files");
-        }
     }
 }
 

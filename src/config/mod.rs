@@ -1,11 +1,13 @@
 //! The config file: YAML text → validated, typed [`Config`]. Downstream code never sees YAML.
 //!
 //! Every error names the file, the field and the line (and column when the YAML parser knows it).
-//! `raw` owns the serde shape and scalar parsing, `locate` finds lines for cross-field errors.
+//! `raw` owns the serde shape and scalar parsing, `locate` finds lines for cross-field errors,
+//! `watch` notices when the file's content changes.
 
 mod locate;
 mod raw;
 mod resolve;
+pub mod watch;
 
 use std::net::{IpAddr, SocketAddr};
 use std::path::{Path, PathBuf};

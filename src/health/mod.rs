@@ -4,8 +4,8 @@
 //! `probe` owns the HTTPS client, `rise_fall` the pure hysteresis, `state` the values they produce;
 //! this file owns the schedule.
 
-pub mod probe;
-pub mod rise_fall;
+pub(crate) mod probe;
+pub(crate) mod rise_fall;
 pub mod state;
 
 use std::sync::Arc;
@@ -27,7 +27,7 @@ use state::{Health, State};
 
 /// One backend's health loop: everything it needs besides the probe itself.
 #[derive(Debug)]
-pub struct Monitor {
+pub(crate) struct Monitor {
     /// The backend.
     pub spec: Arc<BackendSpec>,
     /// Intervals, timeout, rise/fall.

@@ -90,7 +90,8 @@ impl Lab {
             y.push_str(&format!("  - {{ address: \"{addr}\", zone: {z} }}\n"));
         }
         if !extra.contains("health:") {
-            y.push_str("health: { interval: 600ms, timeout: 400ms, fast_interval: 150ms }\n");
+            // Fast enough for short tests, with a timeout that a loaded machine still meets.
+            y.push_str("health: { interval: 1s, timeout: 800ms, fast_interval: 150ms }\n");
         }
         y.push_str(extra);
         y
@@ -115,6 +116,22 @@ impl Lab {
         let config = Config::parse(yaml, "test.yaml").expect("valid test config");
         App::start(config).await.expect("start balancer")
     }
+}
+
+/// An address that refuses connections for as long as the returned socket lives: bound, never
+/// listening, so no other test can take the port and answer in its place.
+pub fn refusing_addr() -> (socket2::Socket, String) {
+    let s =
+        socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).expect("socket");
+    let any: SocketAddr = "127.0.0.1:0".parse().expect("literal");
+    s.bind(&any.into()).expect("bind");
+    let addr = s
+        .local_addr()
+        .expect("addr")
+        .as_socket()
+        .expect("ip")
+        .to_string();
+    (s, addr)
 }
 
 pub fn addr(f: &FakeApiserver) -> String {
