@@ -334,7 +334,7 @@ impl App {
                 health: config.health.clone(),
                 initial: b.health.clone(),
                 table: self.writer.clone(),
-                metrics: b.live.metrics.clone(),
+                live: b.live.clone(),
             };
             let probe = monitor.https_probe(self.tls.clone());
             self.tasks.spawn(monitor.run(probe, stop.clone()));

@@ -5,12 +5,13 @@
 //! backend is chosen (`pick`).
 
 use std::fmt;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
+use arc_swap::ArcSwapOption;
 use rustls_pki_types::ServerName;
-use tokio::sync::watch;
+use tokio::sync::{watch, Notify};
 
 use crate::health::state::{Health, State};
 use crate::metrics::BackendMetrics;
@@ -142,6 +143,39 @@ impl EvictionWatch {
     }
 }
 
+/// Client dials to a backend that failed, reported by the proxy to the backend's monitor, which
+/// counts each as a failed check (passive health: a kept-alive probe connection proves nothing
+/// about new connections). Lock-free for the proxy: a count, the latest reason, a wake-up.
+#[derive(Debug, Default)]
+pub struct DialReports {
+    failed: AtomicU32,
+    reason: ArcSwapOption<String>,
+    wake: Notify,
+}
+
+impl DialReports {
+    /// A client dial failed with `reason` (e.g. `dial: connection refused`).
+    pub fn report(&self, reason: String) {
+        self.reason.store(Some(Arc::new(reason)));
+        self.failed.fetch_add(1, Ordering::AcqRel);
+        self.wake.notify_one();
+    }
+
+    /// Waits until at least one failure was reported since the last [`DialReports::take`].
+    pub async fn reported(&self) {
+        if self.failed.load(Ordering::Acquire) == 0 {
+            self.wake.notified().await;
+        }
+    }
+
+    /// The failures reported since the last call and the latest reason; `None` if there were none.
+    pub fn take(&self) -> Option<(u32, Arc<str>)> {
+        let n = self.failed.swap(0, Ordering::AcqRel);
+        let reason = self.reason.load_full()?;
+        (n > 0).then(|| (n, reason.as_str().into()))
+    }
+}
+
 /// Per-backend state that outlives snapshots, shared by every connection to the backend.
 #[derive(Debug)]
 pub struct BackendLive {
@@ -151,6 +185,8 @@ pub struct BackendLive {
     pub active: AtomicUsize,
     /// Pre-resolved metric handles, so the relay path never looks up labels.
     pub metrics: BackendMetrics,
+    /// Failed client dials, for the backend's monitor.
+    pub dials: DialReports,
 }
 
 impl BackendLive {
@@ -160,6 +196,7 @@ impl BackendLive {
             eviction: Eviction::default(),
             active: AtomicUsize::new(0),
             metrics,
+            dials: DialReports::default(),
         }
     }
 
@@ -224,6 +261,7 @@ impl Snapshot {
             .iter()
             .map(|b| Candidate {
                 state: b.health.state,
+                answering: b.health.answering,
                 local: zone.is_some() && b.spec.zone.as_ref() == zone,
                 latency: b.health.latency,
                 active: b.live.active.load(Ordering::Relaxed),
@@ -231,9 +269,17 @@ impl Snapshot {
             .collect()
     }
 
-    /// The current pick order, as a new connection with round-robin position `rr` would see it.
-    pub fn pick(&self, rr: usize) -> Pick {
-        pick::pick(&self.candidates(), self.routing.when_none_ready, rr)
+    /// The current pick order, as a new connection with round-robin position `rr` would see it,
+    /// and the backends it goes on to when every ready one fails to dial (failing open).
+    pub fn pick(&self, rr: usize) -> (Pick, Vec<usize>) {
+        let cands = self.candidates();
+        let policy = self.routing.when_none_ready;
+        let order = pick::pick(&cands, policy, rr);
+        let fallback = match order {
+            Pick::Ready(_) => pick::fallback(&cands, policy, rr),
+            Pick::NoneReady(_) | Pick::Refuse => Vec::new(),
+        };
+        (order, fallback)
     }
 }
 
@@ -274,6 +320,17 @@ mod tests {
         e.evict_now();
         assert!(w.fired());
         assert!(e.watch_from(before).is_none());
+    }
+
+    #[tokio::test]
+    async fn dial_reports_wake_the_monitor_and_drain_with_the_latest_reason() {
+        let r = DialReports::default();
+        assert!(r.take().is_none());
+        r.report("dial: connection refused".into());
+        r.report("dial: timeout after 1s".into());
+        r.reported().await; // a report before the wait is not lost
+        assert_eq!(r.take(), Some((2, "dial: timeout after 1s".into())));
+        assert!(r.take().is_none(), "drained");
     }
 
     #[test]

@@ -32,6 +32,8 @@ pub const TOLERANCE_FLOOR: Duration = Duration::from_millis(2);
 pub struct Candidate {
     /// Its health state: ready, known to fail, or not yet checked.
     pub state: State,
+    /// Its latest check got an HTTP answer (alive, maybe not ready): failing open prefers it.
+    pub answering: bool,
     /// In the node's own zone.
     pub local: bool,
     /// Smoothed `/readyz` latency, if measured.
@@ -66,7 +68,9 @@ impl Pick {
 /// sharing by fewest active connections and then round-robin on `rr`.
 ///
 /// With nothing ready, backends not yet checked (start-up, just added) are tried first: they are
-/// more likely to work than ones known to fail. Known failing ones follow only when failing open.
+/// more likely to work than ones known to fail. Known failing ones follow only when failing open:
+/// first those that still answer HTTP (alive, not ready), then those that do not answer at all
+/// (timeout, refused, TLS failure).
 ///
 /// ```
 /// use std::time::Duration;
@@ -74,9 +78,10 @@ impl Pick {
 /// use readyprism::pick::{pick, Candidate, Pick, WhenNoneReady};
 ///
 /// let ms = |n| Some(Duration::from_millis(n));
-/// let local_no_quorum = Candidate { state: State::Unready, local: true, latency: ms(0), active: 0 };
-/// let remote_near = Candidate { state: State::Ready, local: false, latency: ms(23), active: 0 };
-/// let remote_far = Candidate { state: State::Ready, local: false, latency: ms(43), active: 0 };
+/// let c = |state, local, latency| Candidate { state, answering: true, local, latency, active: 0 };
+/// let local_no_quorum = c(State::Unready, true, ms(0));
+/// let remote_near = c(State::Ready, false, ms(23));
+/// let remote_far = c(State::Ready, false, ms(43));
 /// let order = pick(&[local_no_quorum, remote_far, remote_near], WhenNoneReady::FailOpen, 0);
 /// assert_eq!(order, Pick::Ready(vec![2, 1]));
 /// ```
@@ -87,17 +92,48 @@ pub fn pick(cands: &[Candidate], when_none_ready: WhenNoneReady, rr: usize) -> P
     if !ready.is_empty() {
         return Pick::Ready(order(cands, ready, rr));
     }
-    let (failing, unchecked): (Vec<usize>, Vec<usize>) =
-        (0..cands.len()).partition(|&i| cands[i].state == State::Unready);
-    let mut out = order(cands, unchecked, rr);
-    if when_none_ready == WhenNoneReady::FailOpen {
-        out.extend(order(cands, failing, rr));
-    }
+    let out = not_ready(cands, when_none_ready, rr);
     if out.is_empty() {
         Pick::Refuse
     } else {
         Pick::NoneReady(out)
     }
+}
+
+/// Where a connection goes when every ready candidate failed to dial: failing open, on to the
+/// backends that are not ready, in fail-open order, so the client sees no failure while any
+/// backend accepts TCP; with `refuse`, nowhere.
+///
+/// ```
+/// use readyprism::health::state::State;
+/// use readyprism::pick::{fallback, Candidate, WhenNoneReady};
+///
+/// let c = |state, answering| Candidate { state, answering, local: false, latency: None, active: 0 };
+/// let cands = [c(State::Ready, true), c(State::Unready, false), c(State::Unready, true)];
+/// assert_eq!(fallback(&cands, WhenNoneReady::FailOpen, 0), vec![2, 1]);
+/// assert!(fallback(&cands, WhenNoneReady::Refuse, 0).is_empty());
+/// ```
+pub fn fallback(cands: &[Candidate], when_none_ready: WhenNoneReady, rr: usize) -> Vec<usize> {
+    match when_none_ready {
+        WhenNoneReady::FailOpen => not_ready(cands, when_none_ready, rr),
+        WhenNoneReady::Refuse => Vec::new(),
+    }
+}
+
+/// The backends that are not ready: unchecked first, then (failing open) the answering failing
+/// ones, then the silent ones; each part by zone and latency.
+fn not_ready(cands: &[Candidate], when_none_ready: WhenNoneReady, rr: usize) -> Vec<usize> {
+    let with = |keep: &dyn Fn(&Candidate) -> bool| -> Vec<usize> {
+        (0..cands.len()).filter(|&i| keep(&cands[i])).collect()
+    };
+    let mut out = order(cands, with(&|c| c.state == State::Unknown), rr);
+    if when_none_ready == WhenNoneReady::FailOpen {
+        let answering = with(&|c| c.state == State::Unready && c.answering);
+        let silent = with(&|c| c.state == State::Unready && !c.answering);
+        out.extend(order(cands, answering, rr));
+        out.extend(order(cands, silent, rr));
+    }
+    out
 }
 
 fn order(cands: &[Candidate], members: Vec<usize>, rr: usize) -> Vec<usize> {
@@ -155,6 +191,7 @@ mod tests {
     fn c(ready: bool, local: bool, ms: Option<u64>, active: usize) -> Candidate {
         Candidate {
             state: if ready { State::Ready } else { State::Unready },
+            answering: true,
             local,
             latency: ms.map(Duration::from_millis),
             active,
@@ -229,6 +266,19 @@ mod tests {
                     c(false, true, Some(1), 0),
                     unchecked(false),
                     unchecked(true),
+                ],
+                FailOpen,
+                Pick::NoneReady(vec![2, 1, 0]),
+            ),
+            (
+                "failing open: answering backends before silent ones, zone and latency aside",
+                vec![
+                    Candidate {
+                        answering: false,
+                        ..c(false, true, Some(0), 0)
+                    },
+                    c(false, false, Some(43), 0),
+                    unchecked(false),
                 ],
                 FailOpen,
                 Pick::NoneReady(vec![2, 1, 0]),

@@ -97,10 +97,11 @@ impl Proxy {
     /// The only snapshot access on this path: copy out what to dial, then let the snapshot go.
     fn plan(&self, seq: usize) -> Plan {
         let snap = self.table.load();
-        let candidates = snap
-            .pick(seq)
+        let (pick, fallback) = snap.pick(seq);
+        let candidates = pick
             .order()
             .iter()
+            .chain(&fallback)
             .map(|&i| {
                 let b = &snap.backends[i];
                 Target {
@@ -117,7 +118,8 @@ impl Proxy {
         }
     }
 
-    /// Dials the candidates in order until one connects, before any byte is relayed.
+    /// Dials the candidates in order until one connects, before any byte is relayed. A refused or
+    /// timed-out dial is reported to the backend's monitor as a failed check.
     async fn dial_first(&self, plan: &Plan) -> Dialed {
         let mut evicted = false;
         for (i, t) in plan.candidates.iter().enumerate() {
@@ -138,10 +140,17 @@ impl Proxy {
                 Ok(Err(e)) => {
                     t.live.metrics.dial_failures.inc();
                     tracing::debug!(backend = %t.spec.id, error = %e, "dial failed; trying the next backend");
+                    if let Some(reason) = dial_reason(&e) {
+                        t.live.dials.report(reason);
+                    }
                 }
                 Err(_) => {
                     t.live.metrics.dial_failures.inc();
                     tracing::debug!(backend = %t.spec.id, "dial timed out; trying the next backend");
+                    let timeout = crate::config::DurationValue(plan.connect_timeout);
+                    t.live
+                        .dials
+                        .report(format!("dial: timeout after {timeout}"));
                 }
             }
         }
@@ -207,6 +216,19 @@ enum Dialed {
     Cut,
 }
 
+/// The failed-check reason for a dial error that says something about the backend; `None` for
+/// errors of this node (out of descriptors or ports), which must not turn a backend unready.
+fn dial_reason(e: &std::io::Error) -> Option<String> {
+    use std::io::ErrorKind::*;
+    match e.kind() {
+        ConnectionRefused => Some("dial: connection refused".to_string()),
+        ConnectionReset | HostUnreachable | NetworkUnreachable | TimedOut => {
+            Some(format!("dial: {}", e.kind()))
+        }
+        _ => None,
+    }
+}
+
 /// TCP_NODELAY (kubelet's requests are small and latency-bound) and keepalive, best effort.
 fn tune(stream: &TcpStream) {
     if let Err(e) = stream.set_nodelay(true) {
@@ -264,6 +286,7 @@ mod tests {
                     state: State::Ready,
                     latency: Some(Duration::from_millis(1)),
                     last_error: None,
+                    answering: true,
                 },
                 evict_epoch: live.eviction.epoch(),
                 live,

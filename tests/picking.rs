@@ -101,12 +101,9 @@ async fn refused_dial_goes_to_the_next_backend_without_client_visible_failure() 
     for _ in 0..5 {
         assert_eq!(landed(proxy).await, "remote");
     }
-    assert_eq!(
-        app.status().backends[0].state,
-        Ready,
-        "still ready: the retry, not the health check, saved us"
-    );
-    assert_eq!(dial_failures(&app, &addr(&local)), 5);
+    // Two refused dials (fall) made it unready; no dial after that.
+    assert_eq!(app.status().backends[0].state, Unready);
+    assert_eq!(dial_failures(&app, &addr(&local)), 2);
     // Both gone before the health checks notice: the client is closed and it is counted.
     remote.stop().await;
     assert!(raw(proxy).await.is_none());
@@ -272,7 +269,14 @@ async fn dial_that_times_out_goes_to_the_next_backend() {
     assert_eq!(
         app.status().backends[0].state,
         Ready,
-        "the retry, not the health check, saved us"
+        "the retry saved the client; one failed dial of fall 2"
+    );
+    // A second timed-out dial: unready, with the dial as the reason.
+    assert_eq!(landed(app.listen_addrs()[0]).await, "other");
+    let doc = wait_states(&app, &[Unready, Ready]).await;
+    assert_eq!(
+        doc.backends[0].last_error.as_deref(),
+        Some("dial: timeout after 300ms")
     );
     app.shutdown().await;
 }

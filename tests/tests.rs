@@ -8,5 +8,6 @@ mod config_errors;
 mod health;
 mod lifecycle;
 mod observability;
+mod passive;
 mod picking;
 mod relay;

@@ -80,6 +80,9 @@ pub struct BackendStatus {
     pub latency_ms: Option<f64>,
     /// Reason of the latest failed check; null after a pass.
     pub last_error: Option<String>,
+    /// The latest check got an HTTP answer (any status): alive, even if not ready. Failing open
+    /// prefers answering backends and closes connections to silent ones while one answers.
+    pub answering: bool,
     /// Connections relayed to it now.
     pub active_connections: u64,
     /// 0-based position in the current pick order; null when not a candidate.
@@ -89,7 +92,7 @@ pub struct BackendStatus {
 impl StatusDoc {
     /// The document for `snap`.
     pub fn of(snap: &Snapshot, shutting_down: bool, client_cert: CertStatus) -> StatusDoc {
-        let pick = snap.pick(0);
+        let (pick, _) = snap.pick(0);
         let failing = |i: &usize| snap.backends[*i].health.state == State::Unready;
         let mode = match &pick {
             Pick::Ready(_) => Mode::Normal,
@@ -110,6 +113,7 @@ impl StatusDoc {
                     .latency
                     .map(|l| (l.as_secs_f64() * 1e5).round() / 100.0),
                 last_error: b.health.last_error.as_deref().map(str::to_string),
+                answering: b.health.answering,
                 active_connections: b.live.active.load(Ordering::Relaxed) as u64,
                 rank: pick.order().iter().position(|&j| j == i),
             })

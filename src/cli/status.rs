@@ -185,6 +185,7 @@ pub(crate) fn sample() -> StatusDoc {
             state,
             latency_ms,
             last_error: last_error.map(str::to_string),
+            answering: state != State::Unknown,
             active_connections: active,
             rank,
         }

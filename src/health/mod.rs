@@ -16,13 +16,13 @@ use tokio_util::sync::CancellationToken;
 
 use tokio::time::Instant;
 
-use crate::backend::BackendSpec;
+use crate::backend::{BackendLive, BackendSpec};
 use crate::config::HealthConfig;
 use crate::metrics::BackendMetrics;
 use crate::table::TableCmd;
 use crate::tls::TlsSource;
 use probe::{HttpsProbe, Probe};
-use rise_fall::{Outcome, RiseFall};
+use rise_fall::{Outcome, RiseFall, Step};
 use state::{Health, State};
 
 /// One backend's health loop: everything it needs besides the probe itself.
@@ -36,8 +36,8 @@ pub(crate) struct Monitor {
     pub initial: Health,
     /// The table's writer.
     pub table: mpsc::Sender<TableCmd>,
-    /// This backend's metric handles.
-    pub metrics: BackendMetrics,
+    /// The backend's live state: metric handles and the failed client dials the proxy reports.
+    pub live: Arc<BackendLive>,
 }
 
 impl Monitor {
@@ -48,48 +48,70 @@ impl Monitor {
 
     /// Probes at once, then every `interval` (±10 %) or `fast_interval` while a change is pending,
     /// both counted from the start of the previous probe, until cancelled or the table is gone.
+    /// Between probes, failed client dials count as failed checks, and the next probe dials a
+    /// fresh connection.
     pub async fn run<P: Probe>(self, mut probe: P, cancel: CancellationToken) {
-        let Monitor {
-            spec,
-            health,
-            initial,
-            table,
-            metrics,
-        } = self;
-        let mut rise_fall = RiseFall::new(health.rise, health.fall, initial);
-        let mut jitter = Jitter::seeded(spec.id.as_str());
+        let mut rise_fall = RiseFall::new(self.health.rise, self.health.fall, self.initial.clone());
+        let mut jitter = Jitter::seeded(self.spec.id.as_str());
         loop {
             let started = Instant::now();
             let outcome = tokio::select! {
                 _ = cancel.cancelled() => return,
-                o = probe.probe(health.timeout) => o,
+                o = probe.probe(self.health.timeout) => o,
             };
-            record(&metrics, &outcome);
+            record(&self.live.metrics, &outcome);
             let step = rise_fall.observe(&outcome);
-            if let Some((from, to)) = step.changed {
-                log_change(&spec, from, to, rise_fall.health());
-                match to {
-                    State::Ready => metrics.to_ready.inc(),
-                    _ => metrics.to_unready.inc(),
-                };
-            }
-            let cmd = TableCmd::Health {
-                id: spec.id.clone(),
-                health: rise_fall.health().clone(),
-            };
-            tokio::select! {
-                _ = cancel.cancelled() => return,
-                sent = table.send(cmd) => if sent.is_err() { return }, // the writer is gone
+            if !self.publish(&rise_fall, step, &cancel).await {
+                return;
             }
             let delay = if step.pending {
-                health.fast_interval
+                self.health.fast_interval
             } else {
-                jitter.around(health.interval)
+                jitter.around(self.health.interval)
             };
-            tokio::select! {
-                _ = cancel.cancelled() => return,
-                _ = tokio::time::sleep_until(started + delay) => {}
+            let mut next = started + delay;
+            loop {
+                tokio::select! {
+                    _ = cancel.cancelled() => return,
+                    _ = tokio::time::sleep_until(next) => break,
+                    _ = self.live.dials.reported() => {}
+                }
+                let Some((failed, reason)) = self.live.dials.take() else {
+                    continue;
+                };
+                // A kept connection proves nothing about new ones: the next probe dials afresh.
+                probe.reset();
+                let mut step = Step::default();
+                for _ in 0..failed.min(self.health.fall) {
+                    step = step.then(rise_fall.observe(&Outcome::dial_failed(reason.clone())));
+                }
+                if !self.publish(&rise_fall, step, &cancel).await {
+                    return;
+                }
+                if step.pending {
+                    next = next.min(Instant::now() + self.health.fast_interval);
+                }
             }
+        }
+    }
+
+    /// Logs and counts a state change, then sends the health to the table. False once the table
+    /// is gone or the monitor is cancelled.
+    async fn publish(&self, rise_fall: &RiseFall, step: Step, cancel: &CancellationToken) -> bool {
+        if let Some((from, to)) = step.changed {
+            log_change(&self.spec, from, to, rise_fall.health());
+            match to {
+                State::Ready => self.live.metrics.to_ready.inc(),
+                _ => self.live.metrics.to_unready.inc(),
+            };
+        }
+        let cmd = TableCmd::Health {
+            id: self.spec.id.clone(),
+            health: rise_fall.health().clone(),
+        };
+        tokio::select! {
+            _ = cancel.cancelled() => false,
+            sent = self.table.send(cmd) => sent.is_ok(),
         }
     }
 }
@@ -142,10 +164,21 @@ mod tests {
     use std::collections::VecDeque;
     use std::sync::Mutex;
 
-    /// A probe that answers from a script and notes when it was called.
+    /// A probe that answers from a script and notes when it was called and reset.
     struct Scripted {
         calls: Arc<Mutex<Vec<Instant>>>,
         script: VecDeque<bool>,
+        resets: Arc<std::sync::atomic::AtomicUsize>,
+    }
+
+    impl Scripted {
+        fn new(calls: &Arc<Mutex<Vec<Instant>>>, script: &[bool]) -> Self {
+            Scripted {
+                calls: calls.clone(),
+                script: script.iter().copied().collect(),
+                resets: Arc::default(),
+            }
+        }
     }
 
     impl Probe for Scripted {
@@ -161,13 +194,18 @@ mod tests {
                     pass,
                     latency: Some(Duration::from_millis(1)),
                     reason: (!pass).then(|| "HTTP 500".into()),
+                    answered: true,
                 }
             }
         }
+
+        fn reset(&mut self) {
+            self.resets
+                .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        }
     }
 
-    #[tokio::test(start_paused = true)]
-    async fn first_probe_at_once_then_interval_with_jitter_and_fast_interval_while_pending() {
+    fn monitor(tx: mpsc::Sender<TableCmd>) -> Monitor {
         let metrics = crate::metrics::Metrics::new();
         let spec = Arc::new(BackendSpec {
             id: crate::backend::BackendId::new("a:1"),
@@ -176,8 +214,7 @@ mod tests {
             zone: None,
             server_name: rustls_pki_types::ServerName::try_from("a").expect("name"),
         });
-        let (tx, mut rx) = mpsc::channel(64);
-        let task = Monitor {
+        Monitor {
             health: HealthConfig {
                 path: "/readyz".into(),
                 interval: Duration::from_secs(5),
@@ -186,29 +223,33 @@ mod tests {
                 rise: 2,
                 fall: 2,
             },
-            metrics: metrics.backend(&spec.id),
+            live: Arc::new(BackendLive::new(metrics.backend(&spec.id))),
             spec,
             initial: Health::UNKNOWN,
             table: tx,
+        }
+    }
+
+    async fn next_health(rx: &mut mpsc::Receiver<TableCmd>) -> Health {
+        let TableCmd::Health { health, .. } = rx.recv().await.expect("result") else {
+            panic!("health")
         };
+        health
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn first_probe_at_once_then_interval_with_jitter_and_fast_interval_while_pending() {
+        let (tx, mut rx) = mpsc::channel(64);
+        let task = monitor(tx);
         let calls = Arc::new(Mutex::new(Vec::new()));
         // pass (decides ready), pass, fail (pending), fail (unready), pass (pending), pass (ready)
-        let script = [true, true, false, false, true, true].into_iter().collect();
+        let script = [true, true, false, false, true, true];
         let start = Instant::now();
         let cancel = CancellationToken::new();
-        let handle = tokio::spawn(task.run(
-            Scripted {
-                calls: calls.clone(),
-                script,
-            },
-            cancel.clone(),
-        ));
+        let handle = tokio::spawn(task.run(Scripted::new(&calls, &script), cancel.clone()));
         let mut states = Vec::new();
         for _ in 0..6 {
-            let TableCmd::Health { health, .. } = rx.recv().await.expect("result") else {
-                panic!("health")
-            };
-            states.push(health.state);
+            states.push(next_health(&mut rx).await.state);
         }
         cancel.cancel();
         handle.await.expect("task ends on cancel");
@@ -240,6 +281,45 @@ mod tests {
             "fast_interval while a rise is pending: {t:?}"
         );
         assert!(gap(1) != gap(2) || gap(2) != gap(4), "jitter varies: {t:?}");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn failed_client_dials_count_as_failed_checks_and_the_next_probe_dials_afresh() {
+        let (tx, mut rx) = mpsc::channel(64);
+        let task = monitor(tx);
+        let live = task.live.clone();
+        let calls = Arc::new(Mutex::new(Vec::new()));
+        let probe = Scripted::new(&calls, &[true, true, true]);
+        let resets = probe.resets.clone();
+        let cancel = CancellationToken::new();
+        let handle = tokio::spawn(task.run(probe, cancel.clone()));
+        assert_eq!(next_health(&mut rx).await.state, State::Ready);
+        let start = Instant::now();
+
+        // One refused dial: a failed check (pending), the kept connection dropped, a probe soon.
+        live.dials.report("dial: connection refused".into());
+        let h = next_health(&mut rx).await;
+        assert_eq!(h.state, State::Ready, "one failure of fall 2");
+        assert_eq!(h.last_error.as_deref(), Some("dial: connection refused"));
+        assert!(!h.answering);
+        assert_eq!(resets.load(std::sync::atomic::Ordering::SeqCst), 1);
+        let h = next_health(&mut rx).await; // the probe it brought forward passes
+        assert_eq!((h.state, h.last_error), (State::Ready, None));
+        let t = *calls.lock().expect("calls").last().expect("probed");
+        assert!(
+            t - start <= Duration::from_millis(1001),
+            "fast_interval, not interval"
+        );
+
+        // Two at once (fall 2): unready, exactly like two failed probes.
+        live.dials.report("dial: timeout after 1s".into());
+        live.dials.report("dial: timeout after 1s".into());
+        let h = next_health(&mut rx).await;
+        assert_eq!(h.state, State::Unready);
+        assert_eq!(h.last_error.as_deref(), Some("dial: timeout after 1s"));
+        assert_eq!(resets.load(std::sync::atomic::Ordering::SeqCst), 2);
+        cancel.cancel();
+        handle.await.expect("task ends on cancel");
     }
 
     #[test]

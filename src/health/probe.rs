@@ -26,6 +26,11 @@ use crate::tls::{TlsSource, TlsState};
 /// connection dropped, so a hostile backend cannot make us buffer without bound.
 pub const MAX_BODY: usize = 8 * 1024;
 
+/// A kept probe connection is re-dialled once it is this old, healthy or not: a path that stopped
+/// accepting *new* connections (SYN black hole, full accept queue, conntrack exhaustion) is then
+/// found without client traffic. At most 12 TLS handshakes per backend per node-hour.
+pub const MAX_CONN_AGE: Duration = Duration::from_secs(5 * 60);
+
 /// The real [`Probe`]: HTTPS `GET <path>` to one backend over at most one kept-alive connection.
 #[derive(Debug)]
 pub struct HttpsProbe {
@@ -40,6 +45,15 @@ struct Conn {
     sender: SendRequest<Empty<Bytes>>,
     driver: JoinHandle<()>,
     tls_generation: u64,
+    dialed: Instant,
+}
+
+impl Conn {
+    /// Whether the next probe may use this connection: same TLS material, still open, and younger
+    /// than [`MAX_CONN_AGE`].
+    fn reusable(&self, tls_generation: u64, now: Instant) -> bool {
+        !self.sender.is_closed() && fresh(self.tls_generation, self.dialed, tls_generation, now)
+    }
 }
 
 impl Drop for Conn {
@@ -69,11 +83,18 @@ impl Failure {
 pub trait Probe: Send {
     /// Probes once, bounded by `timeout` end to end.
     fn probe(&mut self, timeout: Duration) -> impl std::future::Future<Output = Outcome> + Send;
+
+    /// Drops any kept connection, so the next probe dials afresh.
+    fn reset(&mut self);
 }
 
 impl Probe for HttpsProbe {
     fn probe(&mut self, timeout: Duration) -> impl std::future::Future<Output = Outcome> + Send {
         HttpsProbe::probe(self, timeout)
+    }
+
+    fn reset(&mut self) {
+        self.conn = None;
     }
 }
 
@@ -102,11 +123,14 @@ impl HttpsProbe {
                 pass: true,
                 latency: Some(latency),
                 reason: None,
+                answered: true,
             },
             Err(f) => {
                 self.conn = None;
                 Outcome {
                     pass: false,
+                    // Only an HTTP answer carries a latency: that is what "answered" means.
+                    answered: f.latency.is_some(),
                     latency: f.latency,
                     reason: Some(f.reason.into()),
                 }
@@ -116,10 +140,11 @@ impl HttpsProbe {
 
     async fn attempt(&mut self) -> Result<Duration, Failure> {
         let tls = self.tls.current();
+        let now = Instant::now();
         let reusable = self
             .conn
             .as_ref()
-            .is_some_and(|c| c.tls_generation == tls.generation && !c.sender.is_closed());
+            .is_some_and(|c| c.reusable(tls.generation, now));
         if !reusable {
             self.conn = None;
             self.conn = Some(self.dial(&tls).await?);
@@ -155,6 +180,7 @@ impl HttpsProbe {
             sender,
             driver,
             tls_generation: tls.generation,
+            dialed: Instant::now(),
         })
     }
 
@@ -199,6 +225,12 @@ impl HttpsProbe {
             stale: false,
         })
     }
+}
+
+/// Whether a connection dialed at `dialed` with TLS material `conn_generation` may still be used at
+/// `now`, when the current material is `tls_generation`.
+fn fresh(conn_generation: u64, dialed: Instant, tls_generation: u64, now: Instant) -> bool {
+    conn_generation == tls_generation && now.saturating_duration_since(dialed) < MAX_CONN_AGE
 }
 
 /// Reads at most [`MAX_BODY`] bytes; `complete` is false if the body was longer or broke.
@@ -307,6 +339,21 @@ fn words(debug: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn kept_connections_are_redialled_every_five_minutes_and_on_new_tls_material() {
+        let t0 = Instant::now();
+        let minute = Duration::from_secs(60);
+        assert!(fresh(1, t0, 1, t0 + 4 * minute));
+        assert!(
+            !fresh(1, t0, 1, t0 + 5 * minute),
+            "five minutes old: redial"
+        );
+        assert!(!fresh(1, t0, 2, t0), "new certificates: redial");
+        // 5 s probes for an hour: one handshake per five minutes at most.
+        let per_hour = Duration::from_secs(3600).as_secs() / MAX_CONN_AGE.as_secs();
+        assert_eq!(per_hour, 12);
+    }
 
     #[test]
     fn certificate_errors_read_as_words() {

@@ -21,6 +21,20 @@ pub struct Outcome {
     pub latency: Option<Duration>,
     /// Why it failed (`None` on pass).
     pub reason: Option<Arc<str>>,
+    /// An HTTP answer arrived (any status); false for timeouts, refused dials, TLS failures.
+    pub answered: bool,
+}
+
+impl Outcome {
+    /// A client dial to the backend failed: a failed check with no answer (passive health).
+    pub fn dial_failed(reason: Arc<str>) -> Outcome {
+        Outcome {
+            pass: false,
+            latency: None,
+            reason: Some(reason),
+            answered: false,
+        }
+    }
 }
 
 /// Hysteresis for one backend.
@@ -34,12 +48,28 @@ pub struct RiseFall {
 }
 
 /// What one observation did.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct Step {
     /// `Some((from, to))` when the state changed.
     pub changed: Option<(State, State)>,
     /// A change is under way but not yet decided: probe again soon.
     pub pending: bool,
+}
+
+impl Step {
+    /// Two observations in a row as one: the change from the first state to the last (if they
+    /// differ), pending as after the second.
+    pub fn then(self, next: Step) -> Step {
+        let changed = match (self.changed, next.changed) {
+            (Some((from, _)), Some((_, to))) => (from != to).then_some((from, to)),
+            (first, None) => first,
+            (None, second) => second,
+        };
+        Step {
+            changed,
+            pending: next.pending,
+        }
+    }
 }
 
 impl RiseFall {
@@ -66,6 +96,7 @@ impl RiseFall {
                 None => sample,
             });
         }
+        self.health.answering = outcome.answered;
         self.health.last_error = if outcome.pass {
             None
         } else {
@@ -132,6 +163,7 @@ mod tests {
             pass: true,
             latency: Some(Duration::from_millis(ms)),
             reason: None,
+            answered: true,
         }
     }
 
@@ -140,6 +172,7 @@ mod tests {
             pass: false,
             latency: None,
             reason: Some("HTTP 500: [-]etcd failed".into()),
+            answered: true,
         }
     }
 

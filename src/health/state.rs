@@ -40,6 +40,10 @@ pub struct Health {
     pub latency: Option<Duration>,
     /// Reason of the most recent failed check; cleared by a pass.
     pub last_error: Option<Arc<str>>,
+    /// The most recent check got an HTTP answer, whatever its status: the apiserver is alive even
+    /// if not ready. Failing open prefers such backends over ones that time out, refuse or fail
+    /// TLS.
+    pub answering: bool,
 }
 
 impl Health {
@@ -48,5 +52,6 @@ impl Health {
         state: State::Unknown,
         latency: None,
         last_error: None,
+        answering: false,
     };
 }

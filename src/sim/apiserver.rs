@@ -141,6 +141,8 @@ pub struct FakeApiserver {
     /// Its knobs.
     pub control: Arc<Control>,
     stop: CancellationToken,
+    /// Stops only the accept loop (a child of `stop`).
+    unlisten: CancellationToken,
     tasks: TaskTracker,
     /// Holds the port after [`FakeApiserver::stop`], bound but not listening: dials then get a
     /// reset, and no other listener (another test's) can take the port meanwhile.
@@ -241,21 +243,30 @@ impl FakeApiserver {
             last_client_cert: ArcSwapOption::empty(),
         });
         let stop = CancellationToken::new();
+        let unlisten = stop.child_token();
         let tasks = TaskTracker::new();
         tasks.spawn(accept_loop(
             listener,
             TlsAcceptor::from(tls),
             control.clone(),
-            stop.clone(),
+            (stop.clone(), unlisten.clone()),
             tasks.clone(),
         ));
         Ok(FakeApiserver {
             addr,
             control,
             stop,
+            unlisten,
             tasks,
             _tombstone: None,
         })
+    }
+
+    /// Stops listening but keeps the connections it has: new dials are refused while, e.g., a
+    /// kept-alive probe connection still answers. (Refusing needs the port held: use
+    /// [`FakeApiserver::bind`].)
+    pub fn close_listener(&self) {
+        self.unlisten.cancel();
     }
 
     /// Stops listening and closes every connection; the port then refuses.
@@ -270,16 +281,16 @@ async fn accept_loop(
     listener: TcpListener,
     tls: TlsAcceptor,
     control: Arc<Control>,
-    stop: CancellationToken,
+    (stop, unlisten): (CancellationToken, CancellationToken),
     tasks: TaskTracker,
 ) {
     // Polling is fine for a test fixture: it only matters while accepting is paused.
     let pause = Duration::from_millis(10);
-    let mut acceptor = Acceptor::new("simulated apiserver", listener, stop.clone());
+    let mut acceptor = Acceptor::new("simulated apiserver", listener, unlisten.clone());
     loop {
         if !control.accepting.load(Ordering::SeqCst) {
             tokio::select! {
-                _ = stop.cancelled() => return,
+                _ = unlisten.cancelled() => return,
                 _ = tokio::time::sleep(pause) => continue,
             }
         }

@@ -184,11 +184,14 @@ fn apply(
     let steps: Vec<Step> = next
         .backends
         .iter()
-        .map(|b| Step {
-            before: old
-                .position(&b.spec.id)
-                .map(|i| old.backends[i].health.state),
-            after: b.health.state,
+        .map(|b| {
+            let before = old.position(&b.spec.id).map(|i| &old.backends[i].health);
+            Step {
+                before: before.map(|h| h.state),
+                after: b.health.state,
+                was_answering: before.is_some_and(|h| h.answering),
+                answering: b.health.answering,
+            }
         })
         .collect();
     let policy = next.routing.when_none_ready;

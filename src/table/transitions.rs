@@ -13,6 +13,10 @@ pub struct Step {
     pub before: Option<State>,
     /// State in the new snapshot.
     pub after: State,
+    /// Its latest check got an HTTP answer, as of the previous snapshot (false if just added).
+    pub was_answering: bool,
+    /// ... and as of the new one.
+    pub answering: bool,
 }
 
 /// Whether "no backend is ready" is announced (WARN log, `readyprism_no_ready_backends` = 1).
@@ -46,6 +50,9 @@ pub struct Transitions {
 ///   the same backends. Leaving that state evicts every unready backend (connections that failed
 ///   open to them).
 /// - With `refuse`, an unready backend is evicted at once, ready backends or not.
+/// - While nothing is ready and we fail open, a backend that does not answer at all (timeout,
+///   refused, TLS failure) is evicted as soon as some backend answers HTTP: its connections
+///   re-dial, and failing open prefers the answering ones.
 /// - The alarm is raised only once every backend has answered ("settled"): at start-up the local
 ///   apiserver without quorum answers its 500 before the remote ones answer their 200.
 pub fn transitions(
@@ -57,14 +64,27 @@ pub fn transitions(
     let none_ready = !steps.iter().any(|s| s.after == State::Ready);
     let left_none_ready = !was_any_ready && !none_ready;
     let refusing = policy == WhenNoneReady::Refuse;
+    let answers_now = steps
+        .iter()
+        .any(|s| s.after == State::Unready && s.answering);
+    let answered_before = !was_any_ready
+        && steps
+            .iter()
+            .any(|s| s.before == Some(State::Unready) && s.was_answering);
+    let failing_open = none_ready && policy == WhenNoneReady::FailOpen;
     let evict = steps
         .iter()
         .enumerate()
         .filter(|(_, s)| {
+            let unready = s.after == State::Unready;
             let just_failed = s.before != Some(State::Unready);
-            s.after == State::Unready
-                && (!none_ready || refusing)
-                && (just_failed || left_none_ready)
+            let closes = (!none_ready || refusing) && (just_failed || left_none_ready);
+            let silent_now = failing_open && !s.answering && answers_now;
+            let silent_before = !was_any_ready
+                && s.before == Some(State::Unready)
+                && !s.was_answering
+                && answered_before;
+            unready && (closes || (silent_now && !silent_before))
         })
         .map(|(i, _)| i)
         .collect();
@@ -96,8 +116,24 @@ mod tests {
     use State::*;
     use WhenNoneReady::*;
 
+    /// A backend that answers HTTP before and after (the usual case).
     fn step(before: Option<State>, after: State) -> Step {
-        Step { before, after }
+        Step {
+            before,
+            after,
+            was_answering: true,
+            answering: true,
+        }
+    }
+
+    /// A backend whose checks got no HTTP answer before / after (timeouts, refused, TLS).
+    fn silent(before: Option<State>, after: State, was_answering: bool, answering: bool) -> Step {
+        Step {
+            before,
+            after,
+            was_answering,
+            answering,
+        }
     }
 
     #[test]
@@ -174,6 +210,54 @@ mod tests {
                 FailOpen,
                 true,
                 vec![],
+                Alarm::Unchanged,
+            ),
+            (
+                "failing open: a backend stops answering while another answers: evict it",
+                false,
+                vec![
+                    silent(Some(Unready), Unready, true, false),
+                    step(Some(Unready), Unready),
+                ],
+                FailOpen,
+                true,
+                vec![0],
+                Alarm::Unchanged,
+            ),
+            (
+                "failing open: already silent and evicted: not again",
+                false,
+                vec![
+                    silent(Some(Unready), Unready, false, false),
+                    step(Some(Unready), Unready),
+                ],
+                FailOpen,
+                true,
+                vec![],
+                Alarm::Unchanged,
+            ),
+            (
+                "failing open: silent while nobody answers: keep (nowhere better)",
+                false,
+                vec![
+                    silent(Some(Unready), Unready, true, false),
+                    silent(Some(Unready), Unready, false, false),
+                ],
+                FailOpen,
+                true,
+                vec![],
+                Alarm::Unchanged,
+            ),
+            (
+                "failing open: someone starts answering: evict the silent ones",
+                false,
+                vec![
+                    silent(Some(Unready), Unready, false, false),
+                    silent(Some(Unready), Unready, false, true),
+                ],
+                FailOpen,
+                true,
+                vec![0],
                 Alarm::Unchanged,
             ),
             (
