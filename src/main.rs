@@ -89,6 +89,32 @@ enum Command {
         #[arg(long, default_value = readyprism::config::DEFAULT_ADMIN)]
         admin: std::net::SocketAddr,
     },
+    /// Run one simulated apiserver (mutual TLS, /readyz, /whoami, /watch), e.g. one per site of a
+    /// network lab; with --etcd, /readyz is a linearizable read from that etcd member.
+    #[cfg(feature = "sim")]
+    SimApiserver {
+        /// The site's name, answered by /whoami.
+        #[arg(long)]
+        name: String,
+        /// Where to listen.
+        #[arg(long)]
+        listen: std::net::SocketAddr,
+        /// Server certificate (PEM).
+        #[arg(long)]
+        cert: PathBuf,
+        /// Server key (PEM).
+        #[arg(long)]
+        key: PathBuf,
+        /// CA of the client certificates (PEM).
+        #[arg(long)]
+        client_ca: PathBuf,
+        /// Refuse clients without a certificate from --client-ca.
+        #[arg(long)]
+        require_client_cert: bool,
+        /// etcd client URL (http://host:port) whose linearizable reads decide /readyz.
+        #[arg(long)]
+        etcd: Option<String>,
+    },
 }
 
 fn main() -> ExitCode {
@@ -169,6 +195,32 @@ fn dispatch(command: Command) -> anyhow::Result<ExitCode> {
                 readyprism::cli::demo::run_until_signalled(opts)
                     .await
                     .context("demo")
+            })?;
+            Ok(ExitCode::SUCCESS)
+        }
+        #[cfg(feature = "sim")]
+        Command::SimApiserver {
+            name,
+            listen,
+            cert,
+            key,
+            client_ca,
+            require_client_cert,
+            etcd,
+        } => {
+            let opts = readyprism::sim::process::ApiserverOptions {
+                name,
+                listen,
+                cert,
+                key,
+                client_ca,
+                require_client_cert,
+                etcd,
+            };
+            block_on(async move {
+                readyprism::sim::process::run_until_signalled(opts)
+                    .await
+                    .context("sim-apiserver")
             })?;
             Ok(ExitCode::SUCCESS)
         }

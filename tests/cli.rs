@@ -243,3 +243,63 @@ fn kubectl_available() -> bool {
     }
     found
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sim_apiserver_runs_as_its_own_process_and_its_readyz_can_follow_etcd() {
+    let lab = Lab::new();
+    let server = lab.ca.server(&["127.0.0.1"]).expect("cert");
+    let cert = write(&lab, "server.crt", &server.cert_pem);
+    let key = write(&lab, "server.key", &server.key_pem);
+    let ca = lab.path("ca.crt").display().to_string();
+    let (_held, no_etcd) = refusing_addr();
+    // Port 0; the bound address is read from the process's start-up log line.
+    let spawn = |name: &str, etcd: Option<&str>| {
+        use std::io::BufRead;
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_readyprism"));
+        cmd.args(["--log-format", "json", "sim-apiserver", "--name", name])
+            .args(["--listen", "127.0.0.1:0"])
+            .args(["--cert", &cert, "--key", &key, "--client-ca", &ca])
+            .arg("--require-client-cert")
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::piped());
+        if let Some(url) = etcd {
+            cmd.args(["--etcd", url]);
+        }
+        let mut child = KillOnDrop(cmd.spawn().expect("spawn sim-apiserver"));
+        let stderr = child.0.stderr.take().expect("stderr");
+        let listening = std::io::BufReader::new(stderr)
+            .lines()
+            .map_while(Result::ok)
+            .filter_map(|l| serde_json::from_str::<serde_json::Value>(&l).ok())
+            .find(|v| v["fields"]["message"] == "simulated apiserver listening")
+            .expect("the sim-apiserver says where it listens");
+        let addr = listening["fields"]["listen"]
+            .as_str()
+            .expect("listen")
+            .to_string();
+        (child, addr)
+    };
+    let (_plain, plain_addr) = spawn("site-a", None);
+    let (_etcd, etcd_addr) = spawn("site-b", Some(&format!("http://{no_etcd}")));
+    let app = lab
+        .start(&lab.yaml("dc-a", &[(plain_addr, "dc-a"), (etcd_addr, "dc-b")], ""))
+        .await;
+    let doc = wait_states(&app, &[Ready, Unready]).await;
+    let reason = doc.backends[1].last_error.clone().unwrap_or_default();
+    assert!(
+        reason.starts_with("HTTP 500: [-]etcd failed: connect:"),
+        "{reason}"
+    );
+    assert_eq!(landed(app.listen_addrs()[0]).await, "site-a");
+    app.shutdown().await;
+}
+
+/// Kills the child process when the test ends, passed or not.
+struct KillOnDrop(std::process::Child);
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}

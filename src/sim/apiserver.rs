@@ -10,23 +10,18 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use arc_swap::ArcSwapOption;
-use bytes::Bytes;
-use http_body_util::Full;
 use hyper::service::service_fn;
-use hyper::{Request, Response, StatusCode};
+use hyper::Request;
 use hyper_util::rt::TokioIo;
-use rustls::server::WebPkiClientVerifier;
-use rustls::{RootCertStore, ServerConfig};
-use rustls_pki_types::pem::PemObject;
-use rustls_pki_types::{CertificateDer, PrivateKeyDer};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use rustls::ServerConfig;
 use tokio::net::{TcpListener, TcpStream};
 use tokio_rustls::TlsAcceptor;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
+use super::routes::{answer, raw_echo};
 use crate::accept::Acceptor;
-use crate::sim::pki::{Ca, Issued};
+pub use crate::sim::tls::{server_tls, strict_server_tls, TlsSetupError};
 
 /// How the fake treats new connections.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -49,7 +44,7 @@ pub struct Control {
     pub name: String,
     ready: AtomicBool,
     mode: AtomicU8,
-    readyz_delay_us: AtomicU64,
+    pub(super) readyz_delay_us: AtomicU64,
     fail_next: AtomicU64,
     pass_next: AtomicU64,
     handshake_delay_us: AtomicU64,
@@ -62,6 +57,8 @@ pub struct Control {
     pub readyz_answer: ArcSwapOption<(u16, String)>,
     /// DER of the client certificate presented on the latest `/readyz` (None: anonymous).
     pub last_client_cert: ArcSwapOption<Vec<u8>>,
+    /// When set, `/readyz` also needs a linearizable read from this etcd client URL to pass.
+    pub(super) etcd: ArcSwapOption<String>,
 }
 
 impl Control {
@@ -92,7 +89,7 @@ impl Control {
     }
 
     /// This answer's verdict: a scripted one if any is left, else the ready switch.
-    fn verdict(&self) -> bool {
+    pub(super) fn verdict(&self) -> bool {
         let take = |c: &AtomicU64| {
             c.fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
                 .is_ok()
@@ -104,6 +101,12 @@ impl Control {
         } else {
             self.is_ready()
         }
+    }
+
+    /// Makes `/readyz` depend on a linearizable read from the etcd member at `client_url`, as
+    /// kube-apiserver's etcd check does: without quorum, 500 `[-]etcd failed`.
+    pub fn set_etcd(&self, client_url: &str) {
+        self.etcd.store(Some(Arc::new(client_url.to_string())));
     }
 
     /// Delays every TLS handshake by `d` (a far or slow site: must not count as `/readyz` latency).
@@ -155,43 +158,6 @@ impl Drop for FakeApiserver {
     }
 }
 
-/// Server TLS config presenting `server`, accepting (but not requiring) clients signed by `ca`.
-pub fn server_tls(ca: &Ca, server: &Issued) -> Result<Arc<ServerConfig>, TlsSetupError> {
-    build_server_tls(ca, server, false)
-}
-
-/// Like [`server_tls`] but refusing clients without a certificate from `ca`, as an apiserver
-/// that does not know our CA: the rejection reaches the client after the TLS 1.3 handshake.
-pub fn strict_server_tls(ca: &Ca, server: &Issued) -> Result<Arc<ServerConfig>, TlsSetupError> {
-    build_server_tls(ca, server, true)
-}
-
-/// Building a fake's TLS config failed (bad generated PEM; never expected).
-pub type TlsSetupError = Box<dyn std::error::Error + Send + Sync>;
-
-fn build_server_tls(
-    ca: &Ca,
-    server: &Issued,
-    require_client: bool,
-) -> Result<Arc<ServerConfig>, TlsSetupError> {
-    let provider = Arc::new(rustls::crypto::ring::default_provider());
-    let mut roots = RootCertStore::empty();
-    roots.add(CertificateDer::from_pem_slice(ca.cert_pem.as_bytes())?)?;
-    let verifier = WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider.clone());
-    let verifier = if require_client {
-        verifier.build()?
-    } else {
-        verifier.allow_unauthenticated().build()?
-    };
-    let chain = vec![CertificateDer::from_pem_slice(server.cert_pem.as_bytes())?];
-    let key = PrivateKeyDer::from_pem_slice(server.key_pem.as_bytes())?;
-    let config = ServerConfig::builder_with_provider(provider)
-        .with_safe_default_protocol_versions()?
-        .with_client_cert_verifier(verifier)
-        .with_single_cert(chain, key)?;
-    Ok(Arc::new(config))
-}
-
 impl FakeApiserver {
     /// Binds `addr` (port 0: any) and serves there with `tls`. After [`FakeApiserver::stop`] the
     /// port stays bound, not listening, so it refuses until the fake is dropped.
@@ -241,6 +207,7 @@ impl FakeApiserver {
             handshakes: AtomicU64::new(0),
             readyz_answer: ArcSwapOption::empty(),
             last_client_cert: ArcSwapOption::empty(),
+            etcd: ArcSwapOption::empty(),
         });
         let stop = CancellationToken::new();
         let unlisten = stop.child_token();
@@ -340,66 +307,4 @@ async fn connection(stream: TcpStream, tls: TlsAcceptor, control: Arc<Control>) 
     let _ = hyper::server::conn::http1::Builder::new()
         .serve_connection(TokioIo::new(tls_stream), svc)
         .await;
-}
-
-async fn answer<B>(
-    req: &Request<B>,
-    control: &Control,
-    peer_cert: Option<Arc<Vec<u8>>>,
-) -> Response<Full<Bytes>> {
-    let (status, body) = match req.uri().path() {
-        "/readyz" => {
-            let delay = control.readyz_delay_us.load(Ordering::SeqCst);
-            if delay > 0 {
-                tokio::time::sleep(Duration::from_micros(delay)).await;
-            }
-            control.last_client_cert.store(peer_cert);
-            let pass = control.verdict();
-            control.readyz_hits.fetch_add(1, Ordering::SeqCst);
-            if let Some(answer) = control.readyz_answer.load_full() {
-                let (code, body) = (*answer).clone();
-                (StatusCode::from_u16(code).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR), body)
-            } else if pass {
-                (StatusCode::OK, "ok".to_string())
-            } else {
-                (StatusCode::INTERNAL_SERVER_ERROR, "[+]ping ok\n[-]etcd failed: reason withheld\nreadyz check failed\n".to_string())
-            }
-        }
-        "/livez" => (StatusCode::OK, "ok".to_string()),
-        "/name" => (StatusCode::OK, control.name.clone()),
-        "/version" => (StatusCode::OK, format!("{{\"major\":\"1\",\"minor\":\"32\",\"gitVersion\":\"v1.32.0-fake\",\"platform\":\"{}\"}}", control.name)),
-        _ => (StatusCode::NOT_FOUND, "not found".to_string()),
-    };
-    let mut resp = Response::new(Full::new(Bytes::from(body)));
-    *resp.status_mut() = status;
-    resp
-}
-
-/// `RAW\n` protocol: greet with the name, echo everything, and on EOF say `bye\n` and close.
-async fn raw_echo(mut stream: TcpStream, name: &str) {
-    let mut hello = [0u8; 4];
-    if stream.read_exact(&mut hello).await.is_err()
-        || stream
-            .write_all(format!("{name}\n").as_bytes())
-            .await
-            .is_err()
-    {
-        return;
-    }
-    let mut buf = vec![0u8; 16 * 1024];
-    loop {
-        match stream.read(&mut buf).await {
-            Ok(0) => {
-                let _ = stream.write_all(b"bye\n").await;
-                let _ = stream.shutdown().await;
-                return;
-            }
-            Ok(n) => {
-                if stream.write_all(&buf[..n]).await.is_err() {
-                    return;
-                }
-            }
-            Err(_) => return,
-        }
-    }
 }

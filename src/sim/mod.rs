@@ -3,4 +3,8 @@
 //! `sim` feature (on by default), which is also what pulls in `rcgen`.
 
 pub mod apiserver;
+pub mod etcd;
 pub mod pki;
+pub mod process;
+mod routes;
+pub mod tls;

@@ -1,0 +1,135 @@
+//! What the simulated apiserver answers: `/readyz` (a switch, a script, a fixed answer, or a real
+//! linearizable etcd read), `/livez`, `/whoami` and `/name` (which site this is), `/version`, and
+//! `/watch`, a long-lived stream like a kubelet's watch. Plus the raw echo protocol for relay tests.
+
+use std::convert::Infallible;
+use std::pin::Pin;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use bytes::Bytes;
+use http_body_util::combinators::BoxBody;
+use http_body_util::{BodyExt, Full};
+use hyper::body::{Body, Frame};
+use hyper::{Request, Response, StatusCode};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+
+use super::apiserver::Control;
+
+/// A response body: a whole answer or an endless stream.
+pub(super) type AnyBody = BoxBody<Bytes, Infallible>;
+
+/// How often `/watch` sends an event: often enough that a client notices a dead stream within a
+/// second.
+pub const WATCH_EVERY: Duration = Duration::from_millis(250);
+
+pub(super) async fn answer<B>(
+    req: &Request<B>,
+    control: &Control,
+    peer_cert: Option<Arc<Vec<u8>>>,
+) -> Response<AnyBody> {
+    let (status, body) = match req.uri().path() {
+        "/readyz" => readyz(control, peer_cert).await,
+        "/livez" => (StatusCode::OK, "ok".to_string()),
+        "/name" | "/whoami" => (StatusCode::OK, control.name.clone()),
+        "/version" => (StatusCode::OK, format!("{{\"major\":\"1\",\"minor\":\"32\",\"gitVersion\":\"v1.32.0-fake\",\"platform\":\"{}\"}}", control.name)),
+        "/watch" => {
+            let stream = Watch {
+                name: control.name.clone(),
+                tick: tokio::time::interval(WATCH_EVERY),
+                n: 0,
+            };
+            return Response::new(stream.boxed());
+        }
+        _ => (StatusCode::NOT_FOUND, "not found".to_string()),
+    };
+    let mut resp = Response::new(Full::new(Bytes::from(body)).boxed());
+    *resp.status_mut() = status;
+    resp
+}
+
+async fn readyz(control: &Control, peer_cert: Option<Arc<Vec<u8>>>) -> (StatusCode, String) {
+    let delay = control.readyz_delay_us.load(Ordering::SeqCst);
+    if delay > 0 {
+        tokio::time::sleep(Duration::from_micros(delay)).await;
+    }
+    control.last_client_cert.store(peer_cert);
+    let mut pass = control.verdict();
+    let mut etcd_reason = "reason withheld".to_string();
+    if let Some(url) = control.etcd.load_full() {
+        if let Err(e) = super::etcd::linearizable_read(&url).await {
+            pass = false;
+            etcd_reason = e;
+        }
+    }
+    control.readyz_hits.fetch_add(1, Ordering::SeqCst);
+    if let Some(answer) = control.readyz_answer.load_full() {
+        let (code, body) = (*answer).clone();
+        let code = StatusCode::from_u16(code).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+        (code, body)
+    } else if pass {
+        (StatusCode::OK, "ok".to_string())
+    } else {
+        let body = format!("[+]ping ok\n[-]etcd failed: {etcd_reason}\nreadyz check failed\n");
+        (StatusCode::INTERNAL_SERVER_ERROR, body)
+    }
+}
+
+/// `/watch`: one JSON line per [`WATCH_EVERY`], naming the site, until the client goes away.
+struct Watch {
+    name: String,
+    tick: tokio::time::Interval,
+    n: u64,
+}
+
+impl Body for Watch {
+    type Data = Bytes;
+    type Error = Infallible;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, Infallible>>> {
+        if self.tick.poll_tick(cx).is_pending() {
+            return Poll::Pending;
+        }
+        self.n += 1;
+        let line = format!(
+            "{{\"type\":\"BOOKMARK\",\"n\":{},\"from\":\"{}\"}}\n",
+            self.n, self.name
+        );
+        Poll::Ready(Some(Ok(Frame::data(Bytes::from(line)))))
+    }
+}
+
+/// `RAW\n` protocol: greet with the name, echo everything, and on EOF say `bye\n` and close.
+pub(super) async fn raw_echo(mut stream: TcpStream, name: &str) {
+    let mut hello = [0u8; 4];
+    if stream.read_exact(&mut hello).await.is_err()
+        || stream
+            .write_all(format!("{name}\n").as_bytes())
+            .await
+            .is_err()
+    {
+        return;
+    }
+    let mut buf = vec![0u8; 16 * 1024];
+    loop {
+        match stream.read(&mut buf).await {
+            Ok(0) => {
+                let _ = stream.write_all(b"bye\n").await;
+                let _ = stream.shutdown().await;
+                return;
+            }
+            Ok(n) => {
+                if stream.write_all(&buf[..n]).await.is_err() {
+                    return;
+                }
+            }
+            Err(_) => return,
+        }
+    }
+}
