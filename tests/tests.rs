@@ -8,6 +8,7 @@ mod config_errors;
 mod health;
 mod lifecycle;
 mod observability;
+mod partition;
 mod passive;
 mod picking;
 mod relay;
