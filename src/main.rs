@@ -245,8 +245,13 @@ fn init_tracing(format: LogFormat, level: Option<&str>) -> anyhow::Result<()> {
         Some(l) => EnvFilter::try_new(l).with_context(|| format!("--log-level {l:?}"))?,
         None => EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info")),
     };
+    // Colour only for a person at a terminal: never in container logs, journald or a pipe, and
+    // never with NO_COLOR set (https://no-color.org).
+    let colour = std::io::IsTerminal::is_terminal(&std::io::stderr())
+        && std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty());
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
+        .with_ansi(colour)
         .with_writer(std::io::stderr);
     match format {
         LogFormat::Text => builder.init(),

@@ -366,3 +366,33 @@ fn signals_right_after_start_reload_or_drain_and_never_kill() {
         assert!(status.success(), "drained, not killed: {status:?}");
     }
 }
+
+#[tokio::test]
+async fn a_reload_from_fail_open_to_refuse_closes_the_connections_that_failed_open() {
+    let lab = Lab::new();
+    let a = lab.fake("a").await;
+    a.control.set_ready(false);
+    let file = lab.path("policy.yaml");
+    std::fs::write(&file, lab.yaml("dc-a", &[(addr(&a), "dc-a")], "")).expect("write");
+    let mut app = App::start(Config::load(&file).expect("config"))
+        .await
+        .expect("start");
+    wait_states(&app, &[readyprism::health::state::State::Unready]).await;
+    let (mut failed_open, name) = raw(app.listen_addrs()[0]).await.expect("failed open");
+    assert_eq!(name, "a");
+    std::fs::write(
+        &file,
+        lab.yaml("dc-a", &[(addr(&a), "dc-a")], "when_none_ready: refuse\n"),
+    )
+    .expect("write");
+    readyprism::signals::reload(&mut app, &source(&file)).await;
+    assert!(
+        read_to_end(&mut failed_open).await.is_empty(),
+        "the new policy applies to existing connections too"
+    );
+    assert!(
+        raw(app.listen_addrs()[0]).await.is_none(),
+        "and to new ones"
+    );
+    app.shutdown().await;
+}

@@ -257,3 +257,20 @@ fn a_fast_unready_local_apiserver_at_start_up_is_no_no_ready_alarm() {
         .collect();
     assert!(alarms.is_empty(), "{alarms:?}");
 }
+
+#[test]
+fn text_logs_written_to_a_pipe_carry_no_colour_codes() {
+    let o = std::process::Command::new(env!("CARGO_BIN_EXE_readyprism"))
+        .args(["--log-format", "text", "demo", "--duration", "1s"])
+        .args(["--listen", "127.0.0.1:0", "--admin", "127.0.0.1:0"])
+        .env_remove("NO_COLOR")
+        .output()
+        .expect("run demo");
+    assert!(o.status.success(), "{o:?}");
+    let logs = String::from_utf8_lossy(&o.stderr);
+    assert!(logs.contains("readyprism started"), "{logs}");
+    assert!(
+        !logs.contains('\x1b'),
+        "ANSI escape in piped logs: {logs:?}"
+    );
+}

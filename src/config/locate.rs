@@ -29,12 +29,11 @@ pub fn value_line(src: &str, value: &str, nth: usize) -> Option<usize> {
         .map(|(i, _)| i + 1)
 }
 
-/// The key written on 1-based `line` (`  interval: 5x` → `interval`; `- address: x` → `address`).
-pub fn key_at(src: &str, line: usize) -> Option<&str> {
-    let text = src.lines().nth(line.checked_sub(1)?)?;
-    let text = text.trim_start().trim_start_matches("- ").trim_start();
-    let (key, _) = text.split_once(':')?;
-    (!key.is_empty() && key.chars().all(|c| c.is_alphanumeric() || c == '_')).then_some(key)
+/// Leading spaces of 1-based `line` (0 when there is no such line).
+pub fn indent(src: &str, line: usize) -> usize {
+    src.lines()
+        .nth(line.saturating_sub(1))
+        .map_or(0, |l| l.len() - l.trim_start().len())
 }
 
 fn strip_comment(line: &str) -> &str {

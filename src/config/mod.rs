@@ -127,7 +127,8 @@ impl Config {
         let raw: RawConfig = if src.trim().is_empty() {
             RawConfig::default()
         } else {
-            yaml_serde::from_str(src).map_err(|e| parse_error(src, file, &e))?
+            let de = yaml_serde::Deserializer::from_str(src);
+            serde_path_to_error::deserialize(de).map_err(|e| parse_error(src, file, e))?
         };
         resolve::Resolver { src, file }.resolve(raw)
     }
@@ -211,12 +212,53 @@ pub fn server_name_text(name: &ServerName<'_>) -> String {
     }
 }
 
-fn parse_error(src: &str, file: &str, e: &yaml_serde::Error) -> ConfigError {
-    let text = e.to_string();
-    let (line, column) = e.location().map_or((1, 1), |l| (l.line(), l.column()));
-    // The parser writes " at line L column C" into the text; we put the position first instead.
-    let message = text.replace(&format!(" at line {line} column {column}"), "");
-    let message = name_field(src, line, message);
+/// A parser error at the field that is wrong: `serde_path_to_error` knows the exact path (the
+/// YAML parser alone stops at the parent for errors inside scalars), the parser knows the line.
+fn parse_error(
+    src: &str,
+    file: &str,
+    e: serde_path_to_error::Error<yaml_serde::Error>,
+) -> ConfigError {
+    let path = e.path().to_string();
+    let inner = e.into_inner();
+    let (mut line, mut column) = inner.location().map_or((1, 1), |l| (l.line(), l.column()));
+    // The parser writes " at line L column C" into the text; we put the position first instead,
+    // and its own (sometimes shorter) path prefix gives way to the exact one.
+    let text = inner.to_string();
+    let text = text.replace(&format!(" at line {line} column {column}"), "");
+    let message = match text.split_once(": ") {
+        Some((p, rest)) if is_path(p) => rest.to_string(),
+        _ => text,
+    };
+    let mut field = if path == "." { String::new() } else { path };
+    // A duplicated key: the parser points at the mapping; point at the second occurrence.
+    if let Some(key) = message
+        .strip_prefix("duplicate field `")
+        .and_then(|rest| rest.split('`').next())
+    {
+        let first = locate::key_line(src, key, line);
+        if let Some(second) = first.and_then(|l| locate::key_line(src, key, l + 1)) {
+            line = second;
+            column = locate::indent(src, second) + 1;
+        }
+        field = if field.is_empty() {
+            key.to_string()
+        } else {
+            format!("{field}.{key}")
+        };
+    } else if let Some(key) = field.rsplit('.').next().filter(|k| is_key(k)) {
+        // For a bad scalar the parser may point at the start of its mapping: find the key.
+        if let Some(at) = locate::key_line(src, key, line) {
+            if at != line {
+                (line, column) = (at, locate::indent(src, at) + 1);
+            }
+        }
+    }
+    let message = if field.is_empty() {
+        message
+    } else {
+        format!("{field}: {message}")
+    };
     ConfigError::Parse {
         file: file.to_string(),
         line,
@@ -225,29 +267,17 @@ fn parse_error(src: &str, file: &str, e: &yaml_serde::Error) -> ConfigError {
     }
 }
 
-/// The parser's path stops at the parent for errors in scalar values (`health: invalid duration`);
-/// add the key written on the error's line so the message names the field itself.
-fn name_field(src: &str, line: usize, message: String) -> String {
-    let Some(key) = locate::key_at(src, line) else {
-        return message;
-    };
-    let (path, rest) = match message.split_once(": ") {
-        Some((p, rest))
-            if !p.is_empty() && p.chars().all(|c| c.is_alphanumeric() || "_.[]".contains(c)) =>
-        {
-            (Some(p), rest)
-        }
-        _ => (None, message.as_str()),
-    };
-    if path.is_some_and(|p| p == key || p.ends_with(&format!(".{key}")))
-        || rest.contains(&format!("`{key}`"))
-    {
-        return message;
-    }
-    match path {
-        Some(p) => format!("{p}.{key}: {rest}"),
-        None => format!("{key}: {rest}"),
-    }
+/// A plain key (`timeout`), not a list element (`backends[1]`).
+fn is_key(text: &str) -> bool {
+    !text.is_empty() && text.chars().all(|c| c.is_alphanumeric() || c == '_')
+}
+
+/// `health.timeout`, `backends[0].zone`: a field path as the parsers write them.
+fn is_path(text: &str) -> bool {
+    !text.is_empty()
+        && text
+            .chars()
+            .all(|c| c.is_alphanumeric() || "_.[]".contains(c))
 }
 
 #[cfg(test)]

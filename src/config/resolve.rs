@@ -16,6 +16,19 @@ use super::{Config, ConfigError, HealthConfig, TlsFiles, DEFAULT_ADMIN, DEFAULT_
 use crate::backend::{BackendId, BackendSpec, Routing};
 use crate::pick::WhenNoneReady;
 
+// (default, maximum) of every duration. The maxima are far beyond any sensible setting and keep
+// every later sum of durations (deadlines, drain bounds) clear of overflow.
+/// `health.interval`: 5 s, at most 10 minutes (a backend change unnoticed for longer is a fault).
+const INTERVAL: (Duration, Duration) = (Duration::from_secs(5), Duration::from_secs(600));
+/// `health.timeout`: 3 s, at most 5 minutes (and less than the interval).
+const TIMEOUT: (Duration, Duration) = (Duration::from_secs(3), Duration::from_secs(300));
+/// `health.fast_interval`: 1 s, at most 10 minutes (and at most the interval).
+const FAST_INTERVAL: (Duration, Duration) = (Duration::from_secs(1), Duration::from_secs(600));
+/// `connect_timeout`: 1 s, at most 1 minute (a client waits this long per unreachable backend).
+const CONNECT_TIMEOUT: (Duration, Duration) = (Duration::from_secs(1), Duration::from_secs(60));
+/// `shutdown_grace`: 5 s, at most 10 minutes (a drain longer than that is a liability).
+const SHUTDOWN_GRACE: (Duration, Duration) = (Duration::from_secs(5), Duration::from_secs(600));
+
 /// Turns the raw shape into a [`Config`], naming file, line and field in every error.
 pub(super) struct Resolver<'a> {
     pub(super) src: &'a str,
@@ -64,11 +77,30 @@ impl Resolver<'_> {
             .enumerate()
             .map(|(i, t)| self.socket_addr(&format!("listen[{i}]"), "listen", t))
             .collect::<Result<Vec<_>, _>>()?;
+        // Port 0 (any free port, as in tests) never collides; any other address once only.
+        for (i, a) in listen.iter().enumerate() {
+            if a.port() != 0 && listen[..i].contains(a) {
+                let line =
+                    locate::value_line(self.src, &listen_text[i], 1).or_else(|| self.key("listen"));
+                return Err(self.invalid(
+                    line,
+                    format!("listen[{i}]"),
+                    format!("{a} is listed twice"),
+                ));
+            }
+        }
         let admin = self.socket_addr(
             "admin",
             "admin",
             raw.admin.as_deref().unwrap_or(DEFAULT_ADMIN),
         )?;
+        if admin.port() != 0 && listen.contains(&admin) {
+            return Err(self.invalid(
+                self.key("admin"),
+                "admin",
+                format!("{admin} is also a listen address; the admin server needs its own"),
+            ));
+        }
         let zone = match raw.zone {
             Some(z) if z.trim().is_empty() => {
                 return Err(self.invalid(self.key("zone"), "zone", "must not be empty"))
@@ -78,11 +110,10 @@ impl Resolver<'_> {
         let backends = self.backends(raw.backends)?;
         let health = self.health(raw.health.unwrap_or_default())?;
         let tls = self.tls(raw.tls)?;
-        let connect_timeout = self.positive(
-            "connect_timeout",
-            raw.connect_timeout,
-            Duration::from_secs(1),
-        )?;
+        let connect_timeout =
+            self.positive("connect_timeout", raw.connect_timeout, CONNECT_TIMEOUT)?;
+        let shutdown_grace =
+            self.duration("shutdown_grace", raw.shutdown_grace, SHUTDOWN_GRACE, true)?;
         Ok(Config {
             listen,
             admin,
@@ -94,22 +125,44 @@ impl Resolver<'_> {
             backends,
             health,
             tls,
-            shutdown_grace: raw.shutdown_grace.map_or(Duration::from_secs(5), |d| d.0),
+            shutdown_grace,
         })
+    }
+
+    /// A duration in `(0, max]` (`[0, max]` when `zero_ok`); `default` when absent.
+    fn duration(
+        &self,
+        field: &str,
+        v: Option<DurationValue>,
+        (default, max): (Duration, Duration),
+        zero_ok: bool,
+    ) -> Result<Duration, ConfigError> {
+        let d = v.map_or(default, |d| d.0);
+        let key = field.rsplit('.').next().unwrap_or(field);
+        if d.is_zero() && !zero_ok {
+            return Err(self.invalid(self.key(key), field, "must be greater than zero"));
+        }
+        if d > max {
+            return Err(self.invalid(
+                self.key(key),
+                field,
+                format!(
+                    "{} is more than the maximum of {}",
+                    DurationValue(d),
+                    DurationValue(max)
+                ),
+            ));
+        }
+        Ok(d)
     }
 
     fn positive(
         &self,
         field: &str,
         v: Option<DurationValue>,
-        default: Duration,
+        limits: (Duration, Duration),
     ) -> Result<Duration, ConfigError> {
-        let d = v.map_or(default, |d| d.0);
-        if d.is_zero() {
-            let key = field.rsplit('.').next().unwrap_or(field);
-            return Err(self.invalid(self.key(key), field, "must be greater than zero"));
-        }
-        Ok(d)
+        self.duration(field, v, limits, false)
     }
 
     fn backends(&self, raw: Option<Vec<RawBackend>>) -> Result<Vec<BackendSpec>, ConfigError> {
@@ -173,20 +226,20 @@ impl Resolver<'_> {
 
     fn health(&self, raw: RawHealth) -> Result<HealthConfig, ConfigError> {
         let path = raw.path.unwrap_or_else(|| "/readyz".to_string());
-        if !path.starts_with('/') || path.contains(char::is_whitespace) {
+        let sendable = path.parse::<hyper::http::uri::PathAndQuery>().is_ok();
+        if !path.starts_with('/') || !sendable {
             return Err(self.invalid(
                 self.key("path"),
                 "health.path",
-                format!("{path:?} must start with '/' and contain no spaces"),
+                format!(
+                    "{path:?} must start with '/' and hold only characters a URI path may hold"
+                ),
             ));
         }
-        let interval = self.positive("health.interval", raw.interval, Duration::from_secs(5))?;
-        let timeout = self.positive("health.timeout", raw.timeout, Duration::from_secs(3))?;
-        let fast_interval = self.positive(
-            "health.fast_interval",
-            raw.fast_interval,
-            Duration::from_secs(1),
-        )?;
+        let interval = self.positive("health.interval", raw.interval, INTERVAL)?;
+        let timeout = self.positive("health.timeout", raw.timeout, TIMEOUT)?;
+        let fast_interval =
+            self.positive("health.fast_interval", raw.fast_interval, FAST_INTERVAL)?;
         if timeout >= interval {
             let line = self.key("timeout").or_else(|| self.key("interval"));
             return Err(self.invalid(

@@ -74,6 +74,18 @@ fn errors_name_file_field_and_line() {
         ("backends:\n  - address: a:1\ntls:\n  ca: /ca\nwhen_none_ready: maybe\n", vec!["node.yaml:5:", "when_none_ready", "unknown variant"]),
         ("backends:\n  - address: a:1\ntls:\n  ca: /ca\nhealth:\n  rise: -1\n", vec!["node.yaml:6:", "health.rise"]),
         ("backends: [\n", vec!["node.yaml:2:"]),
+        ("listen: [\"127.0.0.1:7445\", \"127.0.0.1:7445\"]\nbackends:\n  - address: a:1\ntls:\n  ca: /ca\n", vec!["node.yaml:1:", "listen[1]", "twice"]),
+        ("listen: [\"127.0.0.1:7445\"]\nadmin: \"127.0.0.1:7445\"\nbackends:\n  - address: a:1\ntls:\n  ca: /ca\n", vec!["node.yaml:2:", "admin", "also a listen address"]),
+        ("backends:\n  - address: a:1\ntls:\n  ca: /ca\nhealth:\n  path: \"/readyz?x=<bad>\"\n", vec!["node.yaml:6:", "health.path", "URI"]),
+        ("backends:\n  - address: a:1\ntls:\n  ca: /ca\nhealth:\n  interval: 17000000000000000000s\n", vec!["node.yaml:6:", "health.interval", "maximum of 10m"]),
+        ("backends:\n  - address: a:1\ntls:\n  ca: /ca\nshutdown_grace: 18446744073709551615s\n", vec!["node.yaml:5:", "shutdown_grace", "maximum"]),
+        ("backends:\n  - address: a:1\ntls:\n  ca: /ca\nconnect_timeout: 2m\n", vec!["node.yaml:5:", "connect_timeout", "maximum of 1m"]),
+        // At the field that is wrong, not its parent or neighbour:
+        ("backends:\n  - address: a:1\ntls:\n  ca: /ca\nhealth:\n  interval: 5s\n  timeout: -1s\n", vec!["node.yaml:7:", "health.timeout: invalid duration"]),
+        ("backends:\n  - address: a:1\ntls:\n  ca: /ca\nhealth:\n  path: /readyz\n  interval: 5sec\n", vec!["node.yaml:7:", "health.interval: invalid duration"]),
+        ("listen: [\"127.0.0.1:7445\"]\nbackends:\n  - address: a:1\ntls:\n  ca: /ca\nconnect_timeout: 5h3\n", vec!["node.yaml:6:", "connect_timeout: invalid duration"]),
+        ("backends:\n  - address: a:1\ntls:\n  ca: /ca\nbackends:\n  - address: b:1\n", vec!["node.yaml:5:1:", "backends: duplicate field `backends`"]),
+        ("backends:\n  - address: a:1\ntls:\n  ca: /ca\nhealth:\n  rise: 1\n  rise: 2\n", vec!["node.yaml:7:3:", "health.rise: duplicate field `rise`"]),
     ];
     for (src, wants) in cases {
         let e = err(src);

@@ -195,7 +195,10 @@ fn apply(
         })
         .collect();
     let policy = next.routing.when_none_ready;
-    let decision = transitions::transitions(old.any_ready(), &steps, policy, announced);
+    let became_refusing =
+        policy == WhenNoneReady::Refuse && old.routing.when_none_ready != WhenNoneReady::Refuse;
+    let decision =
+        transitions::transitions(old.any_ready(), &steps, policy, announced, became_refusing);
     let mut bumps = Vec::with_capacity(decision.evict.len());
     for &i in &decision.evict {
         let b = &mut next.backends[i];

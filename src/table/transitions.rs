@@ -49,7 +49,9 @@ pub struct Transitions {
 /// - While nothing is ready and we fail open, nothing is evicted: re-dialling would only land on
 ///   the same backends. Leaving that state evicts every unready backend (connections that failed
 ///   open to them).
-/// - With `refuse`, an unready backend is evicted at once, ready backends or not.
+/// - With `refuse`, an unready backend is evicted at once, ready backends or not; and when a
+///   reload switches `fail_open` to `refuse`, every unready backend is (the connections that
+///   failed open to them must not outlive the policy).
 /// - While nothing is ready and we fail open, a backend that does not answer at all (timeout,
 ///   refused, TLS failure) is evicted as soon as some backend answers HTTP: its connections
 ///   re-dial, and failing open prefers the answering ones.
@@ -60,6 +62,7 @@ pub fn transitions(
     steps: &[Step],
     policy: WhenNoneReady,
     announced: bool,
+    became_refusing: bool,
 ) -> Transitions {
     let none_ready = !steps.iter().any(|s| s.after == State::Ready);
     let left_none_ready = !was_any_ready && !none_ready;
@@ -84,7 +87,7 @@ pub fn transitions(
                 && s.before == Some(State::Unready)
                 && !s.was_answering
                 && answered_before;
-            unready && (closes || (silent_now && !silent_before))
+            unready && (closes || became_refusing || (silent_now && !silent_before))
         })
         .map(|(i, _)| i)
         .collect();
@@ -280,10 +283,22 @@ mod tests {
             ),
         ];
         for (name, was_any_ready, steps, policy, announced, evict, alarm) in cases {
-            let t = transitions(was_any_ready, &steps, policy, announced);
+            let t = transitions(was_any_ready, &steps, policy, announced, false);
             assert_eq!(t.evict, evict, "{name}: evict");
             assert_eq!(t.alarm, alarm, "{name}: alarm");
         }
+    }
+
+    #[test]
+    fn switching_to_refuse_evicts_every_unready_backend_even_long_unready_ones() {
+        let steps = [step(Some(Unready), Unready), step(Some(Ready), Ready)];
+        assert_eq!(
+            transitions(true, &steps, Refuse, false, true).evict,
+            vec![0]
+        );
+        assert!(transitions(true, &steps, Refuse, false, false)
+            .evict
+            .is_empty());
     }
 
     #[test]
@@ -293,6 +308,7 @@ mod tests {
             &[step(Some(Unready), Unready), step(None, Unknown)],
             FailOpen,
             true,
+            false,
         );
         assert_eq!(
             (t.alarm, t.announced, t.no_ready_gauge),
@@ -306,6 +322,7 @@ mod tests {
             false,
             &[step(None, Unready), step(None, Unknown)],
             FailOpen,
+            false,
             false,
         );
         assert!(!t.no_ready_gauge && !t.announced);
