@@ -3,6 +3,7 @@
 
 mod support;
 
+mod alerts;
 mod cli;
 mod config_errors;
 mod health;

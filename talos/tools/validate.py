@@ -1,0 +1,377 @@
+#!/usr/bin/env python3
+"""Offline checks of the deployment files; run by .ci/deploy-check.
+
+  validate.py --readyprism PATH/TO/readyprism
+
+1. Every Talos patch document validates against the Talos JSON schema of its version
+   (talos/schema/): legacy documents (machine:/cluster:) against #/$defs/v1alpha1.Config, typed
+   documents against the definition whose `kind` matches; `$patch: delete` stubs are checked for
+   shape only. The legacy worker patch must fail the 1.14 schema (which rejects the deprecated
+   fields), so a mixed-up schema cannot pass silently.
+2. The readyprism config embedded in each patch, and the kubeadm one, pass `readyprism check
+   --skip-node-files` as written (the cluster CA and kubelet certificate exist only on a node), and
+   `readyprism check` with those paths pointed at generated stand-ins; all of them resolve to the
+   same config, and the node zone is one of the backend zones.
+3. Each static pod (3 Talos forms + kubeadm) is a valid Kubernetes Pod (strict schema,
+   kubernetes-validate), carries the required fields, mounts every path its config names, and is
+   the same pod as the others but for the config directory; worker and control-plane patches
+   differ only in the worker's cluster endpoint.
+4. The alert rules and the dashboard use only metric names and labels that README.md lists.
+"""
+import argparse, copy, json, os, re, subprocess, sys, tempfile
+
+import jsonschema
+import yaml
+
+ROOT = os.path.normpath(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
+TALOS = os.path.join(ROOT, "talos")
+SCHEMAS = {"v1.13": "v1.13.9.config.schema.json", "v1.14": "v1.14.0-rc.1.config.schema.json"}
+CONFIG_IN_POD = "/etc/readyprism/config.yaml"
+failures = []
+
+
+def fail(where, msg):
+    failures.append(f"{where}: {msg}")
+    print(f"FAIL {where}: {msg}")
+
+
+def ok(where, msg):
+    print(f"ok   {where}: {msg}")
+
+
+def octal_to_int(node):
+    """Talos reads YAML 1.2, where 0o644 is an integer; PyYAML (1.1) reads a string."""
+    if isinstance(node, dict):
+        return {k: octal_to_int(v) for k, v in node.items()}
+    if isinstance(node, list):
+        return [octal_to_int(v) for v in node]
+    if isinstance(node, str) and re.fullmatch(r"0o[0-7]+", node):
+        return int(node[2:], 8)
+    return node
+
+
+def load_docs(path):
+    with open(path) as f:
+        return [octal_to_int(d) for d in yaml.safe_load_all(f) if d is not None]
+
+
+def validator(schema, definition):
+    root = {"$schema": schema.get("$schema", "https://json-schema.org/draft/2020-12/schema"),
+            "$ref": f"#/$defs/{definition}", "$defs": schema["$defs"]}
+    cls = jsonschema.validators.validator_for(root)
+    return cls(root)
+
+
+def kinds(schema):
+    out = {}
+    for name, d in schema["$defs"].items():
+        enum = d.get("properties", {}).get("kind", {}).get("enum")
+        if enum and len(enum) == 1:
+            out[enum[0]] = name
+    return out
+
+
+def schema_errors(schema, definition, doc):
+    errs = sorted(validator(schema, definition).iter_errors(doc), key=lambda e: list(e.absolute_path))
+    return [f"{'.'.join(map(str, e.absolute_path)) or '<doc>'}: {e.message[:200]}" for e in errs]
+
+
+def check_patch_schemas():
+    """Returns {file: [documents]} for the Talos patches."""
+    patches = {}
+    for version, schema_file in SCHEMAS.items():
+        schema = json.load(open(os.path.join(TALOS, "schema", schema_file)))
+        by_kind = kinds(schema)
+        for role in ("worker", "controlplane"):
+            rel = f"talos/{version}/{role}.yaml"
+            docs = load_docs(os.path.join(ROOT, rel))
+            patches[rel] = docs
+            for i, doc in enumerate(docs):
+                where = f"{rel} document {i + 1}"
+                if doc.get("$patch") == "delete":
+                    extra = set(doc) - {"apiVersion", "kind", "name", "$patch"}
+                    if extra or doc.get("kind") not in by_kind:
+                        fail(where, f"delete stub must name a known kind and nothing else (extra: {sorted(extra)})")
+                    else:
+                        ok(where, f"$patch: delete of {doc['kind']} (stub, not schema-checked)")
+                    continue
+                definition = by_kind.get(doc["kind"]) if "kind" in doc else "v1alpha1.Config"
+                if definition is None:
+                    fail(where, f"kind {doc['kind']!r} is not in the {version} schema")
+                    continue
+                errs = schema_errors(schema, definition, doc)
+                for e in errs:
+                    fail(where, f"{schema_file} #/$defs/{definition}: {e}")
+                if not errs:
+                    ok(where, f"valid against {schema_file} #/$defs/{definition}")
+    # The 1.14 schema must reject the legacy fields this project relies on for <= 1.13.
+    schema14 = json.load(open(os.path.join(TALOS, "schema", SCHEMAS["v1.14"])))
+    legacy = patches["talos/v1.13/worker.yaml"][0]
+    if schema_errors(schema14, "v1alpha1.Config", legacy):
+        ok("talos/v1.13/worker.yaml", "rejected by the 1.14 schema, as expected (deprecated fields)")
+    else:
+        fail("talos/v1.13/worker.yaml", "the 1.14 schema accepts it: wrong schema files?")
+    return patches
+
+
+def check_patch_roles(patches):
+    """KubePrism off everywhere; only worker patches move the kubelet; otherwise the same."""
+    lb = "https://127.0.0.1:7445"
+    for role in ("worker", "controlplane"):
+        rel = f"talos/v1.13/{role}.yaml"
+        doc = patches[rel][0]
+        if doc.get("machine", {}).get("features", {}).get("kubePrism", {}).get("enabled") is not False:
+            fail(rel, "machine.features.kubePrism.enabled must be false")
+        endpoint = doc.get("cluster", {}).get("controlPlane", {}).get("endpoint")
+        if (endpoint == lb) != (role == "worker"):
+            fail(rel, f"cluster.controlPlane.endpoint is {endpoint!r}: {lb} on workers only")
+        rel = f"talos/v1.14/{role}.yaml"
+        docs = patches[rel]
+        if {"apiVersion": "v1alpha1", "kind": "KubePrismConfig", "$patch": "delete"} not in docs:
+            fail(rel, "lacks the KubePrismConfig `$patch: delete` stub")
+        endpoints = [d.get("endpoint") for d in docs if d.get("kind") == "KubeClusterConfig"]
+        if endpoints != ([lb] if role == "worker" else []):
+            fail(rel, f"KubeClusterConfig endpoints {endpoints}: one, {lb}, on workers only")
+    w13, c13 = copy.deepcopy(patches["talos/v1.13/worker.yaml"]), patches["talos/v1.13/controlplane.yaml"]
+    w13[0].pop("cluster", None)
+    w14 = [d for d in patches["talos/v1.14/worker.yaml"] if d.get("kind") != "KubeClusterConfig"]
+    same13, same14 = w13 == c13, w14 == patches["talos/v1.14/controlplane.yaml"]
+    for v, same in (("v1.13", same13), ("v1.14", same14)):
+        if not same:
+            fail(f"talos/{v}", "worker and control-plane patches differ beyond the cluster endpoint")
+    if same13 and same14:
+        ok("talos/v1.1[34]", "KubePrism off in all four; worker = control plane + endpoint 127.0.0.1:7445 "
+           "(README's two-step 1.14 rollout relies on it)")
+
+
+def embedded(rel, docs):
+    """(config text, config host dir, pod) of one Talos patch."""
+    config = pod = host_dir = None
+    for doc in docs:
+        for f in doc.get("machine", {}).get("files", []) or []:
+            if f.get("path") == "/var/etc/readyprism/config.yaml":
+                config, host_dir = f["content"], "/var/etc/readyprism"
+                if f.get("op") != "create" or f.get("permissions") != 0o644:
+                    fail(rel, "machine.files entry must be op: create, permissions: 0o644")
+        for p in doc.get("machine", {}).get("pods", []) or []:
+            if p.get("metadata", {}).get("name") == "readyprism":
+                pod = p
+        if doc.get("kind") == "EtcFileConfig" and doc.get("name") == "readyprism/config.yaml":
+            config, host_dir = doc["contents"], "/etc/readyprism"
+        if doc.get("kind") == "KubeStaticPodConfig" and doc.get("name") == "readyprism":
+            pod = doc["pod"]
+    if config is None or pod is None:
+        fail(rel, "no readyprism config file or static pod found")
+    return config, host_dir, pod
+
+
+def standins(d):
+    """A real CA certificate and a kubelet-style combined PEM, for `readyprism check`."""
+    ca, pem = os.path.join(d, "ca.crt"), os.path.join(d, "kubelet-client-current.pem")
+    run = lambda *a: subprocess.run(a, cwd=d, check=True, capture_output=True)
+    run("openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes",
+        "-keyout", "k.pem", "-out", "ca.crt", "-days", "1", "-subj", "/CN=stand-in")
+    with open(pem, "w") as f:
+        f.write(open(ca).read() + open(os.path.join(d, "k.pem")).read())
+    os.chmod(pem, 0o600)
+    return {"/etc/kubernetes/pki/ca.crt": ca, "/var/lib/kubelet/pki/kubelet-client-current.pem": pem}
+
+
+def supports_skip(binary):
+    res = subprocess.run([binary, "check", "--help"], capture_output=True, text=True)
+    return "--skip-node-files" in res.stdout
+
+
+def check_config(where, text, binary, tmp, stand):
+    """`readyprism check` on the config as written, with --skip-node-files (its CA and kubelet
+    certificate exist only on a node), and again with the node-only paths pointed at generated
+    stand-ins so the file loading is exercised too. Returns (parsed config, resolved form)."""
+    cfg = yaml.safe_load(text)
+    zones = {b.get("zone") for b in cfg.get("backends", [])}
+    if cfg.get("zone") not in zones:
+        fail(where, f"node zone {cfg.get('zone')!r} is not a backend zone {sorted(z for z in zones if z)}")
+    if "# readyprism-node-zone" not in text:
+        fail(where, "the node zone line lacks its `# readyprism-node-zone` marker (README's sed uses it)")
+    base = os.path.join(tmp, re.sub(r"[^A-Za-z0-9]+", "_", where))
+    if not supports_skip(binary):
+        fail(where, "readyprism check has no --skip-node-files flag (README documents it)")
+        return cfg, None
+    open(base + ".yaml", "w").write(text)
+    runs = [("as written, --skip-node-files", [binary, "check", "--skip-node-files", "--config", base + ".yaml"])]
+    subst = text
+    for node_path, local in stand.items():
+        subst = subst.replace(node_path, local)
+    open(base + ".standins.yaml", "w").write(subst)
+    runs.append(("with stand-in CA and certificate", [binary, "check", "--config", base + ".standins.yaml"]))
+    resolved = None
+    for what, cmd in runs:
+        res = subprocess.run(cmd, capture_output=True, text=True)
+        if res.returncode != 0:
+            fail(where, f"readyprism check ({what}) failed: {res.stderr.strip()}")
+            return cfg, None
+        if resolved is None:
+            resolved = res.stdout
+    ok(where, f"readyprism check passed ({'; '.join(w for w, _ in runs)}; {len(cfg['backends'])} backends, zone {cfg.get('zone')})")
+    return cfg, resolved
+
+
+def covered(path, mounts):
+    return any(path == m or path.startswith(m.rstrip("/") + "/") for m in mounts)
+
+
+def check_pod(where, pod, cfg, host_dir):
+    import kubernetes_validate
+    try:
+        kubernetes_validate.validate(pod, kubernetes_validate.latest_version(), strict=True)
+        ok(where, f"valid Kubernetes Pod (strict schema, {kubernetes_validate.latest_version()})")
+    except kubernetes_validate.ValidationError as e:
+        fail(where, f"not a valid Pod: {e.message}")
+    spec, meta = pod.get("spec", {}), pod.get("metadata", {})
+    c = (spec.get("containers") or [{}])[0]
+    sc = c.get("securityContext", {})
+    req = [
+        (pod.get("apiVersion") == "v1" and pod.get("kind") == "Pod", "apiVersion v1, kind Pod"),
+        (meta.get("namespace") == "kube-system", "metadata.namespace kube-system"),
+        (spec.get("hostNetwork") is True, "spec.hostNetwork true"),
+        (spec.get("priorityClassName") == "system-node-critical", "priorityClassName system-node-critical"),
+        (len(spec.get("containers", [])) == 1, "exactly one container"),
+        (re.fullmatch(r"[^@\s]+@sha256:[0-9a-f]{64}", c.get("image", "")) is not None, "image pinned by @sha256 digest"),
+        ("--log-format" in c.get("args", []) and c["args"][c["args"].index("--log-format") + 1] == "json", "--log-format json"),
+        (c.get("args", [])[-3:] == ["run", "--config", CONFIG_IN_POD], f"args end with run --config {CONFIG_IN_POD}"),
+        (c.get("livenessProbe", {}).get("httpGet") == {"host": "127.0.0.1", "port": 7446, "path": "/livez"}, "liveness GET 127.0.0.1:7446/livez"),
+        (c.get("readinessProbe", {}).get("httpGet") == {"host": "127.0.0.1", "port": 7446, "path": "/readyz"}, "readiness GET 127.0.0.1:7446/readyz"),
+        (all(k in c.get("resources", {}).get("requests", {}) for k in ("cpu", "memory")), "cpu and memory requests"),
+        ("memory" in c.get("resources", {}).get("limits", {}), "memory limit"),
+        (sc.get("runAsUser") == 0, "runAsUser 0"),
+        (sc.get("allowPrivilegeEscalation") is False, "allowPrivilegeEscalation false"),
+        (sc.get("capabilities", {}).get("drop") == ["ALL"], "capabilities drop ALL"),
+        (not sc.get("capabilities", {}).get("add"), "no capabilities added"),
+        (sc.get("readOnlyRootFilesystem") is True, "readOnlyRootFilesystem true"),
+        (sc.get("seccompProfile", {}).get("type") == "RuntimeDefault", "seccompProfile RuntimeDefault"),
+        (not sc.get("privileged"), "not privileged"),
+        (all(m.get("readOnly") is True for m in c.get("volumeMounts", [])), "every volumeMount readOnly"),
+        (all(set(v) == {"name", "hostPath"} for v in spec.get("volumes", [])), "only hostPath volumes"),
+    ]
+    if cfg is not None:
+        admin = cfg.get("admin", "127.0.0.1:7446")
+        req.append((admin.endswith(":7446"), f"config admin {admin} on the probes' port 7446"))
+    missing = [what for good, what in req if not good]
+    for what in missing:
+        fail(where, f"static pod lacks: {what}")
+    mounts = {m["mountPath"]: m["name"] for m in c.get("volumeMounts", [])}
+    host = {v["name"]: v["hostPath"]["path"] for v in spec.get("volumes", []) if "hostPath" in v}
+    need = [CONFIG_IN_POD] + ([p for p in (cfg or {}).get("tls", {}).values() if p])
+    for p in need:
+        if not covered(p, mounts):
+            fail(where, f"{p} is not under any volumeMount")
+    if mounts.get("/etc/readyprism") and host.get(mounts["/etc/readyprism"]) != host_dir:
+        fail(where, f"config volume is {host.get(mounts['/etc/readyprism'])}, the config is written to {host_dir}")
+    for mp, name in mounts.items():  # mounted at the same path as on the host, so config paths hold
+        if host.get(name) != mp and not (mp == "/etc/readyprism"):
+            fail(where, f"volume {name} is mounted at {mp} but is {host.get(name)} on the host")
+    if not missing:
+        ok(where, f"static pod has the {len(req)} required fields; mounts cover {', '.join(need)}")
+
+
+def normalized(pod):
+    """The pod without what may differ between the forms: the config directory's host path, hostPath
+    `type` and mount propagation."""
+    p = copy.deepcopy(pod)
+    for v in p["spec"].get("volumes", []):
+        v["hostPath"].pop("type", None)
+        if v["name"] == "config":
+            v["hostPath"]["path"] = "<config dir>"
+    for m in p["spec"]["containers"][0].get("volumeMounts", []):
+        m.pop("mountPropagation", None)
+    return p
+
+
+def known_metrics():
+    """{metric: {labels}} from README.md's metrics list (the names the binary exports)."""
+    text = open(os.path.join(ROOT, "README.md")).read()
+    section = text[text.index("**Metrics**"):]
+    section = section[:section.index("\n\n")]
+    out = {}
+    for name, labels in re.findall(r"`(readyprism_[a-z_]+)(?:\{([a-z_,]*)\})?`", section):
+        out[name] = set(filter(None, labels.split(",")))
+    return out
+
+
+def check_metric_use(where, expr, metrics):
+    scrape = {"instance", "job", "le", "pod", "namespace", "node"}
+    for name, matchers in re.findall(r"\b(readyprism_[a-z_]+)(\{[^}]*\})?", expr):
+        base = re.sub(r"_(bucket|sum|count)$", "", name) if name not in metrics else name
+        if base not in metrics:
+            fail(where, f"metric {name} is not in README.md's metrics list")
+            continue
+        for label in re.findall(r"([a-z_]+)\s*(?:=~|!~|!=|=)", matchers or ""):
+            if label not in metrics[base] | scrape:
+                fail(where, f"{name} has no label {label!r} (README lists {sorted(metrics[base])})")
+    for clause in re.findall(r"\b(?:by|without)\s*\(([^)]*)\)", expr):
+        for label in filter(None, (s.strip() for s in clause.split(","))):
+            names = [n for n in re.findall(r"\b(readyprism_[a-z_]+)", expr)]
+            labels = set().union(*(metrics.get(re.sub(r"_(bucket|sum|count)$", "", n), set()) for n in names))
+            if label not in labels | scrape:
+                fail(where, f"groups by {label!r}, which none of {sorted(set(names))} carries")
+
+
+def check_observability():
+    metrics = known_metrics()
+    if len(metrics) < 10:
+        fail("README.md", f"found only {len(metrics)} metrics in the metrics list; did its format change?")
+    rules = yaml.safe_load(open(os.path.join(TALOS, "alerts", "readyprism-rules.yaml")))
+    n = 0
+    for g in rules["spec"]["groups"]:
+        for r in g["rules"]:
+            check_metric_use(f"alert {r.get('alert')}", r["expr"], metrics)
+            n += 1
+    dash = json.load(open(os.path.join(TALOS, "grafana", "readyprism-dashboard.json")))
+    exprs = [(p["title"], t["expr"]) for p in dash["panels"] for t in p.get("targets", [])]
+    for title, e in exprs:
+        check_metric_use(f"dashboard panel {title!r}", e, metrics)
+    for v in dash["templating"]["list"]:
+        if v.get("type") == "query":
+            check_metric_use(f"dashboard variable {v['name']}", v["definition"], metrics)
+    ok("alerts and dashboard", f"{n} rules and {len(exprs)} panel queries use only the {len(metrics)} metrics README.md lists")
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--readyprism", required=True)
+    a = ap.parse_args()
+    patches = check_patch_schemas()
+    check_patch_roles(patches)
+    with tempfile.TemporaryDirectory() as tmp:
+        stand = standins(tmp)
+        resolved, pods = {}, {}
+        for rel, docs in patches.items():
+            text, host_dir, pod = embedded(rel, docs)
+            if text is None or pod is None:
+                continue
+            cfg, resolved[rel] = check_config(f"{rel} (embedded config)", text, a.readyprism, tmp, stand)
+            check_pod(f"{rel} (static pod)", pod, cfg, host_dir)
+            pods[rel] = pod
+        rel = "talos/kubeadm/readyprism.yaml"
+        text = open(os.path.join(TALOS, "kubeadm", "config.yaml")).read()
+        cfg, resolved["talos/kubeadm/config.yaml"] = check_config("talos/kubeadm/config.yaml", text, a.readyprism, tmp, stand)
+        pod = load_docs(os.path.join(ROOT, rel))[0]
+        check_pod(rel, pod, cfg, "/etc/readyprism")
+        pods[rel] = pod
+    forms = {k: v for k, v in resolved.items() if v is not None}
+    if len(set(forms.values())) == 1:
+        ok("embedded configs", f"all {len(forms)} resolve to the same config")
+    else:
+        fail("embedded configs", "differ between files: " + ", ".join(sorted(forms)))
+    first = next(iter(pods))
+    differ = [rel for rel, pod in pods.items() if normalized(pod) != normalized(pods[first])]
+    for rel in differ:
+        fail(rel, f"static pod differs from {first} (beyond the config directory)")
+    if not differ:
+        ok("static pods", f"{len(pods)} forms are the same pod but for the config directory")
+    check_observability()
+    print(f"validate: {len(failures)} failure(s)")
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
