@@ -204,6 +204,12 @@ impl App {
     /// config untouched), then backends. Unchanged backends keep their state and connections.
     pub async fn reload(&mut self, new: Config) -> Result<(), StartError> {
         let tls_state = TlsSource::load(&new.tls)?;
+        // A client certificate that vanished after one was loaded stays in use (the watcher
+        // retries); only a node that never had one probes anonymously.
+        let keep_tls = matches!(
+            (&self.tls.current().client_cert, &tls_state.client_cert),
+            (tls::ClientCert::Loaded { path, .. }, tls::ClientCert::Absent(gone)) if path == gone
+        );
         let mut fresh = Vec::new();
         for &addr in new
             .listen
@@ -220,7 +226,9 @@ impl App {
 
         self.configure_table(&new).await?;
         let cert = tls_state.client_cert.clone();
-        if self.tls.replace(new.tls.clone(), tls_state) {
+        if keep_tls {
+            tracing::warn!(client_cert = %new.tls.client_cert.as_deref().unwrap_or(std::path::Path::new("")).display(), "the client certificate file is gone; keeping the one loaded before");
+        } else if self.tls.replace(new.tls.clone(), tls_state) {
             tracing::info!(client_cert = cert.as_str(), "certificates reloaded");
             tls::publish_expiry(&self.metrics, &cert);
         }

@@ -276,3 +276,60 @@ async fn redirects_fail_and_huge_answers_are_read_only_up_to_a_bound() {
     assert!(huge.control.handshakes.load(SeqCst) >= 2);
     app.shutdown().await;
 }
+
+#[tokio::test]
+async fn a_client_certificate_that_disappears_stays_in_use_until_a_valid_one_appears() {
+    let lab = Lab::new();
+    let a = lab.fake("a").await;
+    let app = lab
+        .start(&lab.yaml("dc-a", &[(addr(&a), "dc-a")], ""))
+        .await;
+    wait_states(&app, &[Ready]).await;
+    let expiry = || {
+        metric(
+            &app.metrics_text(),
+            "readyprism_client_cert_expiry_timestamp_seconds",
+            "",
+        )
+    };
+    let before = expiry().expect("expiry exported");
+    let cert_path = lab.path("kubelet-client-current.pem");
+    std::fs::remove_file(&cert_path).expect("remove cert");
+    // Let the watcher see the removal (it checks every second), then make the probe redial.
+    let hits = a.control.readyz_hits.load(SeqCst);
+    poll("probes go on", || {
+        a.control.readyz_hits.load(SeqCst) >= hits + 3
+    })
+    .await;
+    a.control.fail_next(1); // drops the probe connection: the next one is a fresh handshake
+    let handshakes = a.control.handshakes.load(SeqCst);
+    poll("a fresh probe connection", || {
+        a.control.handshakes.load(SeqCst) > handshakes
+            && a.control.readyz_hits.load(SeqCst) > hits + 4
+    })
+    .await;
+    assert_eq!(
+        a.control
+            .last_client_cert
+            .load()
+            .as_deref()
+            .map(|c| c.as_slice()),
+        Some(lab.client.cert_der.as_slice()),
+        "still presents the certificate it had"
+    );
+    assert_eq!(app.status().client_cert, CertStatus::Loaded);
+    assert_eq!(expiry(), Some(before), "and still exports its expiry");
+    // A valid one appears: it is used.
+    let rotated = lab.ca.client("test-node").expect("cert");
+    std::fs::write(&cert_path, rotated.combined_pem()).expect("write");
+    poll("probe presents the new cert", || {
+        a.control
+            .last_client_cert
+            .load()
+            .as_deref()
+            .map(|c| c.as_slice())
+            == Some(rotated.cert_der.as_slice())
+    })
+    .await;
+    app.shutdown().await;
+}

@@ -7,6 +7,7 @@ mod alerts;
 mod cli;
 mod config_errors;
 mod health;
+mod hostile;
 mod lifecycle;
 mod observability;
 mod partition;

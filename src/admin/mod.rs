@@ -8,13 +8,15 @@ pub mod status;
 use std::convert::Infallible;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
+use std::time::Duration;
 
 use bytes::Bytes;
 use http_body_util::Full;
 use hyper::service::service_fn;
 use hyper::{header, Method, Request, Response, StatusCode};
-use hyper_util::rt::TokioIo;
+use hyper_util::rt::{TokioIo, TokioTimer};
 use tokio::net::TcpListener;
+use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
@@ -23,6 +25,18 @@ use crate::metrics::{self, Metrics};
 use crate::table::Table;
 use crate::tls::TlsSource;
 pub use status::StatusDoc;
+
+/// A client must send a whole request head within this (and an idle keep-alive connection is
+/// closed after it): a probe or a scrape sends theirs at once; a slow writer is an attack.
+pub const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// No admin connection lives longer than this, whatever it does.
+pub const MAX_CONNECTION_AGE: Duration = Duration::from_secs(60);
+
+/// At most this many admin connections at once; more are closed at accept. Kubelet probes, a
+/// scraper and an operator need a handful; the cap keeps a local process from spending the
+/// descriptors the proxy shares with the admin server.
+pub const MAX_CONNECTIONS: usize = 64;
 
 /// What the admin endpoints read.
 #[derive(Debug)]
@@ -41,19 +55,28 @@ impl Admin {
     /// Serves until `stop` is cancelled; open admin connections end with it.
     pub async fn serve(self: Arc<Self>, listener: TcpListener, stop: CancellationToken) {
         let tasks = TaskTracker::new();
+        let slots = Arc::new(Semaphore::new(MAX_CONNECTIONS));
         let mut acceptor = Acceptor::new("admin", listener, stop.clone());
-        while let Some((stream, _)) = acceptor.next().await {
+        while let Some((stream, peer)) = acceptor.next().await {
+            let Ok(slot) = slots.clone().try_acquire_owned() else {
+                tracing::debug!(%peer, "admin connection limit reached; closing");
+                continue; // dropping the stream closes it
+            };
             let admin = self.clone();
             let stop = stop.clone();
             tasks.spawn(async move {
+                let _slot = slot;
                 let svc = service_fn(move |req| {
                     let admin = admin.clone();
                     async move { Ok::<_, Infallible>(admin.route(&req)) }
                 });
                 let conn = hyper::server::conn::http1::Builder::new()
+                    .timer(TokioTimer::new())
+                    .header_read_timeout(HEADER_READ_TIMEOUT)
                     .serve_connection(TokioIo::new(stream), svc);
                 tokio::select! {
                     _ = stop.cancelled() => {}
+                    _ = tokio::time::sleep(MAX_CONNECTION_AGE) => {}
                     r = conn => if let Err(e) = r { tracing::debug!(error = %e, "admin connection error") },
                 }
             });

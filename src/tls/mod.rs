@@ -20,6 +20,10 @@ use tokio_util::sync::CancellationToken;
 use crate::config::TlsFiles;
 use crate::metrics::Metrics;
 
+/// A load that failed (unreadable, garbage, a key that does not match) is retried this often,
+/// whether or not the files changed: a `chmod` or a fixed mount changes no content.
+pub const RETRY_INTERVAL: Duration = Duration::from_secs(5);
+
 /// How often certificate files are checked for changes. Kubelet rotates well before expiry, so a
 /// second of delay costs nothing; stat() of three files per second costs nothing either.
 pub const WATCH_INTERVAL: Duration = Duration::from_secs(1);
@@ -42,6 +46,12 @@ pub enum TlsError {
         path: PathBuf,
         /// What is wrong.
         what: String,
+    },
+    /// The client certificate file disappeared after one was loaded (the previous one stays).
+    #[error("{path}: the client certificate file disappeared; keeping the one loaded before")]
+    Gone {
+        /// The file.
+        path: PathBuf,
     },
     /// rustls refused the material (e.g. key does not match certificate).
     #[error("{path}: {cause}")]
@@ -194,10 +204,12 @@ impl TlsSource {
         true
     }
 
-    /// Re-reads the files whenever their metadata changes, until cancelled. A file that fails to
-    /// load keeps the previous material in use and is retried on its next change.
+    /// Re-reads the files whenever their metadata changes, until cancelled. A load that fails
+    /// keeps the previous material in use (WARN) and is retried every [`RETRY_INTERVAL`]; so is a
+    /// client certificate file that disappeared after one was loaded: only a node that never had
+    /// one probes anonymously.
     pub async fn watch(self: Arc<Self>, metrics: Arc<Metrics>, cancel: CancellationToken) {
-        let mut failed: Option<Fingerprint> = None;
+        let mut retry = Retry::default();
         loop {
             tokio::select! {
                 _ = cancel.cancelled() => return,
@@ -208,12 +220,21 @@ impl TlsSource {
             let current = self.current();
             let files = self.files.load_full();
             let now = Fingerprint::of(&files);
-            if now == current.fingerprint || failed.as_ref() == Some(&now) {
+            let changed = now != current.fingerprint;
+            if !retry.due(changed, &now, tokio::time::Instant::now()) {
                 continue;
             }
-            match TlsSource::load(&files) {
+            let loaded = TlsSource::load(&files).and_then(|state| {
+                match (&current.client_cert, &state.client_cert) {
+                    (ClientCert::Loaded { .. }, ClientCert::Absent(path)) => {
+                        Err(TlsError::Gone { path: path.clone() })
+                    }
+                    _ => Ok(state),
+                }
+            });
+            match loaded {
                 Ok(mut state) => {
-                    failed = None;
+                    retry = Retry::default();
                     state.generation = self.generations.fetch_add(1, Ordering::Relaxed) + 1;
                     let (generation, cert) = (state.generation, state.client_cert.clone());
                     let prev = self.current.compare_and_swap(&current, Arc::new(state));
@@ -228,11 +249,34 @@ impl TlsSource {
                     publish_expiry(&metrics, &cert);
                 }
                 Err(e) => {
-                    tracing::warn!(error = %e, "TLS files changed but cannot be loaded; keeping the previous ones");
-                    failed = Some(now);
+                    if retry.failed_since.is_none() {
+                        tracing::warn!(error = %e, "TLS files cannot be loaded; keeping the previous ones, retrying every 5s");
+                    }
+                    retry.failed(now, tokio::time::Instant::now());
                 }
             }
         }
+    }
+}
+
+/// When the watcher loads the files again: on a change, and while loads fail, every
+/// [`RETRY_INTERVAL`] even without one.
+#[derive(Debug, Default)]
+struct Retry {
+    /// The files as they were at the last failed load, and when that was.
+    failed_since: Option<(Fingerprint, tokio::time::Instant)>,
+}
+
+impl Retry {
+    fn due(&self, changed: bool, now: &Fingerprint, at: tokio::time::Instant) -> bool {
+        match &self.failed_since {
+            None => changed,
+            Some((seen, when)) => seen != now || at.duration_since(*when) >= RETRY_INTERVAL,
+        }
+    }
+
+    fn failed(&mut self, files: Fingerprint, at: tokio::time::Instant) {
+        self.failed_since = Some((files, at));
     }
 }
 
@@ -282,4 +326,29 @@ fn load_key(path: &Path) -> Result<PrivateKeyDer<'static>, TlsError> {
         path: path.to_path_buf(),
         what: format!("no usable private key: {e}"),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_failed_load_is_retried_on_a_change_or_every_retry_interval() {
+        let t0 = tokio::time::Instant::now();
+        let files = Fingerprint([None, None, None]);
+        let other = Fingerprint([Some((SystemTime::UNIX_EPOCH, 1, 1)), None, None]);
+        let mut r = Retry::default();
+        assert!(!r.due(false, &files, t0), "nothing changed, nothing failed");
+        assert!(r.due(true, &files, t0));
+        r.failed(files.clone(), t0);
+        assert!(!r.due(false, &files, t0 + Duration::from_secs(1)));
+        assert!(
+            r.due(false, &files, t0 + RETRY_INTERVAL),
+            "retried though nothing changed"
+        );
+        assert!(
+            r.due(false, &other, t0 + Duration::from_secs(1)),
+            "and at once on a change"
+        );
+    }
 }
