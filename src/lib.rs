@@ -12,7 +12,7 @@
 //!
 //! The daemon: [`config`] (YAML → typed), [`backend`] (identity, eviction, the snapshot),
 //! [`table`] (the one `ArcSwap`, its writer and its pure transitions), [`health`] (probe,
-//! rise/fall, monitor), [`pick`] (pure), [`proxy`] + [`relay`], [`accept`], [`admin`] (and the
+//! rise/fall, monitor), [`pick`] (pure), [`proxy`] + [`relay`], [`dial`], [`accept`], [`admin`] (and the
 //! `/status` type), [`metrics`], [`tls`], [`app`] (wiring), [`signals`].
 //! Operator tools: [`cli`] (`status`, `demo`). Simulation for the demo and tests: `sim`.
 //!
@@ -28,6 +28,7 @@ pub mod app;
 pub(crate) mod backend;
 pub mod cli;
 pub mod config;
+pub(crate) mod dial;
 pub mod health;
 pub(crate) mod metrics;
 pub mod pick;

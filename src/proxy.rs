@@ -129,7 +129,7 @@ impl Proxy {
                 evicted = true;
                 continue;
             };
-            let dial = TcpStream::connect((t.spec.host.as_str(), t.spec.port));
+            let dial = crate::dial::connect(&t.spec.host, t.spec.port);
             let dialed = tokio::select! {
                 _ = self.cut.cancelled() => return Dialed::Cut,
                 r = tokio::time::timeout(plan.connect_timeout, dial) => r,

@@ -12,7 +12,6 @@ use http_body_util::{BodyExt, Empty};
 use hyper::client::conn::http1::SendRequest;
 use hyper::{header, Request, StatusCode};
 use hyper_util::rt::TokioIo;
-use tokio::net::TcpStream;
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 use tokio_rustls::TlsConnector;
@@ -159,7 +158,7 @@ impl HttpsProbe {
     }
 
     async fn dial(&self, tls: &TlsState) -> Result<Conn, Failure> {
-        let tcp = TcpStream::connect((self.spec.host.as_str(), self.spec.port))
+        let tcp = crate::dial::connect(&self.spec.host, self.spec.port)
             .await
             .map_err(|e| Failure::new(connect_reason(&e)))?;
         if let Err(e) = tcp.set_nodelay(true) {
