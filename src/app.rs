@@ -153,6 +153,10 @@ impl App {
         for (configured, (listener, bound)) in bound {
             app.spawn_listener(configured, listener, bound);
         }
+        if !admin_bound.ip().is_loopback() {
+            tracing::warn!(admin = %admin_bound, "the admin server listens beyond loopback (allow_remote_admin): /status and /metrics are open to the network");
+        }
+        tls::warn_if_key_exposed(&config.tls);
         let listen: Vec<String> = app.listen_addrs().iter().map(ToString::to_string).collect();
         tracing::info!(listen = %listen.join(","), admin = %admin_bound, backends = config.backends.len(), zone = config.routing.zone.as_deref().unwrap_or(""), "readyprism started");
         Ok(app)

@@ -274,3 +274,24 @@ fn text_logs_written_to_a_pipe_carry_no_colour_codes() {
         "ANSI escape in piped logs: {logs:?}"
     );
 }
+
+#[test]
+fn a_client_key_readable_by_others_is_warned_about_at_start() {
+    use std::os::unix::fs::PermissionsExt;
+    let rt = tokio::runtime::Runtime::new().expect("runtime");
+    let lab = Lab::new();
+    let a = rt.block_on(lab.fake("a"));
+    let file = lab.path("run.yaml");
+    std::fs::write(&file, lab.yaml("dc-a", &[(addr(&a), "dc-a")], "")).expect("write");
+    let key = lab.path("kubelet-client-current.pem");
+    let warning = "the client key is readable by group or others; it should be 0600";
+    for (mode, warned) in [(0o644, true), (0o600, false)] {
+        std::fs::set_permissions(&key, std::fs::Permissions::from_mode(mode)).expect("chmod");
+        let p = Proc::start(&file);
+        let said = p
+            .logs()
+            .iter()
+            .any(|v| v["fields"]["message"] == warning && v["level"] == "WARN");
+        assert_eq!(said, warned, "mode {mode:o}");
+    }
+}

@@ -77,8 +77,8 @@ pub fn exit_code(doc: &StatusDoc) -> u8 {
 }
 
 /// The human view of a status document: a summary line, then one row per backend with columns
-/// BACKEND, ZONE, STATE, LATENCY, ACTIVE, RANK, LAST ERROR. RANK is 1-based (1 = dialed first);
-/// `-` marks a missing value. Multi-line errors are folded onto one line.
+/// BACKEND, ZONE, STATE, LATENCY, ACTIVE, RANK, LAST ERROR. RANK is the `/status` document's,
+/// 0-based (0 = dialed first), so the table and the JSON never disagree; `-` marks a missing value. Multi-line errors are folded onto one line.
 pub fn render_table(doc: &StatusDoc) -> String {
     let mut out = String::new();
     let mode = match doc.mode {
@@ -154,7 +154,7 @@ pub fn backend_cells(b: &BackendStatus) -> [String; 7] {
         b.state.as_str().to_string(),
         b.latency_ms.map(format_ms).unwrap_or_else(dash),
         b.active_connections.to_string(),
-        b.rank.map(|r| (r + 1).to_string()).unwrap_or_else(dash),
+        b.rank.map(|r| r.to_string()).unwrap_or_else(dash),
         error.filter(|e| !e.is_empty()).unwrap_or_else(dash),
     ]
 }
@@ -231,7 +231,7 @@ mod tests {
 node zone dc-a  ready yes  mode normal  client cert loaded
 BACKEND         ZONE  STATE    LATENCY  ACTIVE  RANK  LAST ERROR
 10.0.1.10:6443  dc-a  unready  0.31ms   0       -     HTTP 500: [+]ping ok; [-]etcd failed
-10.0.2.10:6443  dc-b  ready    23.3ms   12      1     -
+10.0.2.10:6443  dc-b  ready    23.3ms   12      0     -
 [fd00::3]:6443  -     unknown  -        0       -     -
 ";
         assert_eq!(render_table(&sample()), want);

@@ -109,6 +109,8 @@ pub struct Config {
     pub tls: TlsFiles,
     /// How long established connections may finish after SIGTERM.
     pub shutdown_grace: Duration,
+    /// The admin server may listen on a non-loopback address (off: only loopback).
+    pub allow_remote_admin: bool,
 }
 
 impl Config {
@@ -174,6 +176,7 @@ impl Config {
             connect_timeout: d(self.routing.connect_timeout),
             when_none_ready: Some(self.routing.when_none_ready),
             shutdown_grace: d(self.shutdown_grace),
+            allow_remote_admin: self.allow_remote_admin.then_some(true),
         };
         yaml_serde::to_string(&raw).unwrap_or_else(|e| format!("# cannot print config: {e}\n"))
     }

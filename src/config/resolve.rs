@@ -94,6 +94,14 @@ impl Resolver<'_> {
             "admin",
             raw.admin.as_deref().unwrap_or(DEFAULT_ADMIN),
         )?;
+        let allow_remote_admin = raw.allow_remote_admin.unwrap_or(false);
+        if !admin.ip().is_loopback() && !allow_remote_admin {
+            return Err(self.invalid(
+                self.key("admin"),
+                "admin",
+                format!("{admin} is not a loopback address: /status and /metrics would be open to the network; set allow_remote_admin: true if that is meant"),
+            ));
+        }
         if admin.port() != 0 && listen.contains(&admin) {
             return Err(self.invalid(
                 self.key("admin"),
@@ -126,6 +134,7 @@ impl Resolver<'_> {
             health,
             tls,
             shutdown_grace,
+            allow_remote_admin,
         })
     }
 

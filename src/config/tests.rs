@@ -80,6 +80,7 @@ fn errors_name_file_field_and_line() {
         ("backends:\n  - address: a:1\ntls:\n  ca: /ca\nhealth:\n  interval: 17000000000000000000s\n", vec!["node.yaml:6:", "health.interval", "maximum of 10m"]),
         ("backends:\n  - address: a:1\ntls:\n  ca: /ca\nshutdown_grace: 18446744073709551615s\n", vec!["node.yaml:5:", "shutdown_grace", "maximum"]),
         ("backends:\n  - address: a:1\ntls:\n  ca: /ca\nconnect_timeout: 2m\n", vec!["node.yaml:5:", "connect_timeout", "maximum of 1m"]),
+        ("admin: \"0.0.0.0:7446\"\nbackends:\n  - address: a:1\ntls:\n  ca: /ca\n", vec!["node.yaml:1:", "admin", "not a loopback address", "allow_remote_admin"]),
         // At the field that is wrong, not its parent or neighbour:
         ("backends:\n  - address: a:1\ntls:\n  ca: /ca\nhealth:\n  interval: 5s\n  timeout: -1s\n", vec!["node.yaml:7:", "health.timeout: invalid duration"]),
         ("backends:\n  - address: a:1\ntls:\n  ca: /ca\nhealth:\n  path: /readyz\n  interval: 5sec\n", vec!["node.yaml:7:", "health.interval: invalid duration"]),
@@ -97,4 +98,12 @@ fn errors_name_file_field_and_line() {
         }
         assert!(!e.contains('\n'), "one line: {e:?}");
     }
+}
+
+#[test]
+fn a_remote_admin_address_needs_the_explicit_flag() {
+    let src = format!("admin: \"0.0.0.0:7446\"\nallow_remote_admin: true\n{MINIMAL}");
+    let c = Config::parse(&src, "node.yaml").expect("allowed explicitly");
+    assert!(c.allow_remote_admin);
+    assert!(c.to_yaml().contains("allow_remote_admin: true"));
 }

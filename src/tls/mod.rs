@@ -280,6 +280,21 @@ impl Retry {
     }
 }
 
+/// Warns when the client key file can be read by anyone but its owner: kubelet writes it 0600,
+/// and readyprism never needs it looser.
+pub fn warn_if_key_exposed(files: &TlsFiles) {
+    use std::os::unix::fs::PermissionsExt;
+    let Some(key) = &files.client_key else {
+        return;
+    };
+    if let Ok(meta) = std::fs::metadata(key) {
+        let mode = meta.permissions().mode() & 0o777;
+        if mode & 0o077 != 0 {
+            tracing::warn!(key = %key.display(), mode = format!("{mode:o}"), "the client key is readable by group or others; it should be 0600");
+        }
+    }
+}
+
 /// Exports the client certificate's expiry (or removes the metric when none is presented).
 pub fn publish_expiry(metrics: &Metrics, cert: &ClientCert) {
     let not_after = match cert {

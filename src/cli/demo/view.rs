@@ -67,6 +67,7 @@ impl Frame<'_> {
             "readyprism demo: balancer on {listen}, admin on {admin}, three simulated apiservers \
              with mutual TLS ({secs}s, {clock})\n\
              try from another shell:  curl -k https://{listen}/version   {status_cmd}\n\n\
+             readyprism's view (STATE follows an apiserver after 2 checks that agree: rise/fall):\n\
              {table}\n\
              {flip}\n\
              new connections go to ready apiservers only: this node's zone first, then the lowest \
@@ -90,10 +91,12 @@ impl Frame<'_> {
 
     fn flip(&self) -> String {
         let (name, secs) = (SITES[0].0, self.next_flip_in.as_secs_f64().ceil());
+        // The simulated apiserver's own truth; readyprism's view is the STATE column, which
+        // follows it after `rise`/`fall` checks.
         if self.dc_a_ready {
-            format!("{name} is ready; loses quorum in {secs}s")
+            format!("simulated apiserver {name}: has quorum (/readyz 200); loses it in {secs}s")
         } else {
-            format!("{name} has LOST QUORUM (/readyz 500); recovers in {secs}s")
+            format!("simulated apiserver {name}: LOST QUORUM (/readyz 500); regains it in {secs}s")
         }
     }
 
@@ -165,10 +168,10 @@ mod tests {
         let (s, t) = (sample(), traffic());
         assert_eq!(
             frame(&s, &t).line(),
-            "[ 12s] dc-a unready 0.31ms active 0 rank - | dc-b ready 23.3ms active 12 rank 1 | \
+            "[ 12s] dc-a unready 0.31ms active 0 rank - | dc-b ready 23.3ms active 12 rank 0 | \
              - unknown - active 0 rank - | last: dc-a dc-a dc-b FAILED | \
              long-lived: on dc-b, moved 1 time(s), last dc-a -> dc-b | \
-             dc-a has LOST QUORUM (/readyz 500); recovers in 4s"
+             simulated apiserver dc-a: LOST QUORUM (/readyz 500); regains it in 4s"
         );
     }
 
