@@ -1,19 +1,28 @@
 //! Accepting connections, shared by the proxy listeners, the admin server and the simulated
 //! apiserver: one loop that stops on cancellation and backs off on errors.
 //!
-//! An accept error (EMFILE, ENFILE, ENOBUFS) is logged once per burst, not once per attempt, and
-//! the loop pauses before trying again, so a descriptor shortage neither spins a core nor floods
-//! the log. Does not own what happens to an accepted connection.
+//! An accept error (EMFILE, ENFILE, ENOBUFS) is logged once per burst — at most once per
+//! [`LOG_EVERY`], with the count of failures since — not once per attempt, and the loop pauses
+//! before trying again, so a descriptor shortage neither spins a core nor floods the log. Does not
+//! own what happens to an accepted connection.
 
 use std::net::SocketAddr;
 use std::time::Duration;
 
 use tokio::net::{TcpListener, TcpStream};
+use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 /// Pause after a failed accept before trying again: long enough for descriptors to free up, short
 /// enough that clients barely notice.
 pub const ACCEPT_BACKOFF: Duration = Duration::from_millis(100);
+
+/// Accept failures are logged at most this often: a descriptor shortage comes and goes many
+/// times a second while connections close and open, and that is one incident.
+pub const LOG_EVERY: Duration = Duration::from_secs(10);
+
+/// An incident is over when a connection is accepted this long after the last failure.
+pub const QUIET_AFTER: Duration = Duration::from_secs(1);
 
 /// A listener and the token that stops it.
 #[derive(Debug)]
@@ -22,8 +31,12 @@ pub struct Acceptor {
     stop: CancellationToken,
     /// Names the listener in logs (`listen`, `admin`, …).
     what: &'static str,
-    /// Consecutive failed accepts; the first of a burst is logged, the end of it too.
+    /// Failed accepts since the last log line about them.
     failures: u64,
+    /// When failures were last logged; `Some` until "accepting again" is said.
+    warned: Option<Instant>,
+    /// The latest failed accept.
+    last_failure: Option<Instant>,
 }
 
 impl Acceptor {
@@ -34,6 +47,8 @@ impl Acceptor {
             stop,
             what,
             failures: 0,
+            warned: None,
+            last_failure: None,
         }
     }
 
@@ -46,21 +61,28 @@ impl Acceptor {
             };
             match accepted {
                 Ok(conn) => {
-                    if self.failures > 0 {
+                    // Over once a connection is accepted a while after the last failure.
+                    let over = self.warned.is_some()
+                        && self
+                            .last_failure
+                            .is_some_and(|t| t.elapsed() >= QUIET_AFTER);
+                    if over {
                         tracing::info!(
                             listener = self.what,
                             failures = self.failures,
                             "accepting again"
                         );
-                        self.failures = 0;
+                        (self.failures, self.warned) = (0, None);
                     }
                     return Some(conn);
                 }
                 Err(e) => {
-                    if self.failures == 0 {
-                        tracing::warn!(listener = self.what, error = %e, "accept failed; backing off");
-                    }
                     self.failures += 1;
+                    self.last_failure = Some(Instant::now());
+                    if self.warned.is_none_or(|t| t.elapsed() >= LOG_EVERY) {
+                        tracing::warn!(listener = self.what, error = %e, failures = self.failures, "accept failed; backing off");
+                        (self.failures, self.warned) = (0, Some(Instant::now()));
+                    }
                     tokio::select! {
                         _ = self.stop.cancelled() => return None,
                         _ = tokio::time::sleep(ACCEPT_BACKOFF) => {}

@@ -5,6 +5,7 @@ use tokio::net::TcpStream;
 
 use readyprism::health::state::State::Ready;
 
+use crate::support;
 use crate::support::*;
 
 /// An HTTP exchange on a fresh admin connection; `None` if the server closed it unanswered.
@@ -59,4 +60,138 @@ async fn the_admin_server_caps_connections_and_cuts_clients_that_never_finish_a_
     let answer = eventually("admin answers again", || admin_answer(admin)).await;
     assert!(answer.starts_with("HTTP/1.0 200"), "{answer}");
     app.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn clients_that_send_garbage_reset_or_never_send_do_not_disturb_the_others() {
+    let lab = Lab::new();
+    let a = lab.fake("a").await;
+    let app = lab
+        .start(&lab.yaml("dc-a", &[(addr(&a), "dc-a")], ""))
+        .await;
+    wait_states(&app, &[Ready]).await;
+    let proxy = app.listen_addrs()[0];
+    let mut silent = Vec::new();
+    for i in 0..30 {
+        let mut s = TcpStream::connect(proxy).await.expect("connect");
+        match i % 3 {
+            0 => {
+                let _ = s.write_all(&[0xff; 4096]).await; // garbage: relayed, the backend hangs up
+            }
+            1 => {
+                let _ = socket2::SockRef::from(&s).set_linger(Some(std::time::Duration::ZERO));
+                drop(s); // reset at once
+                continue;
+            }
+            _ => {} // connect and never send
+        }
+        silent.push(s);
+    }
+    for _ in 0..5 {
+        assert_eq!(landed(proxy).await, "a", "others are served throughout");
+    }
+    assert_eq!(app.status().backends[0].state, Ready);
+    app.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_that_never_reads_gets_backpressure_not_buffering() {
+    let lab = Lab::new();
+    let a = lab.fake("a").await;
+    let app = lab
+        .start(&lab.yaml("dc-a", &[(addr(&a), "dc-a")], ""))
+        .await;
+    wait_states(&app, &[Ready]).await;
+    // The echo backend sends back all we write; we never read: every buffer on the way fills.
+    let (mut conn, _) = raw(app.listen_addrs()[0]).await.expect("relayed");
+    let chunk = vec![7u8; 64 * 1024];
+    let mut written = 0usize;
+    loop {
+        match tokio::time::timeout(
+            std::time::Duration::from_secs(1),
+            conn.get_mut().write_all(&chunk),
+        )
+        .await
+        {
+            Ok(Ok(())) => written += chunk.len(),
+            _ => break, // the write stalls: backpressure reached the client
+        }
+        assert!(
+            written < 256 << 20,
+            "256 MiB accepted without reading: buffering, not backpressure"
+        );
+    }
+    let to_backend = backend_metric(
+        &app,
+        "readyprism_bytes_total",
+        &addr(&a),
+        ",direction=\"to_backend\"",
+    );
+    // What the balancer took is what the sockets' buffers hold, not what the client offered.
+    assert!(
+        to_backend < 64 << 20,
+        "relayed {to_backend} bytes with nobody reading"
+    );
+    assert_eq!(
+        landed(app.listen_addrs()[0]).await,
+        "a",
+        "others are served meanwhile"
+    );
+    app.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_backend_that_resets_mid_stream_ends_that_connection_only() {
+    let lab = Lab::new();
+    let (local, _remote, app) = lab.local_and_remote(SLOW_PROBES).await;
+    let (mut conn, name) = raw(app.listen_addrs()[0]).await.expect("relayed");
+    assert_eq!(name, "local");
+    local.stop().await; // closes its connections mid-stream
+    let _ = read_to_end(&mut conn).await; // ends (EOF or reset), never hangs
+    assert_eq!(landed(app.listen_addrs()[0]).await, "remote");
+    app.shutdown().await;
+}
+
+#[test]
+fn running_out_of_descriptors_is_logged_once_per_burst_and_recovers() {
+    let rt = tokio::runtime::Runtime::new().expect("runtime");
+    let lab = Lab::new();
+    let a = rt.block_on(lab.fake("a"));
+    let file = lab.path("fds.yaml");
+    std::fs::write(&file, lab.yaml("dc-a", &[(addr(&a), "dc-a")], "")).expect("write");
+    // About 20 descriptors are in use after start; 48 leaves room for a dozen relayed connections.
+    let p = support::process::Proc::start_under(&["prlimit", "--nofile=48:48", "--"], &file);
+    let proxy = p.listen;
+    let held: Vec<std::net::TcpStream> = (0..60)
+        .filter_map(|_| std::net::TcpStream::connect(proxy).ok())
+        .collect();
+    p.wait_log("accept failed; backing off", |_| true);
+    // A burst of failures is one line, however long it lasts.
+    rt.block_on(poll("the backoff loop ran for a while", || {
+        p.logs()
+            .iter()
+            .any(|v| v["fields"]["message"] == "accept failed; backing off")
+    }));
+    // A negative needs a window: several backoff rounds (100 ms each) must add no line.
+    std::thread::sleep(std::time::Duration::from_millis(500));
+    let failures = p
+        .logs()
+        .iter()
+        .filter(|v| v["fields"]["message"] == "accept failed; backing off")
+        .count();
+    assert_eq!(failures, 1, "one line per burst");
+    drop(held);
+    let landed_again = rt.block_on(eventually("recovered", || async {
+        let (_, name) = raw(proxy).await?;
+        Some(name)
+    }));
+    assert_eq!(landed_again, "a");
+    // Our own descriptor shortage is no fault of the backend: it stays ready.
+    assert!(
+        !p.logs()
+            .iter()
+            .any(|v| v["fields"]["message"] == "backend state changed"
+                && v["fields"]["to"] == "unready"),
+        "the backend was marked unready by our own EMFILE"
+    );
 }

@@ -13,4 +13,5 @@ mod observability;
 mod partition;
 mod passive;
 mod picking;
+mod properties;
 mod relay;

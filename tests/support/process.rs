@@ -26,7 +26,21 @@ pub struct Proc {
 impl Proc {
     /// Starts `readyprism --log-format json run --config <config>` and waits until it listens.
     pub fn start(config: &std::path::Path) -> Proc {
-        let mut child = Command::new(env!("CARGO_BIN_EXE_readyprism"))
+        Proc::start_under(&[], config)
+    }
+
+    /// Like [`Proc::start`], run under a wrapper command (e.g. `prlimit --nofile=64 --`).
+    pub fn start_under(wrapper: &[&str], config: &std::path::Path) -> Proc {
+        let bin = env!("CARGO_BIN_EXE_readyprism");
+        let mut command = match wrapper.split_first() {
+            Some((program, args)) => {
+                let mut c = Command::new(program);
+                c.args(args).arg(bin);
+                c
+            }
+            None => Command::new(bin),
+        };
+        let mut child = command
             .args([
                 "--log-format",
                 "json",
