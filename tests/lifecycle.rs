@@ -267,28 +267,6 @@ fn sigterm_without_connections_exits_at_once() {
     );
 }
 
-/// A blocking admin GET: (status code, body); code 0 if unreachable. For polls outside async code.
-fn blocking_get(admin: std::net::SocketAddr, path: &str) -> (u16, String) {
-    use std::io::{Read, Write};
-    let Ok(mut s) = std::net::TcpStream::connect(admin) else {
-        return (0, String::new());
-    };
-    let _ = s.write_all(format!("GET {path} HTTP/1.0\r\n\r\n").as_bytes());
-    let mut buf = String::new();
-    let _ = s.read_to_string(&mut buf);
-    let code = buf
-        .split_whitespace()
-        .nth(1)
-        .and_then(|c| c.parse().ok())
-        .unwrap_or(0);
-    (
-        code,
-        buf.split_once("\r\n\r\n")
-            .map(|(_, b)| b.to_string())
-            .unwrap_or_default(),
-    )
-}
-
 #[test]
 fn the_config_file_is_watched_and_reloaded_on_change_without_a_signal() {
     let rt = tokio::runtime::Runtime::new().expect("runtime");

@@ -280,6 +280,23 @@ pub async fn admin_get(admin: SocketAddr, path: &str) -> (u16, String) {
     (a.status, a.body)
 }
 
+/// [`admin_get`] for synchronous code (polls of a child process); code 0 if unreachable. Runs on
+/// a thread of its own, so it may be called from inside a runtime too.
+pub fn blocking_get(admin: SocketAddr, path: &str) -> (u16, String) {
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .expect("runtime");
+            rt.block_on(readyprism::cli::http::get(&admin.to_string(), path))
+                .map_or((0, String::new()), |a| (a.status, a.body))
+        })
+        .join()
+        .expect("GET thread")
+    })
+}
+
 /// The value of one Prometheus sample line `name{labels} value`, matching labels as a substring.
 pub fn metric(text: &str, name: &str, labels: &str) -> Option<f64> {
     text.lines()
