@@ -262,6 +262,15 @@ fn parse_error(
     } else {
         format!("{field}: {message}")
     };
+    // A key or value may span lines (a multi-line plain scalar): the error stays one line.
+    let message = message
+        .chars()
+        .flat_map(|c| match c {
+            '\n' | '\r' | '\t' => c.escape_default().collect::<Vec<_>>(),
+            c if c.is_control() => c.escape_unicode().collect(),
+            c => vec![c],
+        })
+        .collect();
     ConfigError::Parse {
         file: file.to_string(),
         line,

@@ -81,6 +81,8 @@ fn errors_name_file_field_and_line() {
         ("backends:\n  - address: a:1\ntls:\n  ca: /ca\nshutdown_grace: 18446744073709551615s\n", vec!["node.yaml:5:", "shutdown_grace", "maximum"]),
         ("backends:\n  - address: a:1\ntls:\n  ca: /ca\nconnect_timeout: 2m\n", vec!["node.yaml:5:", "connect_timeout", "maximum of 1m"]),
         ("admin: \"0.0.0.0:7446\"\nbackends:\n  - address: a:1\ntls:\n  ca: /ca\n", vec!["node.yaml:1:", "admin", "not a loopback address", "allow_remote_admin"]),
+        // Found by fuzzing: an unknown key spanning lines (in a flow mapping) stays one line.
+        ("{\n/8\n\n\tJ \"J L", vec!["node.yaml:", "unknown field"]),
         // At the field that is wrong, not its parent or neighbour:
         ("backends:\n  - address: a:1\ntls:\n  ca: /ca\nhealth:\n  interval: 5s\n  timeout: -1s\n", vec!["node.yaml:7:", "health.timeout: invalid duration"]),
         ("backends:\n  - address: a:1\ntls:\n  ca: /ca\nhealth:\n  path: /readyz\n  interval: 5sec\n", vec!["node.yaml:7:", "health.interval: invalid duration"]),
