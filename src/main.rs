@@ -92,29 +92,7 @@ enum Command {
     /// Run one simulated apiserver (mutual TLS, /readyz, /whoami, /watch), e.g. one per site of a
     /// network lab; with --etcd, /readyz is a linearizable read from that etcd member.
     #[cfg(feature = "sim")]
-    SimApiserver {
-        /// The site's name, answered by /whoami.
-        #[arg(long)]
-        name: String,
-        /// Where to listen.
-        #[arg(long)]
-        listen: std::net::SocketAddr,
-        /// Server certificate (PEM).
-        #[arg(long)]
-        cert: PathBuf,
-        /// Server key (PEM).
-        #[arg(long)]
-        key: PathBuf,
-        /// CA of the client certificates (PEM).
-        #[arg(long)]
-        client_ca: PathBuf,
-        /// Refuse clients without a certificate from --client-ca.
-        #[arg(long)]
-        require_client_cert: bool,
-        /// etcd client URL (http://host:port) whose linearizable reads decide /readyz.
-        #[arg(long)]
-        etcd: Option<String>,
-    },
+    SimApiserver(readyprism::sim::process::ApiserverOptions),
 }
 
 fn main() -> ExitCode {
@@ -199,24 +177,7 @@ fn dispatch(command: Command) -> anyhow::Result<ExitCode> {
             Ok(ExitCode::SUCCESS)
         }
         #[cfg(feature = "sim")]
-        Command::SimApiserver {
-            name,
-            listen,
-            cert,
-            key,
-            client_ca,
-            require_client_cert,
-            etcd,
-        } => {
-            let opts = readyprism::sim::process::ApiserverOptions {
-                name,
-                listen,
-                cert,
-                key,
-                client_ca,
-                require_client_cert,
-                etcd,
-            };
+        Command::SimApiserver(opts) => {
             block_on(async move {
                 readyprism::sim::process::run_until_signalled(opts)
                     .await

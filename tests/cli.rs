@@ -1,35 +1,16 @@
 //! Operator commands end to end: `check` output, `status` exit codes, `demo --duration`, and a
 //! real client-go client (kubectl) through the balancer.
 
-use std::process::{Command, Output};
+use std::process::Command;
 
 use readyprism::health::state::State::{Ready, Unready};
 
 use crate::support::*;
 
-fn readyprism(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_readyprism"))
-        .args(args)
-        .env_remove("READYPRISM_ZONE")
-        .output()
-        .expect("run readyprism")
-}
-
-fn stderr(o: &Output) -> String {
-    String::from_utf8_lossy(&o.stderr).to_string()
-}
-
-fn write(lab: &Lab, name: &str, text: &str) -> String {
-    let p = lab.path(name);
-    std::fs::write(&p, text).expect("write");
-    p.display().to_string()
-}
-
 #[test]
 fn check_prints_the_resolved_config_with_defaults_and_zone_override() {
     let lab = Lab::new();
-    let file = write(
-        &lab,
+    let file = lab.write(
         "c.yaml",
         &format!(
             "backends:\n  - address: 10.0.1.10:6443\ntls:\n  ca: {}\n",
@@ -61,9 +42,9 @@ fn check_prints_the_resolved_config_with_defaults_and_zone_override() {
 #[test]
 fn check_loads_the_files_as_run_does_unless_told_they_exist_only_on_the_node() {
     let lab = Lab::new();
-    let garbage = write(&lab, "garbage.pem", "this is not PEM\n");
+    let garbage = lab.write("garbage.pem", "this is not PEM\n");
     let on_node_only = "backends:\n  - address: 10.0.1.10:6443\ntls:\n  ca: /etc/kubernetes/pki/ca.crt\n  client_cert: /var/lib/kubelet/pki/kubelet-client-current.pem\n";
-    let file = write(&lab, "node.yaml", on_node_only);
+    let file = lab.write("node.yaml", on_node_only);
     let o = readyprism(&["check", "--config", &file]);
     assert!(!o.status.success(), "the CA does not exist here");
     assert!(
@@ -78,10 +59,10 @@ fn check_loads_the_files_as_run_does_unless_told_they_exist_only_on_the_node() {
     let ca = lab.path("ca.crt").display().to_string();
     let missing =
         format!("backends:\n  - address: a:1\ntls:\n  ca: {ca}\n  client_cert: /nonexistent.pem\n");
-    let o = readyprism(&["check", "--config", &write(&lab, "m.yaml", &missing)]);
+    let o = readyprism(&["check", "--config", &lab.write("m.yaml", &missing)]);
     assert!(o.status.success(), "{}", stderr(&o));
     let bad = format!("backends:\n  - address: a:1\ntls:\n  ca: {ca}\n  client_cert: {garbage}\n");
-    let o = readyprism(&["check", "--config", &write(&lab, "g.yaml", &bad)]);
+    let o = readyprism(&["check", "--config", &lab.write("g.yaml", &bad)]);
     assert!(!o.status.success());
     assert!(
         stderr(&o).contains(&format!("{garbage}: no CERTIFICATE")),
@@ -109,11 +90,7 @@ fn status(admin: &str, json: bool) -> (i32, String, String) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn status_command_exit_codes_follow_readiness_and_reachability() {
     let lab = Lab::new();
-    let a = lab.fake("a").await;
-    let app = lab
-        .start(&lab.yaml("dc-a", &[(addr(&a), "dc-a")], ""))
-        .await;
-    wait_states(&app, &[Ready]).await;
+    let (a, app) = lab.one_ready("").await;
     let admin = app.admin_addr().to_string();
 
     let (code, out, err) = tokio::task::spawn_blocking({
@@ -248,8 +225,8 @@ fn kubectl_available() -> bool {
 async fn sim_apiserver_runs_as_its_own_process_and_its_readyz_can_follow_etcd() {
     let lab = Lab::new();
     let server = lab.ca.server(&["127.0.0.1"]).expect("cert");
-    let cert = write(&lab, "server.crt", &server.cert_pem);
-    let key = write(&lab, "server.key", &server.key_pem);
+    let cert = lab.write("server.crt", &server.cert_pem);
+    let key = lab.write("server.key", &server.key_pem);
     let ca = lab.path("ca.crt").display().to_string();
     let (_held, no_etcd) = refusing_addr();
     // Port 0; the bound address is read from the process's start-up log line.

@@ -1,27 +1,7 @@
 //! Bad configuration and unusable files: one clear line naming file, field and line, non-zero
 //! exit, nothing started.
 
-use std::process::{Command, Output};
-
 use crate::support::*;
-
-fn readyprism(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_readyprism"))
-        .args(args)
-        .env_remove("READYPRISM_ZONE")
-        .output()
-        .expect("run readyprism")
-}
-
-fn stderr(o: &Output) -> String {
-    String::from_utf8_lossy(&o.stderr).to_string()
-}
-
-fn write(lab: &Lab, name: &str, text: &str) -> String {
-    let p = lab.path(name);
-    std::fs::write(&p, text).expect("write");
-    p.display().to_string()
-}
 
 #[test]
 fn each_kind_of_config_error_names_file_field_and_line() {
@@ -42,7 +22,7 @@ fn each_kind_of_config_error_names_file_field_and_line() {
         ("backends:\n  - address: a:1\n  tls: [\n".to_string(), "", "bad.yaml"),
     ];
     for (i, (text, pos, field)) in cases.iter().enumerate() {
-        let file = write(&lab, "bad.yaml", text);
+        let file = lab.write("bad.yaml", text);
         for cmd in ["check", "run"] {
             let o = readyprism(&[cmd, "--config", &file]);
             let err = stderr(&o);
@@ -63,7 +43,7 @@ fn unreadable_files_and_busy_ports_are_one_clear_line_each() {
     let lab = Lab::new();
     let busy = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
     let busy_addr = busy.local_addr().expect("addr").to_string();
-    let garbage = write(&lab, "garbage.pem", "this is not PEM\n");
+    let garbage = lab.write("garbage.pem", "this is not PEM\n");
     let ca = lab.path("ca.crt").display().to_string();
     let base = |tls: &str, listen: &str| {
         format!("listen: [\"{listen}\"]\nadmin: \"127.0.0.1:0\"\nbackends:\n  - address: 127.0.0.1:1\ntls:\n{tls}")
@@ -87,7 +67,7 @@ fn unreadable_files_and_busy_ports_are_one_clear_line_each() {
         ),
     ];
     for (text, want) in cases {
-        let file = write(&lab, "c.yaml", &text);
+        let file = lab.write("c.yaml", &text);
         let o = readyprism(&["run", "--config", &file]);
         let err = stderr(&o);
         assert!(!o.status.success());

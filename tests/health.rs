@@ -120,11 +120,7 @@ async fn one_failed_probe_does_not_flip_ready_and_one_pass_does_not_flip_unready
 #[tokio::test]
 async fn probe_connection_is_kept_alive_between_probes() {
     let lab = Lab::new();
-    let a = lab.fake("a").await;
-    let app = lab
-        .start(&lab.yaml("dc-a", &[(addr(&a), "dc-a")], ""))
-        .await;
-    wait_states(&app, &[Ready]).await;
+    let (a, app) = lab.one_ready("").await;
     poll("several probes", || a.control.readyz_hits.load(SeqCst) >= 5).await;
     assert_eq!(
         a.control.handshakes.load(SeqCst),
@@ -280,11 +276,7 @@ async fn redirects_fail_and_huge_answers_are_read_only_up_to_a_bound() {
 #[tokio::test]
 async fn a_client_certificate_that_disappears_stays_in_use_until_a_valid_one_appears() {
     let lab = Lab::new();
-    let a = lab.fake("a").await;
-    let app = lab
-        .start(&lab.yaml("dc-a", &[(addr(&a), "dc-a")], ""))
-        .await;
-    wait_states(&app, &[Ready]).await;
+    let (a, app) = lab.one_ready("").await;
     let expiry = || {
         metric(
             &app.metrics_text(),

@@ -25,11 +25,7 @@ async fn admin_answer(admin: std::net::SocketAddr) -> Option<String> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_admin_server_caps_connections_and_cuts_clients_that_never_finish_a_request() {
     let lab = Lab::new();
-    let a = lab.fake("a").await;
-    let app = lab
-        .start(&lab.yaml("dc-a", &[(addr(&a), "dc-a")], ""))
-        .await;
-    wait_states(&app, &[Ready]).await;
+    let (_a, app) = lab.one_ready("").await;
     let admin = app.admin_addr();
     // 100 half-sent requests (a slowloris): the head never ends.
     let mut slow = Vec::new();
@@ -65,11 +61,7 @@ async fn the_admin_server_caps_connections_and_cuts_clients_that_never_finish_a_
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn clients_that_send_garbage_reset_or_never_send_do_not_disturb_the_others() {
     let lab = Lab::new();
-    let a = lab.fake("a").await;
-    let app = lab
-        .start(&lab.yaml("dc-a", &[(addr(&a), "dc-a")], ""))
-        .await;
-    wait_states(&app, &[Ready]).await;
+    let (_a, app) = lab.one_ready("").await;
     let proxy = app.listen_addrs()[0];
     let mut silent = Vec::new();
     for i in 0..30 {
@@ -97,11 +89,7 @@ async fn clients_that_send_garbage_reset_or_never_send_do_not_disturb_the_others
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_client_that_never_reads_gets_backpressure_not_buffering() {
     let lab = Lab::new();
-    let a = lab.fake("a").await;
-    let app = lab
-        .start(&lab.yaml("dc-a", &[(addr(&a), "dc-a")], ""))
-        .await;
-    wait_states(&app, &[Ready]).await;
+    let (a, app) = lab.one_ready("").await;
     // The echo backend sends back all we write; we never read: every buffer on the way fills.
     let (mut conn, _) = raw(app.listen_addrs()[0]).await.expect("relayed");
     let chunk = vec![7u8; 64 * 1024];

@@ -13,11 +13,7 @@ const EVICT_WINDOW: Duration = Duration::from_millis(500);
 #[tokio::test]
 async fn half_close_reaches_the_backend_and_the_response_still_flows_back() {
     let lab = Lab::new();
-    let a = lab.fake("a").await;
-    let app = lab
-        .start(&lab.yaml("dc-a", &[(addr(&a), "dc-a")], ""))
-        .await;
-    wait_states(&app, &[Ready]).await;
+    let (_a, app) = lab.one_ready("").await;
     let (mut conn, name) = raw(app.listen_addrs()[0]).await.expect("relayed");
     assert_eq!(name, "a");
     conn.get_mut().write_all(b"hello").await.expect("write");

@@ -10,22 +10,30 @@ use std::path::PathBuf;
 use super::apiserver::FakeApiserver;
 use crate::signals::Termination;
 
-/// What to serve.
-#[derive(Debug, Clone)]
+/// What to serve (also the command line of `readyprism sim-apiserver`).
+#[derive(Debug, Clone, clap::Args)]
 pub struct ApiserverOptions {
     /// The site's name: `/whoami`, `/name`, the `/watch` events and the raw greeting.
+    #[arg(long)]
     pub name: String,
     /// Where to listen.
+    #[arg(long)]
     pub listen: SocketAddr,
     /// Server certificate (PEM).
+    #[arg(long)]
     pub cert: PathBuf,
     /// Its key (PEM).
+    #[arg(long)]
     pub key: PathBuf,
     /// CA that signs the client certificates it accepts (PEM).
+    #[arg(long)]
     pub client_ca: PathBuf,
     /// Refuse clients without a certificate (as a real apiserver does for kubelet's identity).
+    #[arg(long)]
     pub require_client_cert: bool,
-    /// The etcd member whose linearizable reads decide `/readyz`; without it `/readyz` passes.
+    /// etcd client URL (http://host:port) whose linearizable reads decide `/readyz`; without it
+    /// `/readyz` passes.
+    #[arg(long)]
     pub etcd: Option<String>,
 }
 

@@ -112,6 +112,24 @@ impl Lab {
         (local, remote, app)
     }
 
+    /// One fake apiserver `a` in the node's zone `dc-a` behind a balancer started with `extra`
+    /// config, ready.
+    pub async fn one_ready(&self, extra: &str) -> (FakeApiserver, App) {
+        let a = self.fake("a").await;
+        let app = self
+            .start(&self.yaml("dc-a", &[(addr(&a), "dc-a")], extra))
+            .await;
+        wait_states(&app, &[State::Ready]).await;
+        (a, app)
+    }
+
+    /// Writes `text` to the file `name` in the lab's directory; returns its path.
+    pub fn write(&self, name: &str, text: &str) -> String {
+        let p = self.path(name);
+        std::fs::write(&p, text).expect("write");
+        p.display().to_string()
+    }
+
     pub async fn start(&self, yaml: &str) -> App {
         let config = Config::parse(yaml, "test.yaml").expect("valid test config");
         App::start(config).await.expect("start balancer")
@@ -295,6 +313,20 @@ pub fn blocking_get(admin: SocketAddr, path: &str) -> (u16, String) {
         .join()
         .expect("GET thread")
     })
+}
+
+/// `readyprism ARGS...` run to completion (no zone from the environment).
+pub fn readyprism(args: &[&str]) -> std::process::Output {
+    std::process::Command::new(env!("CARGO_BIN_EXE_readyprism"))
+        .args(args)
+        .env_remove("READYPRISM_ZONE")
+        .output()
+        .expect("run readyprism")
+}
+
+/// A finished command's stderr as text.
+pub fn stderr(o: &std::process::Output) -> String {
+    String::from_utf8_lossy(&o.stderr).to_string()
 }
 
 /// The value of one Prometheus sample line `name{labels} value`, matching labels as a substring.
