@@ -24,6 +24,15 @@ pub const LOG_EVERY: Duration = Duration::from_secs(10);
 /// An incident is over when a connection is accepted this long after the last failure.
 pub const QUIET_AFTER: Duration = Duration::from_secs(1);
 
+/// Dropping an acceptor stops its socket listening at once (`shutdown(SHUT_RD)` on a listening
+/// socket disconnects it), even while another copy of the descriptor exists — a child process
+/// between fork and exec holds one — so no connection is queued that nobody will accept.
+impl Drop for Acceptor {
+    fn drop(&mut self) {
+        let _ = socket2::SockRef::from(&self.listener).shutdown(std::net::Shutdown::Read);
+    }
+}
+
 /// A listener and the token that stops it.
 #[derive(Debug)]
 pub struct Acceptor {
@@ -90,5 +99,26 @@ impl Acceptor {
                 }
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn a_dropped_acceptor_stops_listening_even_while_a_copy_of_its_descriptor_lives() {
+        let std_listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+        let addr = std_listener.local_addr().expect("addr");
+        // As a child process between fork and exec holds one.
+        let copy = std_listener.try_clone().expect("dup");
+        std_listener.set_nonblocking(true).expect("nonblocking");
+        let listener = TcpListener::from_std(std_listener).expect("tokio listener");
+        let acceptor = Acceptor::new("test", listener, CancellationToken::new());
+        assert!(TcpStream::connect(addr).await.is_ok(), "listening");
+        drop(acceptor);
+        let after = TcpStream::connect(addr).await;
+        assert!(after.is_err(), "still accepting after the drop: {after:?}");
+        drop(copy);
     }
 }

@@ -183,3 +183,22 @@ fn running_out_of_descriptors_is_logged_once_per_burst_and_recovers() {
         "the backend was marked unready by our own EMFILE"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_backend_that_sends_after_the_client_left_frees_the_connection() {
+    let lab = Lab::new();
+    let (_a, app) = lab.one_ready("").await;
+    for _ in 0..10 {
+        let (mut conn, _) = raw(app.listen_addrs()[0]).await.expect("relayed");
+        // The echo backend is still sending this back when the client resets and goes.
+        let _ = conn.get_mut().write_all(&vec![1u8; 1 << 20]).await;
+        let _ = socket2::SockRef::from(conn.get_ref()).set_linger(Some(std::time::Duration::ZERO));
+        drop(conn);
+    }
+    poll("no connection left behind", || {
+        app.status().backends[0].active_connections == 0
+    })
+    .await;
+    assert_eq!(landed(app.listen_addrs()[0]).await, "a");
+    app.shutdown().await;
+}
