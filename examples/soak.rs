@@ -108,7 +108,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             control.set_ready(ready);
         }
     });
-    // Churn: short connections as fast as they go, two at a time.
+    // Churn: short connections, two streams of about 100 a second each.
     for _ in 0..2 {
         let c = counts.clone();
         tasks.spawn(async move {
@@ -117,6 +117,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
                     Some(_) => c.churn_ok.fetch_add(1, Ordering::Relaxed),
                     None => c.churn_failed.fetch_add(1, Ordering::Relaxed),
                 };
+                tokio::time::sleep(Duration::from_millis(10)).await;
             }
         });
     }
