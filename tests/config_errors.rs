@@ -45,6 +45,13 @@ fn unreadable_files_and_busy_ports_are_one_clear_line_each() {
     let busy_addr = busy.local_addr().expect("addr").to_string();
     let garbage = lab.write("garbage.pem", "this is not PEM\n");
     let ca = lab.path("ca.crt").display().to_string();
+    // A certificate and a key that do not belong together.
+    let cert = lab.write("cert.pem", &lab.client.cert_pem);
+    let key = lab.write("key.pem", &lab.client.key_pem);
+    let other_key = lab.write(
+        "other-key.pem",
+        &lab.ca.client("other").expect("cert").key_pem,
+    );
     let base = |tls: &str, listen: &str| {
         format!("listen: [\"{listen}\"]\nadmin: \"127.0.0.1:0\"\nbackends:\n  - address: 127.0.0.1:1\ntls:\n{tls}")
     };
@@ -65,9 +72,43 @@ fn unreadable_files_and_busy_ports_are_one_clear_line_each() {
             base(&format!("  ca: {ca}\n  client_cert: {ca}\n"), "127.0.0.1:0"),
             format!("{ca}: no usable private key"),
         ),
+        (
+            base(
+                &format!("  ca: {ca}\n  client_cert: {garbage}\n  client_key: {key}\n"),
+                "127.0.0.1:0",
+            ),
+            format!("{garbage}: no CERTIFICATE"),
+        ),
+        (
+            base(
+                &format!("  ca: {ca}\n  client_cert: {cert}\n  client_key: {other_key}\n"),
+                "127.0.0.1:0",
+            ),
+            other_key.clone(),
+        ),
+        (
+            base(
+                &format!("  ca: {ca}\n  client_cert: {cert}\n  client_key: /nonexistent/key.pem\n"),
+                "127.0.0.1:0",
+            ),
+            "/nonexistent/key.pem: cannot read".to_string(),
+        ),
     ];
     for (text, want) in cases {
         let file = lab.write("c.yaml", &text);
+        // `check` loads and verifies the files exactly as `run` does (but binds nothing).
+        let checked = readyprism(&["check", "--config", &file]);
+        if !want.starts_with("cannot listen") {
+            assert!(
+                !checked.status.success(),
+                "check accepted what run rejects: {want}"
+            );
+            assert!(
+                stderr(&checked).contains(&want),
+                "{:?} lacks {want:?}",
+                stderr(&checked)
+            );
+        }
         let o = readyprism(&["run", "--config", &file]);
         let err = stderr(&o);
         assert!(!o.status.success());

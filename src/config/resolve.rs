@@ -255,7 +255,12 @@ impl Resolver<'_> {
                 line,
                 "health.timeout",
                 format!(
-                    "{} must be less than health.interval ({})",
+                    "{}{} must be less than health.interval ({})",
+                    if raw.timeout.is_none() {
+                        "the default "
+                    } else {
+                        ""
+                    },
                     DurationValue(timeout),
                     DurationValue(interval)
                 ),

@@ -81,6 +81,11 @@ fn errors_name_file_field_and_line() {
         ("backends:\n  - address: a:1\ntls:\n  ca: /ca\nshutdown_grace: 18446744073709551615s\n", vec!["node.yaml:5:", "shutdown_grace", "maximum"]),
         ("backends:\n  - address: a:1\ntls:\n  ca: /ca\nconnect_timeout: 2m\n", vec!["node.yaml:5:", "connect_timeout", "maximum of 1m"]),
         ("admin: \"0.0.0.0:7446\"\nbackends:\n  - address: a:1\ntls:\n  ca: /ca\n", vec!["node.yaml:1:", "admin", "not a loopback address", "allow_remote_admin"]),
+        ("backends:\n  - address: a:1\ntls:\n  ca: /ca\nhealth:\n  interval: 2s\n  timeout: 1s\n  fast_interval: 3s\n", vec!["node.yaml:8:", "health.fast_interval", "must not exceed health.interval"]),
+        ("backends:\n  - address: a:1\ntls:\n  ca: /ca\nhealth:\n  fall: 0\n", vec!["node.yaml:6:", "health.fall", "at least 1"]),
+        ("backends:\n  - address: \"[fd00::zz]:6443\"\ntls:\n  ca: /ca\n", vec!["node.yaml:2:", "backends[0].address", "not an IPv6 address"]),
+        ("backends:\n  - address: a:1\ntls:\n  ca: /ca\nhealth:\n  interval: 5\n", vec!["node.yaml:6:", "health.interval", "invalid duration"]),
+        ("backends:\n  - address: a:1\ntls:\n  ca: /ca\nhealth:\n  interval: 5 s\n", vec!["node.yaml:6:", "health.interval", "invalid duration"]),
         // Found by fuzzing: an unknown key spanning lines (in a flow mapping) stays one line.
         ("{\n/8\n\n\tJ \"J L", vec!["node.yaml:", "unknown field"]),
         // At the field that is wrong, not its parent or neighbour:
