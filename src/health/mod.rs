@@ -25,6 +25,16 @@ use probe::{HttpsProbe, Probe};
 use rise_fall::{Outcome, RiseFall, Step};
 use state::{Health, State};
 
+/// What [`Monitor::count_dials`] did.
+enum Dials {
+    /// Nothing was reported.
+    None,
+    /// Failed dials were counted, with this step.
+    Counted(Step),
+    /// The table is gone or the monitor cancelled.
+    Stop,
+}
+
 /// One backend's health loop: everything it needs besides the probe itself.
 #[derive(Debug)]
 pub(crate) struct Monitor {
@@ -55,10 +65,27 @@ impl Monitor {
         let mut jitter = Jitter::seeded(self.spec.id.as_str());
         loop {
             let started = Instant::now();
-            let outcome = tokio::select! {
-                _ = cancel.cancelled() => return,
-                o = probe.probe(self.health.timeout) => o,
+            // Failed client dials count at once, also while a probe is in flight (it may be
+            // stuck dialing the same black hole for its whole timeout).
+            let mut dial_failed = false;
+            let outcome = {
+                let probing = probe.probe(self.health.timeout);
+                tokio::pin!(probing);
+                loop {
+                    tokio::select! {
+                        _ = cancel.cancelled() => return,
+                        o = &mut probing => break o,
+                        _ = self.live.dials.reported() => match self.count_dials(&mut rise_fall, &cancel).await {
+                            Dials::Stop => return,
+                            Dials::None => {}
+                            Dials::Counted(_) => dial_failed = true,
+                        },
+                    }
+                }
             };
+            if dial_failed {
+                probe.reset(); // a kept connection proves nothing about new ones
+            }
             record(&self.live.metrics, &outcome);
             let step = rise_fall.observe(&outcome);
             if !self.publish(&rise_fall, step, &cancel).await {
@@ -76,22 +103,35 @@ impl Monitor {
                     _ = tokio::time::sleep_until(next) => break,
                     _ = self.live.dials.reported() => {}
                 }
-                let Some((failed, reason)) = self.live.dials.take() else {
-                    continue;
-                };
-                // A kept connection proves nothing about new ones: the next probe dials afresh.
-                probe.reset();
-                let mut step = Step::default();
-                for _ in 0..failed.min(self.health.fall) {
-                    step = step.then(rise_fall.observe(&Outcome::dial_failed(reason.clone())));
-                }
-                if !self.publish(&rise_fall, step, &cancel).await {
-                    return;
-                }
-                if step.pending {
-                    next = next.min(Instant::now() + self.health.fast_interval);
+                match self.count_dials(&mut rise_fall, &cancel).await {
+                    Dials::Stop => return,
+                    Dials::None => {}
+                    Dials::Counted(step) => {
+                        // The next probe dials afresh, and soon while a change is pending.
+                        probe.reset();
+                        if step.pending {
+                            next = next.min(Instant::now() + self.health.fast_interval);
+                        }
+                    }
                 }
             }
+        }
+    }
+
+    /// Counts the failed client dials reported since the last call as failed checks (at most
+    /// `fall` of them: one burst cannot count for more) and publishes the result.
+    async fn count_dials(&self, rise_fall: &mut RiseFall, cancel: &CancellationToken) -> Dials {
+        let Some((failed, reason)) = self.live.dials.take() else {
+            return Dials::None;
+        };
+        let mut step = Step::default();
+        for _ in 0..failed.min(self.health.fall) {
+            step = step.then(rise_fall.observe(&Outcome::dial_failed(reason.clone())));
+        }
+        if self.publish(rise_fall, step, cancel).await {
+            Dials::Counted(step)
+        } else {
+            Dials::Stop
         }
     }
 
@@ -169,6 +209,8 @@ mod tests {
         calls: Arc<Mutex<Vec<Instant>>>,
         script: VecDeque<bool>,
         resets: Arc<std::sync::atomic::AtomicUsize>,
+        /// How long each probe takes.
+        takes: Duration,
     }
 
     impl Scripted {
@@ -177,6 +219,7 @@ mod tests {
                 calls: calls.clone(),
                 script: script.iter().copied().collect(),
                 resets: Arc::default(),
+                takes: Duration::from_millis(10),
             }
         }
     }
@@ -188,8 +231,9 @@ mod tests {
         ) -> impl std::future::Future<Output = Outcome> + Send {
             self.calls.lock().expect("calls").push(Instant::now());
             let pass = self.script.pop_front().unwrap_or(true);
+            let takes = self.takes;
             async move {
-                tokio::time::sleep(Duration::from_millis(10)).await; // probes take time too
+                tokio::time::sleep(takes).await; // probes take time too
                 Outcome {
                     pass,
                     latency: Some(Duration::from_millis(1)),
@@ -318,6 +362,44 @@ mod tests {
         assert_eq!(h.state, State::Unready);
         assert_eq!(h.last_error.as_deref(), Some("dial: timeout after 1s"));
         assert_eq!(resets.load(std::sync::atomic::Ordering::SeqCst), 2);
+        cancel.cancel();
+        handle.await.expect("task ends on cancel");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn failed_dials_count_at_once_even_while_a_probe_is_in_flight() {
+        let (tx, mut rx) = mpsc::channel(64);
+        let task = monitor(tx);
+        let live = task.live.clone();
+        let calls = Arc::new(Mutex::new(Vec::new()));
+        // Every probe hangs for 3 s, as one dialing into a black hole until its timeout.
+        let probe = Scripted {
+            takes: Duration::from_secs(3),
+            ..Scripted::new(&calls, &[true, true])
+        };
+        let cancel = CancellationToken::new();
+        let handle = tokio::spawn(task.run(probe, cancel.clone()));
+        assert_eq!(next_health(&mut rx).await.state, State::Ready);
+        // Now t = 3 s; the second probe runs from 4.5-5.5 s for 3 s: at t = 6 s it is in flight.
+        tokio::time::sleep(Duration::from_secs(3)).await;
+        assert_eq!(
+            calls.lock().expect("calls").len(),
+            2,
+            "a probe is in flight"
+        );
+        let before = Instant::now();
+        live.dials.report("dial: timeout after 1s".into());
+        live.dials.report("dial: timeout after 1s".into());
+        let h = next_health(&mut rx).await;
+        assert_eq!(
+            h.state,
+            State::Unready,
+            "fall reached without waiting for the probe"
+        );
+        assert!(
+            Instant::now() - before < Duration::from_secs(1),
+            "at once, not after the probe"
+        );
         cancel.cancel();
         handle.await.expect("task ends on cancel");
     }

@@ -1,12 +1,19 @@
 //! The partition lab (issue 7): real network namespaces with the field report's delays, faults as
 //! iptables rules, and a real three-member etcd cluster. Needs root; without it (or without
 //! `ip netns`) the lab tests say why they are skipped, unless `READYPRISM_REQUIRE_NETNS=1`.
-//! Helper programs live in `tests/lab/` (see its README). This module uses only std, serde_json,
-//! tempfile and external processes, not the readyprism library.
+//! Helper programs live in `tests/lab/` (see its README). The lab itself (`netlab`, `etcd`) uses
+//! only std, serde_json, tempfile and external processes; the scenarios (`cast`, `runner`,
+//! `scenarios`) run the real binary and use the library only for its in-memory CA.
 
 #![allow(dead_code)]
 
+pub mod balancer_log;
+pub mod cast;
 pub mod etcd;
+pub mod figures;
 pub mod netlab;
+pub mod runner;
+pub mod timeline;
 
 mod lab_tests;
+mod scenarios;

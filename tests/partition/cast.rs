@@ -1,0 +1,348 @@
+//! A scenario's cast in the lab: one simulated apiserver per site (`readyprism sim-apiserver`, its
+//! own process in the site's namespace), the real balancer on the node (`readyprism run`), the
+//! kubelet-like client (`tests/lab/kubelet.py`) and `kubectl`, with the certificates and files
+//! they share. Everything runs inside the lab's namespaces and is killed with it.
+//!
+//! Owns starting them and reading what they report (the balancer's JSON log, its admin
+//! endpoints, the client's JSON lines). Does not own the faults (`netlab`), etcd (`etcd`) or the
+//! figures (`figures`).
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use readyprism::sim::pki::Ca;
+use serde::Deserialize;
+use tokio::time::Instant;
+
+use super::balancer_log::Change;
+use super::netlab::{lab_dir, Host, LabProcess, NetLab};
+
+/// The real binary under test.
+pub const BIN: &str = env!("CARGO_BIN_EXE_readyprism");
+/// Every site's apiserver listens on `<site ip>:6443`.
+pub const APISERVER_PORT: u16 = 6443;
+/// The balancer's listener and admin endpoint, inside the node's namespace.
+pub const LISTEN: &str = "127.0.0.1:7445";
+pub const ADMIN: &str = "127.0.0.1:7446";
+/// The balancer's defaults that the scenarios' figures depend on (README: config reference).
+pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
+pub const FALL: usize = 2;
+
+/// The wall clock in seconds: the one clock the test, the balancer's log timestamps and the
+/// client's records share (they run in different processes).
+pub fn wall() -> f64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .expect("clock after 1970")
+        .as_secs_f64()
+}
+
+/// What decides a site's `/readyz`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Readyz {
+    /// Always 200.
+    Pass,
+    /// A linearizable read of the site's own etcd member (`--etcd http://127.0.0.1:2379`).
+    Etcd,
+    /// Its etcd is down (nothing listens where it looks): 500 `[-]etcd failed` at once. Alive,
+    /// answering, not ready, for the whole scenario.
+    EtcdDown,
+}
+
+/// The site a backend address (`10.77.1.1:6443`) belongs to.
+pub fn site_of(address: &str) -> Option<Host> {
+    Host::SITES
+        .into_iter()
+        .find(|s| address == format!("{}:{APISERVER_PORT}", s.ip()))
+}
+
+/// One line of the client's output (see `tests/lab/kubelet.py`).
+#[derive(Clone, Debug, Deserialize)]
+#[serde(tag = "ev", rename_all = "snake_case")]
+pub enum ClientEvent {
+    Req {
+        t0: f64,
+        t1: f64,
+        ok: bool,
+        site: Option<String>,
+        attempts: u32,
+        error: Option<String>,
+    },
+    Line {
+        t: f64,
+        c: u32,
+        site: String,
+    },
+    End {
+        t: f64,
+        c: u32,
+        reason: String,
+    },
+    DialError {
+        t: f64,
+        c: u32,
+        error: String,
+    },
+}
+
+/// The apiservers, the balancer and (once started) the client of one scenario.
+pub struct Cast<'a> {
+    lab: &'a NetLab,
+    apiservers: BTreeMap<Host, LabProcess>,
+    balancer: LabProcess,
+    client: Option<LabProcess>,
+    ca: PathBuf,
+    kubelet_pem: PathBuf,
+    kubeconfig: PathBuf,
+    client_out: PathBuf,
+}
+
+fn write(lab: &NetLab, name: &str, text: &str) -> PathBuf {
+    let path = lab.path(name);
+    std::fs::write(&path, text).unwrap_or_else(|e| panic!("{path:?}: {e}"));
+    path
+}
+
+/// Polls `done` every 50 ms until it holds or `timeout` passes; false on timeout.
+pub fn poll(timeout: Duration, mut done: impl FnMut() -> bool) -> bool {
+    let deadline = Instant::now() + timeout;
+    loop {
+        if done() {
+            return true;
+        }
+        if Instant::now() >= deadline {
+            return false;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+impl<'a> Cast<'a> {
+    /// Issues the certificates, starts one apiserver per site and the balancer on the node, and
+    /// waits until they all listen. `readyz` gives each site's `/readyz`.
+    pub fn start(lab: &'a NetLab, readyz: [(Host, Readyz); 3]) -> Cast<'a> {
+        let ca = Ca::new("partition-lab-ca").expect("CA");
+        let ca_path = write(lab, "ca.crt", &ca.cert_pem);
+        let kubelet = ca.client("node").expect("kubelet cert");
+        let kubelet_pem = write(lab, "kubelet-client-current.pem", &kubelet.combined_pem());
+        let mut apiservers = BTreeMap::new();
+        for (site, readyz) in readyz {
+            let ip = site.ip().to_string();
+            let cert = ca.server(&[&ip, "127.0.0.1"]).expect("server cert");
+            let cert_path = write(lab, &format!("{}.crt", site.name()), &cert.cert_pem);
+            let key_path = write(lab, &format!("{}.key", site.name()), &cert.key_pem);
+            let mut cmd = lab.command(site, BIN);
+            cmd.args([
+                "--log-format",
+                "json",
+                "sim-apiserver",
+                "--name",
+                site.name(),
+            ])
+            .args(["--listen", &format!("{ip}:{APISERVER_PORT}")])
+            .arg("--cert")
+            .arg(&cert_path)
+            .arg("--key")
+            .arg(&key_path)
+            .arg("--client-ca")
+            .arg(&ca_path)
+            .arg("--require-client-cert");
+            match readyz {
+                Readyz::Pass => {}
+                Readyz::Etcd => {
+                    cmd.args(["--etcd", "http://127.0.0.1:2379"]);
+                }
+                // Port 9 (discard): nothing listens there in the lab, so the read is refused.
+                Readyz::EtcdDown => {
+                    cmd.args(["--etcd", "http://127.0.0.1:9"]);
+                }
+            }
+            let proc = lab
+                .spawn(&format!("apiserver-{}", site.name()), cmd)
+                .expect("spawn sim-apiserver");
+            apiservers.insert(site, proc);
+        }
+        let config = format!(
+            "listen: [\"{LISTEN}\"]\nadmin: \"{ADMIN}\"\nzone: dc-b\nbackends:\n{}tls:\n  ca: {}\n  client_cert: {}\n",
+            Host::SITES
+                .iter()
+                .map(|s| format!(
+                    "  - {{ address: \"{}:{APISERVER_PORT}\", zone: {} }}\n",
+                    s.ip(),
+                    s.name()
+                ))
+                .collect::<String>(),
+            ca_path.display(),
+            kubelet_pem.display(),
+        );
+        let config = write(lab, "readyprism.yaml", &config);
+        let mut cmd = lab.command(Host::Node, BIN);
+        cmd.args(["--log-format", "json", "run", "--config"])
+            .arg(&config)
+            .env_remove("READYPRISM_ZONE")
+            .env_remove("RUST_LOG");
+        let balancer = lab.spawn("readyprism", cmd).expect("spawn readyprism");
+        let kubeconfig = format!(
+            "apiVersion: v1\nkind: Config\nclusters:\n- name: lab\n  cluster:\n    server: https://{LISTEN}\n    certificate-authority: {ca}\nusers:\n- name: kubelet\n  user:\n    client-certificate: {pem}\n    client-key: {pem}\ncontexts:\n- name: lab\n  context: {{cluster: lab, user: kubelet}}\ncurrent-context: lab\n",
+            ca = ca_path.display(),
+            pem = kubelet_pem.display()
+        );
+        let kubeconfig = write(lab, "kubeconfig", &kubeconfig);
+        let cast = Cast {
+            lab,
+            apiservers,
+            balancer,
+            client: None,
+            ca: ca_path,
+            kubelet_pem,
+            kubeconfig,
+            client_out: lab.path("kubelet.jsonl"),
+        };
+        for (site, proc) in &cast.apiservers {
+            let up = poll(Duration::from_secs(10), || {
+                proc.log_text().contains("simulated apiserver listening")
+            });
+            assert!(
+                up,
+                "apiserver of {} did not start: {}",
+                site.name(),
+                proc.log_text()
+            );
+        }
+        let up = poll(Duration::from_secs(10), || {
+            cast.balancer.log_text().contains("readyprism started")
+        });
+        assert!(up, "readyprism did not start: {}", cast.balancer.log_text());
+        cast
+    }
+
+    /// Every backend state change the balancer has logged so far, in order.
+    pub fn changes(&self) -> Vec<Change> {
+        super::balancer_log::changes(&self.balancer.log_text())
+    }
+
+    /// Each site's state after the latest logged change (`ready`, `unready`; absent: unknown).
+    pub fn states(&self) -> BTreeMap<Host, String> {
+        self.changes().into_iter().map(|c| (c.site, c.to)).collect()
+    }
+
+    /// Whether every `(site, state)` in `want` holds now.
+    pub fn states_are(&self, want: &[(Host, &str)]) -> bool {
+        let now = self.states();
+        want.iter()
+            .all(|(s, st)| now.get(s).map(String::as_str) == Some(*st))
+    }
+
+    /// Waits until every `(site, state)` in `want` holds; panics with the log after `timeout`.
+    pub fn wait_states(&self, want: &[(Host, &str)], timeout: Duration) {
+        if !poll(timeout, || self.states_are(want)) {
+            panic!(
+                "balancer states {:?} never became {want:?} within {timeout:?}:\n{}",
+                self.states(),
+                self.balancer.log_text()
+            );
+        }
+    }
+
+    /// Starts the kubelet-like client and waits until its stream delivers and requests succeed.
+    pub fn start_client(&mut self) {
+        let mut cmd = self.lab.command(Host::Node, "python3");
+        cmd.arg("-u")
+            .arg(lab_dir().join("kubelet.py"))
+            .args(["--server", LISTEN])
+            .arg("--ca")
+            .arg(&self.ca)
+            .arg("--cert")
+            .arg(&self.kubelet_pem)
+            .arg("--out")
+            .arg(&self.client_out);
+        self.client = Some(self.lab.spawn("kubelet", cmd).expect("spawn kubelet.py"));
+        let flowing = poll(Duration::from_secs(10), || {
+            let events = self.client_events();
+            let lines = events
+                .iter()
+                .filter(|e| matches!(e, ClientEvent::Line { .. }))
+                .count();
+            let ok = events
+                .iter()
+                .filter(|e| matches!(e, ClientEvent::Req { ok: true, .. }))
+                .count();
+            lines >= 2 && ok >= 3
+        });
+        assert!(
+            flowing,
+            "the client's stream and requests did not start: {:?}\n{}",
+            self.client_events(),
+            self.client
+                .as_ref()
+                .map(|c| c.log_text())
+                .unwrap_or_default()
+        );
+    }
+
+    /// Stops the client (its records stay).
+    pub fn stop_client(&mut self) {
+        self.client.take();
+    }
+
+    /// Everything the client recorded so far.
+    pub fn client_events(&self) -> Vec<ClientEvent> {
+        std::fs::read_to_string(&self.client_out)
+            .unwrap_or_default()
+            .lines()
+            .filter_map(|l| serde_json::from_str(l).ok())
+            .collect()
+    }
+
+    /// `kubectl --kubeconfig <lab kubeconfig> get --raw /readyz` in the node's namespace: the
+    /// answer, or why it failed.
+    pub fn kubectl_readyz(&self) -> Result<String, String> {
+        let kubeconfig = self.kubeconfig.display().to_string();
+        let out = self.lab.output(
+            Host::Node,
+            "kubectl",
+            &[
+                "--kubeconfig",
+                &kubeconfig,
+                "get",
+                "--raw",
+                "/readyz",
+                "--request-timeout=10s",
+            ],
+            &[],
+            Duration::from_secs(20),
+        )?;
+        let text = |b: &[u8]| String::from_utf8_lossy(b).trim().to_string();
+        if out.status.success() {
+            Ok(text(&out.stdout))
+        } else {
+            Err(format!("{}: {}", out.status, text(&out.stderr)))
+        }
+    }
+
+    /// The balancer's `/metrics` lines that mention `needle`.
+    pub fn metrics(&self, needle: &str) -> Vec<String> {
+        let script = "import sys, urllib.request; print(urllib.request.urlopen(sys.argv[1], timeout=5).read().decode())";
+        let url = format!("http://{ADMIN}/metrics");
+        match self.lab.output(
+            Host::Node,
+            "python3",
+            &["-c", script, &url],
+            &[],
+            Duration::from_secs(10),
+        ) {
+            Ok(out) => String::from_utf8_lossy(&out.stdout)
+                .lines()
+                .filter(|l| l.contains(needle) && !l.starts_with('#'))
+                .map(str::to_string)
+                .collect(),
+            Err(e) => vec![format!("metrics: {e}")],
+        }
+    }
+
+    /// The balancer's log (for failure messages).
+    pub fn balancer_log(&self) -> String {
+        self.balancer.log_text()
+    }
+}

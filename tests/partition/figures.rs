@@ -1,0 +1,248 @@
+//! From what the client and the balancer recorded to a scenario's [`Timeline`] and the figures of
+//! each phase: when requests and the stream reached a good backend, errors, the slowest request.
+//! Pure: no processes, no clock.
+
+use std::collections::BTreeMap;
+
+use super::balancer_log::Change;
+use super::cast::{ClientEvent, CONNECT_TIMEOUT};
+use super::netlab::Host;
+use super::timeline::{Phase, Request, StateChange, StreamSegment, Timeline};
+
+/// A stream dial that failed (a client-visible error), relative to the fault.
+#[derive(Clone, Debug)]
+pub struct StreamDialError {
+    pub t: f64,
+    pub error: String,
+}
+
+/// The record of a run, times relative to `fault_at` (wall clock).
+pub fn timeline(
+    scenario: &str,
+    title: &str,
+    fault: &str,
+    fault_at: f64,
+    heal_at: Option<f64>,
+    events: &[ClientEvent],
+    changes: &[Change],
+) -> (Timeline, Vec<StreamDialError>) {
+    let rel = |t: f64| t - fault_at;
+    let mut requests = Vec::new();
+    let mut segments: BTreeMap<u32, StreamSegment> = BTreeMap::new();
+    let mut ends: BTreeMap<u32, (f64, String)> = BTreeMap::new();
+    let mut dial_errors = Vec::new();
+    for e in events {
+        match e {
+            ClientEvent::Req {
+                t0,
+                t1,
+                ok,
+                site,
+                attempts,
+                error,
+            } => requests.push(Request {
+                start: rel(*t0),
+                end: rel(*t1),
+                site: site.clone(),
+                ok: *ok,
+                attempts: *attempts,
+                error: error.clone(),
+            }),
+            ClientEvent::Line { t, c, site } => {
+                let seg = segments.entry(*c).or_insert_with(|| StreamSegment {
+                    conn: *c,
+                    site: site.clone(),
+                    first: rel(*t),
+                    last: rel(*t),
+                    end: None,
+                    reason: None,
+                });
+                seg.last = rel(*t);
+            }
+            ClientEvent::End { t, c, reason } => {
+                ends.insert(*c, (rel(*t), reason.clone()));
+            }
+            ClientEvent::DialError { t, error, .. } => dial_errors.push(StreamDialError {
+                t: rel(*t),
+                error: error.clone(),
+            }),
+        }
+    }
+    for (c, (t, reason)) in ends {
+        if let Some(seg) = segments.get_mut(&c) {
+            seg.end = Some(t);
+            seg.reason = Some(reason);
+        }
+    }
+    requests.sort_by(|a, b| a.start.total_cmp(&b.start));
+    let states = changes
+        .iter()
+        .map(|c| StateChange {
+            t: rel(c.t),
+            site: c.site.name().to_string(),
+            from: c.from.clone(),
+            to: c.to.clone(),
+            reason: c.reason.clone(),
+        })
+        .collect();
+    let t = Timeline {
+        scenario: scenario.to_string(),
+        title: title.to_string(),
+        fault: fault.to_string(),
+        heal_at: heal_at.map(rel),
+        sites: [Host::DcA, Host::DcB, Host::Witness]
+            .iter()
+            .map(|h| h.name().to_string())
+            .collect(),
+        requests,
+        stream: segments.into_values().collect(),
+        states,
+        phases: Vec::new(),
+    };
+    (t, dial_errors)
+}
+
+/// The figures of the window `(from, to]` (relative to the fault) with `good` as good backends.
+pub fn phase(
+    t: &Timeline,
+    dial_errors: &[StreamDialError],
+    name: &str,
+    (from, to): (f64, f64),
+    good: &[Host],
+) -> Phase {
+    let good: Vec<String> = good.iter().map(|h| h.name().to_string()).collect();
+    let is_good = |r: &Request| r.ok && r.site.as_ref().is_some_and(|s| good.contains(s));
+    let window: Vec<&Request> = t
+        .requests
+        .iter()
+        .filter(|r| r.end > from && r.end <= to)
+        .collect();
+    let first_good = window.iter().find(|r| is_good(r)).map(|r| r.end - from);
+    let all_good = match window.iter().rposition(|r| !is_good(r)) {
+        None => window.first().map(|r| r.end - from),
+        Some(i) => window.get(i + 1).map(|r| r.end - from),
+    };
+    // The stream: the run of connections on good backends that reaches the end of the window
+    // (still open then, with a recent event); from the first event of that run.
+    let segments: Vec<&StreamSegment> = t.stream.iter().filter(|s| s.first <= to).collect();
+    let open_at_end = segments
+        .last()
+        .is_some_and(|s| s.end.is_none_or(|e| e > to) && s.last > to - 1.0);
+    let good_run = segments
+        .iter()
+        .rev()
+        .take_while(|s| good.contains(&s.site))
+        .last();
+    let stream_good = good_run
+        .filter(|_| open_at_end)
+        .map(|s| (s.first - from).max(0.0));
+    // The longest the stream went without an event in the window: between connections.
+    let stream_gap = segments
+        .windows(2)
+        .filter(|w| w[1].first > from && w[0].last < to)
+        .map(|w| w[1].first - w[0].last)
+        .fold(0.0, f64::max);
+    let failed: Vec<&&Request> = window.iter().filter(|r| !r.ok).collect();
+    let stream_errors: Vec<&StreamDialError> = dial_errors
+        .iter()
+        .filter(|e| e.t > from && e.t <= to)
+        .collect();
+    let mut error_samples: Vec<String> = failed
+        .iter()
+        .map(|r| {
+            format!(
+                "request at {:+.2} s: {}",
+                r.start,
+                r.error.as_deref().unwrap_or("?")
+            )
+        })
+        .chain(
+            stream_errors
+                .iter()
+                .map(|e| format!("stream dial at {:+.2} s: {}", e.t, e.error)),
+        )
+        .collect();
+    error_samples.truncate(5);
+    let slowest = window
+        .iter()
+        .max_by(|a, b| (a.end - a.start).total_cmp(&(b.end - b.start)));
+    Phase {
+        name: name.to_string(),
+        from,
+        to,
+        good: good.clone(),
+        requests: window.len(),
+        first_good,
+        all_good,
+        stream_good,
+        stream_gap,
+        errors: failed.len() + stream_errors.len(),
+        error_samples,
+        retried: window.iter().filter(|r| r.attempts > 1).count(),
+        slow: window
+            .iter()
+            .filter(|r| r.end - r.start >= CONNECT_TIMEOUT.as_secs_f64())
+            .count(),
+        slowest: slowest.map(|r| r.end - r.start).unwrap_or(0.0),
+        slowest_site: slowest.and_then(|r| r.site.clone()),
+        changes: t
+            .states
+            .iter()
+            .filter(|c| c.t > from && c.t <= to)
+            .map(|c| format!("{} {:+.1}s {}", c.site, c.t, c.to))
+            .collect(),
+    }
+}
+
+fn opt(v: Option<f64>) -> String {
+    v.map(|s| format!("{s:.2} s"))
+        .unwrap_or_else(|| "never".to_string())
+}
+
+/// The figures as the lines a scenario prints.
+pub fn report(t: &Timeline) -> String {
+    let mut out = format!("{}\n  fault: {}\n", t.title, t.fault);
+    for p in &t.phases {
+        out.push_str(&format!(
+            "  {} ({:+.1}..{:+.1} s, good: {}): {} requests; first on good {}, all on good {}, stream on good {} \
+             (longest gap {:.2} s); {} errors, {} retried, {} took >= connect_timeout, slowest {:.2} s ({}); changes: [{}]\n",
+            p.name,
+            p.from,
+            p.to,
+            p.good.join("/"),
+            p.requests,
+            opt(p.first_good),
+            opt(p.all_good),
+            opt(p.stream_good),
+            p.stream_gap,
+            p.errors,
+            p.retried,
+            p.slow,
+            p.slowest,
+            p.slowest_site.as_deref().unwrap_or("-"),
+            p.changes.join(", "),
+        ));
+        for e in &p.error_samples {
+            out.push_str(&format!("    error: {e}\n"));
+        }
+    }
+    out
+}
+
+/// Where the run's record goes: `<target>/partition-lab/<scenario>.json`.
+pub fn results_dir() -> std::path::PathBuf {
+    std::path::Path::new(env!("CARGO_TARGET_TMPDIR"))
+        .parent()
+        .expect("target dir")
+        .join("partition-lab")
+}
+
+/// Writes the record; returns its path.
+pub fn save(t: &Timeline) -> std::path::PathBuf {
+    let dir = results_dir();
+    std::fs::create_dir_all(&dir).unwrap_or_else(|e| panic!("{dir:?}: {e}"));
+    let path = dir.join(format!("{}.json", t.scenario));
+    let json = serde_json::to_string_pretty(t).expect("timeline to JSON");
+    std::fs::write(&path, json).unwrap_or_else(|e| panic!("{path:?}: {e}"));
+    path
+}

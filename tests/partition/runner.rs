@@ -1,0 +1,202 @@
+//! Runs one partition scenario end to end: the lab (and etcd where the scenario needs it), the
+//! cast, a baseline, the fault, a window until the expected outcome has held for a while (or the
+//! fault's fixed duration), an optional heal, then the record: JSON in `target/partition-lab/`,
+//! the figures printed, and the scenario's own checks while the lab still stands (so a failure
+//! keeps its logs).
+
+use std::time::Duration;
+
+use super::cast::{wall, Cast, ClientEvent, Readyz};
+use super::etcd::EtcdCluster;
+use super::figures::{phase, report, save, timeline};
+use super::netlab::{lab_print, Fault, Host, NetLab};
+use super::timeline::Timeline;
+
+/// How long the outcome must have held before a window ends: several request periods and stream
+/// events, and long enough to see a flap.
+const HOLD: f64 = 3.0;
+/// Requests in the normal order before the fault (the picture's baseline).
+const BASELINE_REQUESTS: usize = 12;
+/// Up to this many more, at random: the fault's phase in the 5 s probe cycle.
+const BASELINE_SPREAD: usize = 25;
+/// A window ends at the latest this long after its start, settled or not (the checks then say
+/// what was missing).
+const WINDOW_LIMIT: Duration = Duration::from_secs(30);
+
+/// Backend states, e.g. `[(DcB, "unready")]`.
+pub type States = &'static [(Host, &'static str)];
+
+/// A heal and the window after it.
+pub struct Heal {
+    /// Good backends once healed.
+    pub good: &'static [Host],
+    /// The states healing leads to.
+    pub settled: States,
+}
+
+/// What a scenario is, besides its fault.
+pub struct Spec {
+    pub name: &'static str,
+    pub title: &'static str,
+    /// A real etcd cluster, leader moved to dc-a (the field report's placement).
+    pub etcd: bool,
+    pub readyz: [(Host, Readyz); 3],
+    /// The balancer's states to wait for before the client starts.
+    pub before: States,
+    /// Good backends while the fault is in force.
+    pub good: &'static [Host],
+    /// The states the fault leads to (the window ends once they hold and the client is settled).
+    pub settled: States,
+    /// Keep the fault for exactly this long instead (the scenario is about its duration).
+    pub fault_for: Option<Duration>,
+    /// Heal, then a second window: its good backends and the states it leads to.
+    pub heal: Option<Heal>,
+}
+
+/// What a scenario's checks get.
+pub struct Outcome<'a> {
+    pub timeline: Timeline,
+    /// `kubectl get --raw /readyz` before the fault, at the end of the fault window, after heal.
+    pub kubectl: Vec<(&'static str, Result<String, String>)>,
+    pub cast: &'a Cast<'a>,
+}
+
+impl Outcome<'_> {
+    /// A phase's figures by name (`fault`, `heal`).
+    pub fn phase(&self, name: &str) -> &super::timeline::Phase {
+        self.timeline
+            .phases
+            .iter()
+            .find(|p| p.name == name)
+            .unwrap_or_else(|| panic!("no phase {name}"))
+    }
+
+    /// The kubectl result taken at `when`.
+    pub fn kubectl(&self, when: &str) -> &Result<String, String> {
+        &self
+            .kubectl
+            .iter()
+            .find(|(w, _)| *w == when)
+            .unwrap_or_else(|| panic!("no kubectl run {when}"))
+            .1
+    }
+}
+
+/// Whether the window that started at `from` (wall clock) has settled: the states hold, the
+/// latest state change is `HOLD` old, and requests and the stream have been on good backends for
+/// `HOLD`.
+fn settled(cast: &Cast, fault_at: f64, from: f64, good: &[Host], states: &[(Host, &str)]) -> bool {
+    let now = wall();
+    let changes = cast.changes();
+    if !cast.states_are(states) || changes.last().is_some_and(|c| c.t > now - HOLD) {
+        return false;
+    }
+    let (t, dial_errors) = timeline("", "", "", fault_at, None, &cast.client_events(), &changes);
+    let (from, now) = (from - fault_at, now - fault_at);
+    let p = phase(&t, &dial_errors, "", (from, now), good);
+    let held = |v: Option<f64>| v.is_some_and(|v| from + v <= now - HOLD);
+    held(p.all_good) && held(p.stream_good)
+}
+
+fn window(cast: &Cast, fault_at: f64, from: f64, good: &[Host], states: &[(Host, &str)]) {
+    let _ = super::cast::poll(WINDOW_LIMIT, || settled(cast, fault_at, from, good, states));
+}
+
+/// Runs the scenario; `None` when the lab (or etcd) is skipped on this machine.
+pub fn run(
+    spec: &Spec,
+    fault: impl FnOnce(&NetLab) -> Vec<Fault>,
+    check: impl FnOnce(&Outcome),
+) -> Option<()> {
+    let lab = NetLab::start(spec.name)?;
+    let _etcd = if spec.etcd {
+        let mut etcd = EtcdCluster::start(&lab, spec.name)?;
+        etcd.wait_healthy(Duration::from_secs(30))
+            .unwrap_or_else(|e| panic!("{e}"));
+        etcd.move_leader(Host::DcA, Duration::from_secs(20))
+            .unwrap_or_else(|e| panic!("{e}"));
+        Some(etcd)
+    } else {
+        None
+    };
+    let mut cast = Cast::start(&lab, spec.readyz);
+    cast.wait_states(spec.before, Duration::from_secs(20));
+    cast.start_client();
+    // A baseline for the picture: a dozen requests (about 2.5 s) in the normal order, then up to
+    // 25 more (5 s, one probe interval) chosen at random, so that the fault lands anywhere in the
+    // probe cycle rather than always at the same distance from the balancer's start.
+    let extra = (wall().fract() * 1e6) as usize % (BASELINE_SPREAD + 1);
+    let baseline = super::cast::poll(Duration::from_secs(20), || {
+        cast.client_events()
+            .iter()
+            .filter(|e| matches!(e, ClientEvent::Req { ok: true, .. }))
+            .count()
+            >= BASELINE_REQUESTS + extra
+    });
+    assert!(baseline, "no baseline: {:?}", cast.client_events());
+    let mut kubectl = vec![("before the fault", cast.kubectl_readyz())];
+
+    let fault_at = wall();
+    let faults = fault(&lab);
+    let what = faults
+        .iter()
+        .map(|f| f.what.clone())
+        .collect::<Vec<_>>()
+        .join(" + ");
+    match spec.fault_for {
+        Some(d) => {
+            let _ = super::cast::poll(d + Duration::from_secs(5), || {
+                wall() - fault_at >= d.as_secs_f64()
+            });
+        }
+        None => window(&cast, fault_at, fault_at, spec.good, spec.settled),
+    }
+    kubectl.push(("during the fault", cast.kubectl_readyz()));
+    let fault_end = wall();
+    let mut heal_at = None;
+    if let Some(heal) = &spec.heal {
+        for f in &faults {
+            lab.heal(f);
+        }
+        let at = wall();
+        heal_at = Some(at);
+        window(&cast, fault_at, at, heal.good, heal.settled);
+        kubectl.push(("after healing", cast.kubectl_readyz()));
+    }
+    let end = wall();
+    cast.stop_client();
+
+    let (mut t, dial_errors) = timeline(
+        spec.name,
+        spec.title,
+        &what,
+        fault_at,
+        heal_at,
+        &cast.client_events(),
+        &cast.changes(),
+    );
+    let fault_window = (0.0, fault_end - fault_at);
+    t.phases
+        .push(phase(&t, &dial_errors, "fault", fault_window, spec.good));
+    if let (Some(heal), Some(at)) = (&spec.heal, heal_at) {
+        let heal_window = (at - fault_at, end - fault_at);
+        t.phases
+            .push(phase(&t, &dial_errors, "heal", heal_window, heal.good));
+    }
+    let path = save(&t);
+    let mut text = report(&t);
+    for (when, r) in &kubectl {
+        text.push_str(&format!("  kubectl get --raw /readyz {when}: {r:?}\n"));
+    }
+    for m in cast.metrics("readyprism_dial_failures_total") {
+        text.push_str(&format!("  {m}\n"));
+    }
+    text.push_str(&format!("  record: {}\n", path.display()));
+    lab_print(&text);
+    check(&Outcome {
+        timeline: t,
+        kubectl,
+        cast: &cast,
+    });
+    Some(())
+}

