@@ -26,6 +26,9 @@ pub(crate) mod accept;
 pub mod admin;
 pub mod app;
 pub(crate) mod backend;
+#[cfg(feature = "bench-internals")]
+#[doc(hidden)]
+pub mod bench_support;
 pub mod cli;
 pub mod config;
 pub(crate) mod dial;

@@ -1,18 +1,34 @@
-//! Moving bytes between the client and the backend, both directions, with half-close.
+//! The byte pump between a client and the backend, both directions, with half-close.
 //!
-//! Buffers are taken only while data is in flight and released as soon as a socket has nothing more
-//! to read, so an idle connection holds no relay buffer (memory per idle connection matters when
-//! every node keeps kubelet's and every DaemonSet's watch connections open).
+//! One hand-polled future drives both directions (no per-direction futures, no join): a
+//! connection costs a few words while idle and no relay buffer. A direction's buffer grows with
+//! its traffic, 1 KiB → 16 KiB → 256 KiB (a read that fills the buffer moves it up a tier, as
+//! ztunnel's copy loop does), is never zeroed (reads land in spare capacity), and is not freed
+//! and re-allocated on every readiness event: a 1 KiB buffer goes back as soon as its socket has
+//! nothing to read (a thread-cache allocation, cheaper than keeping it), larger ones are kept
+//! while traffic flows and released, a tier lower, after [`IDLE_RELEASE`] without any.
+//! Does not own dialing, eviction or shutdown (`proxy`).
 
+use std::future::{poll_fn, Future};
 use std::io;
 use std::net::Shutdown;
+use std::pin::Pin;
+use std::task::{ready, Context, Poll};
+use std::time::Duration;
 
 use prometheus_client::metrics::counter::Counter;
+use tokio::io::Interest;
 use tokio::net::TcpStream;
+use tokio::time::Sleep;
 
-/// Size of the buffer used while data flows: 32 KiB moves a TCP window's worth per syscall pair
-/// without making a busy connection cost more than two of them.
-pub const BUF_SIZE: usize = 32 * 1024;
+/// Buffer sizes by tier: 1 KiB holds a kubelet request or a watch event, 16 KiB a TCP segment
+/// burst, 256 KiB a socket buffer's worth of a bulk transfer per syscall pair.
+pub const TIERS: [usize; 3] = [1024, 16 * 1024, 256 * 1024];
+
+/// A buffer above the smallest tier is released after this long without traffic on the
+/// connection: long enough to span the gaps of a transfer, short enough that a connection gone
+/// quiet holds nothing.
+pub const IDLE_RELEASE: Duration = Duration::from_millis(100);
 
 /// Relays until both directions have ended (EOF each way) or either fails.
 pub async fn relay(
@@ -21,46 +37,295 @@ pub async fn relay(
     to_backend: &Counter,
     to_client: &Counter,
 ) -> io::Result<()> {
-    tokio::try_join!(
-        pump(client, backend, to_backend),
-        pump(backend, client, to_client)
-    )?;
-    Ok(())
+    let mut up = Half::default();
+    let mut down = Half::default();
+    // Armed only while a direction keeps a buffer above the smallest tier.
+    let mut idle: Option<Pin<Box<Sleep>>> = None;
+    let mut active = false;
+    poll_fn(|cx| {
+        let a = up.poll(cx, client, backend, to_backend)?;
+        let b = down.poll(cx, backend, client, to_client)?;
+        if a.is_ready() && b.is_ready() {
+            return Poll::Ready(Ok(()));
+        }
+        active |= up.moved || down.moved;
+        (up.moved, down.moved) = (false, false);
+        if !(up.holds_large() || down.holds_large()) {
+            idle = None;
+            return Poll::Pending;
+        }
+        if idle.is_none() {
+            active = false;
+        }
+        let timer = idle.get_or_insert_with(|| Box::pin(tokio::time::sleep(IDLE_RELEASE)));
+        while timer.as_mut().poll(cx).is_ready() {
+            if !std::mem::take(&mut active) {
+                up.release_idle();
+                down.release_idle();
+                idle = None;
+                break;
+            }
+            timer
+                .as_mut()
+                .reset(tokio::time::Instant::now() + IDLE_RELEASE);
+        }
+        Poll::Pending
+    })
+    .await
 }
 
-/// One direction: read from `from`, write to `to`; on EOF shut down `to`'s write side so the peer
-/// sees the half-close while the other direction keeps flowing.
-async fn pump(from: &TcpStream, to: &TcpStream, counter: &Counter) -> io::Result<()> {
-    let mut buf: Option<Box<[u8]>> = None;
-    loop {
-        from.readable().await?;
-        let b = buf.get_or_insert_with(|| vec![0u8; BUF_SIZE].into_boxed_slice());
-        match from.try_read(b) {
-            Ok(0) => {
-                return match socket2::SockRef::from(to).shutdown(Shutdown::Write) {
-                    // The peer may already be gone; the other direction reports that.
-                    Err(e) if e.kind() != io::ErrorKind::NotConnected => Err(e),
-                    _ => Ok(()),
-                };
+/// One direction's state.
+#[derive(Debug, Default)]
+struct Half {
+    /// Data read and not yet written is `buf[start..end]`; empty while released.
+    buf: Box<[u8]>,
+    start: usize,
+    end: usize,
+    /// Index into [`TIERS`] of the next buffer.
+    tier: usize,
+    /// EOF relayed: nothing more to do.
+    done: bool,
+    /// Moved bytes since the relay last looked.
+    moved: bool,
+}
+
+impl Half {
+    /// Moves bytes `from` → `to` until one of them is not ready; `Ready` once EOF is relayed.
+    fn poll(
+        &mut self,
+        cx: &mut Context<'_>,
+        from: &TcpStream,
+        to: &TcpStream,
+        counter: &Counter,
+    ) -> Poll<io::Result<()>> {
+        if self.done {
+            return Poll::Ready(Ok(()));
+        }
+        loop {
+            while self.start < self.end {
+                ready!(to.poll_write_ready(cx))?;
+                match to.try_write(&self.buf[self.start..self.end]) {
+                    Ok(n) => {
+                        self.start += n;
+                        self.moved = true;
+                        counter.inc_by(n as u64);
+                    }
+                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
+                    Err(e) => return Poll::Ready(Err(e)),
+                }
             }
-            Ok(n) => {
-                write_all(to, &b[..n]).await?;
-                counter.inc_by(n as u64);
+            (self.start, self.end) = (0, 0);
+            if !self.buf.is_empty() && self.buf.len() < TIERS[self.tier] {
+                self.buf = Box::default(); // grown: the next read gets the bigger buffer
             }
-            Err(e) if e.kind() == io::ErrorKind::WouldBlock => buf = None, // idle: give it back
-            Err(e) => return Err(e),
+            if from.poll_read_ready(cx)?.is_pending() {
+                if self.tier == 0 {
+                    self.buf = Box::default(); // nothing to read: an idle connection holds nothing
+                }
+                return Poll::Pending;
+            }
+            if self.buf.is_empty() {
+                self.buf = vec![0u8; TIERS[self.tier]].into_boxed_slice();
+            }
+            match read_drained(from, &mut self.buf) {
+                Ok(0) => {
+                    self.done = true;
+                    self.buf = Box::default();
+                    return Poll::Ready(
+                        match socket2::SockRef::from(to).shutdown(Shutdown::Write) {
+                            // The peer may already be gone; the other direction reports that.
+                            Err(e) if e.kind() != io::ErrorKind::NotConnected => Err(e),
+                            _ => Ok(()),
+                        },
+                    );
+                }
+                Ok(n) => {
+                    self.end = n;
+                    self.tier = grown(self.tier, n, self.buf.len());
+                }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
+                Err(e) => return Poll::Ready(Err(e)),
+            }
+        }
+    }
+
+    /// Holds a buffer above the smallest tier while waiting to read.
+    fn holds_large(&self) -> bool {
+        self.buf.len() > TIERS[0] && self.start == self.end
+    }
+
+    /// The connection went quiet: give the buffer back (unless it holds unwritten data) and
+    /// start the next burst a tier lower.
+    fn release_idle(&mut self) {
+        if self.start == self.end && !self.done {
+            self.buf = Box::default();
+            (self.start, self.end) = (0, 0);
+            self.tier = self.tier.saturating_sub(1);
         }
     }
 }
 
-async fn write_all(to: &TcpStream, mut data: &[u8]) -> io::Result<()> {
-    while !data.is_empty() {
-        to.writable().await?;
-        match to.try_write(data) {
-            Ok(n) => data = &data[n..],
-            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
-            Err(e) => return Err(e),
+/// One read into `buf`. A read that does not fill the buffer emptied the socket's receive queue,
+/// so it also clears the socket's readiness, sparing the read that would only return EAGAIN (one
+/// syscall per direction per exchange). Safe against lost wake-ups: tokio takes the readiness
+/// tick before the read and clears only that one, so data (or a FIN) that arrives after the read
+/// raises a new event, and a closed read side is never cleared.
+fn read_drained(from: &TcpStream, buf: &mut [u8]) -> io::Result<usize> {
+    use std::io::Read;
+    let mut n = 0;
+    let r = from.try_io(Interest::READABLE, || {
+        n = (&*socket2::SockRef::from(from)).read(buf)?;
+        if n > 0 && n < buf.len() {
+            Err(io::ErrorKind::WouldBlock.into()) // drained: clear readiness, keep the bytes
+        } else {
+            Ok(())
+        }
+    });
+    match r {
+        Err(e) if e.kind() == io::ErrorKind::WouldBlock && n > 0 => Ok(n),
+        Err(e) => Err(e),
+        Ok(()) => Ok(n),
+    }
+}
+
+/// The tier after a read of `n` bytes into a buffer of `capacity`: up one if the read filled it.
+fn grown(tier: usize, n: usize, capacity: usize) -> usize {
+    if n >= capacity {
+        (tier + 1).min(TIERS.len() - 1)
+    } else {
+        tier
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    use tokio::net::TcpListener;
+
+    #[test]
+    fn a_full_read_moves_up_a_tier_and_the_top_tier_stays() {
+        let cases = [
+            // (tier, read, capacity, next tier)
+            (0, 1024, 1024, 1),
+            (0, 1023, 1024, 0),
+            (1, 16 * 1024, 16 * 1024, 2),
+            (1, 100, 16 * 1024, 1),
+            (2, 256 * 1024, 256 * 1024, 2),
+        ];
+        for (tier, n, cap, want) in cases {
+            assert_eq!(grown(tier, n, cap), want, "tier {tier}, read {n} of {cap}");
         }
     }
-    Ok(())
+
+    #[test]
+    fn going_idle_releases_the_buffer_and_drops_a_tier_but_keeps_unwritten_data() {
+        let mut h = Half {
+            buf: vec![0; TIERS[2]].into(),
+            tier: 2,
+            ..Half::default()
+        };
+        assert!(h.holds_large());
+        h.release_idle();
+        assert_eq!((h.buf.len(), h.tier), (0, 1));
+        let mut pending = Half {
+            buf: vec![1, 2, 3].into(),
+            end: 3,
+            tier: 1,
+            ..Half::default()
+        };
+        pending.release_idle();
+        assert_eq!(
+            &pending.buf[..],
+            &[1, 2, 3],
+            "data in flight is never dropped"
+        );
+    }
+
+    /// A connected pair through `relay`: (client end, backend end, relay task).
+    async fn relayed() -> (
+        TcpStream,
+        TcpStream,
+        tokio::task::JoinHandle<(io::Result<()>, u64, u64)>,
+    ) {
+        let l1 = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+        let l2 = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+        let client = TcpStream::connect(l1.local_addr().expect("addr"))
+            .await
+            .expect("connect");
+        let (proxy_client, _) = l1.accept().await.expect("accept");
+        let proxy_backend = TcpStream::connect(l2.local_addr().expect("addr"))
+            .await
+            .expect("connect");
+        let (backend, _) = l2.accept().await.expect("accept");
+        let task = tokio::spawn(async move {
+            let (up, down) = (Counter::default(), Counter::default());
+            let r = relay(&proxy_client, &proxy_backend, &up, &down).await;
+            (r, up.get(), down.get())
+        });
+        (client, backend, task)
+    }
+
+    #[tokio::test]
+    async fn bulk_both_ways_with_half_close_arrives_whole_and_counted() {
+        let (mut client, mut backend, task) = relayed().await;
+        let up: Vec<u8> = (0..3_000_000u32).map(|i| (i % 251) as u8).collect();
+        let down: Vec<u8> = (0..2_000_000u32).map(|i| (i % 241) as u8).collect();
+        let (up2, down2) = (up.clone(), down.clone());
+        let send_up = tokio::spawn(async move {
+            client.write_all(&up2).await.expect("client write");
+            client.shutdown().await.expect("client half-close");
+            let mut got = Vec::new();
+            client.read_to_end(&mut got).await.expect("client read");
+            got
+        });
+        let mut got_up = Vec::new();
+        backend
+            .read_to_end(&mut got_up)
+            .await
+            .expect("backend read");
+        assert_eq!(got_up, up, "client → backend, then EOF");
+        backend.write_all(&down2).await.expect("backend write");
+        backend.shutdown().await.expect("backend half-close");
+        assert_eq!(send_up.await.expect("client task"), down);
+        let (r, counted_up, counted_down) = task.await.expect("relay task");
+        r.expect("relay ends cleanly");
+        assert_eq!(
+            (counted_up, counted_down),
+            (up.len() as u64, down.len() as u64)
+        );
+    }
+
+    #[tokio::test]
+    async fn small_exchanges_echo_in_order() {
+        let (mut client, mut backend, task) = relayed().await;
+        for i in 0..50u8 {
+            let msg = vec![i; 1 + usize::from(i) * 37];
+            client.write_all(&msg).await.expect("write");
+            let mut got = vec![0; msg.len()];
+            backend.read_exact(&mut got).await.expect("backend read");
+            backend.write_all(&got).await.expect("backend write");
+            client.read_exact(&mut got).await.expect("client read");
+            assert_eq!(got, msg);
+        }
+        drop((client, backend));
+        let _ = task.await.expect("relay task");
+    }
+
+    /// A short read clears readiness without the EAGAIN read: data followed at once by a FIN
+    /// must still bring the EOF, also with the driver on another thread.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn data_and_fin_together_arrive_with_the_eof() {
+        for i in 0..100usize {
+            let (mut client, mut backend, task) = relayed().await;
+            let msg = vec![b'a'; 1 + i * 41];
+            client.write_all(&msg).await.expect("write");
+            client.shutdown().await.expect("half-close");
+            let mut got = Vec::new();
+            backend.read_to_end(&mut got).await.expect("read to EOF");
+            assert_eq!(got, msg, "round {i}");
+            drop(backend);
+            let _ = task.await.expect("relay task");
+        }
+    }
 }

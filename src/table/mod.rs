@@ -66,7 +66,7 @@ impl Table {
         self.generation.subscribe()
     }
 
-    fn publish(&self, snap: Snapshot) {
+    pub(crate) fn publish(&self, snap: Snapshot) {
         let generation = snap.generation;
         self.current.store(Arc::new(snap));
         self.generation.send_replace(generation);

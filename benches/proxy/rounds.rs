@@ -1,0 +1,446 @@
+//! One round: fresh proxy processes, then every scenario against every target in the round's
+//! rotated order, each result appended to its [`Metric`].
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use crate::load;
+use crate::report::{pct, Goal, Metric};
+use crate::targets::{http_status, Env, Kind, Target};
+
+/// How much work each scenario does.
+#[derive(Debug, Clone, Copy)]
+pub struct Sizes {
+    /// Round trips per size, after `warm` untimed ones.
+    pub rtts: usize,
+    /// Untimed round trips first.
+    pub warm: usize,
+    /// Connect + first byte samples.
+    pub connects: usize,
+    /// Bytes per bulk transfer, each direction.
+    pub bulk: u64,
+    /// Concurrent connections, and round trips each.
+    pub concurrent: (usize, usize),
+    /// Idle connections held.
+    pub idle: usize,
+    /// Short connections.
+    pub churn: usize,
+}
+
+/// Latency samples are taken in this many slices per round, the targets taking turns.
+const SLICES: usize = 10;
+
+/// Which scenarios run (all by default).
+#[derive(Debug, Clone, Copy)]
+pub struct Scenarios {
+    rtt: bool,
+    connect: bool,
+    bulk: bool,
+    concurrent: bool,
+    idle: bool,
+    churn: bool,
+}
+
+impl Scenarios {
+    /// From a comma-separated list of names; `None`: all.
+    pub fn parse(list: Option<&str>) -> Scenarios {
+        let on = |name: &str| list.is_none_or(|l| l.split(',').any(|s| s.trim() == name));
+        Scenarios {
+            rtt: on("rtt"),
+            connect: on("connect"),
+            bulk: on("bulk"),
+            concurrent: on("concurrent"),
+            idle: on("idle"),
+            churn: on("churn"),
+        }
+    }
+}
+
+/// Every metric, in table order.
+pub struct Metrics {
+    /// By short key.
+    pub all: Vec<(&'static str, Metric)>,
+    /// Every 64 B round trip (ns), per target, for the picture.
+    pub rtt64: BTreeMap<Kind, Vec<u64>>,
+}
+
+impl Metrics {
+    /// The empty table.
+    pub fn new() -> Metrics {
+        use Goal::*;
+        let m = Metric::new;
+        let small = "small round trip, open connection";
+        let all = vec![
+            (
+                "rtt64_p50",
+                m(small, "64 B added latency p50", "µs", RatioAtMost(1.0)),
+            ),
+            (
+                "rtt64_p99",
+                m(small, "64 B added latency p99", "µs", RatioAtMost(1.1)),
+            ),
+            (
+                "rtt1k_p50",
+                m(small, "1 KiB added latency p50", "µs", RatioAtMost(1.0)),
+            ),
+            (
+                "rtt1k_p99",
+                m(small, "1 KiB added latency p99", "µs", RatioAtMost(1.1)),
+            ),
+            (
+                "conn_p50",
+                m("connect + first byte", "p50", "µs", RatioAtMost(1.0)),
+            ),
+            ("conn_p99", m("connect + first byte", "p99", "µs", None)),
+            (
+                "down_mbs",
+                m("bulk 64 MiB", "download", "MB/s", RatioAtLeast(1.4)),
+            ),
+            (
+                "up_mbs",
+                m("bulk 64 MiB", "upload", "MB/s", RatioAtLeast(1.4)),
+            ),
+            (
+                "down_cpu",
+                m(
+                    "bulk 64 MiB",
+                    "download proxy CPU",
+                    "s/GiB",
+                    RatioAtMost(0.5),
+                ),
+            ),
+            (
+                "up_cpu",
+                m("bulk 64 MiB", "upload proxy CPU", "s/GiB", RatioAtMost(0.5)),
+            ),
+            (
+                "down_cpu_stat",
+                m(
+                    "bulk 64 MiB",
+                    "download proxy CPU, utime+stime",
+                    "s/GiB",
+                    None,
+                ),
+            ),
+            (
+                "up_cpu_stat",
+                m(
+                    "bulk 64 MiB",
+                    "upload proxy CPU, utime+stime",
+                    "s/GiB",
+                    None,
+                ),
+            ),
+            (
+                "conc_rps",
+                m(
+                    "1000 conns × 20 round trips",
+                    "requests/s",
+                    "1/s",
+                    RatioAtLeast(1.1),
+                ),
+            ),
+            (
+                "conc_p99",
+                m(
+                    "1000 conns × 20 round trips",
+                    "p99",
+                    "µs",
+                    RatioAtMost(1.0 / 1.1),
+                ),
+            ),
+            (
+                "idle_rss",
+                m(
+                    "5000 idle connections",
+                    "RSS per connection",
+                    "B",
+                    RatioAtMost(0.5),
+                ),
+            ),
+            (
+                "idle_fds",
+                m(
+                    "5000 idle connections",
+                    "fds per connection",
+                    "fds",
+                    AbsExactly(2.0),
+                ),
+            ),
+            (
+                "churn_cps",
+                m(
+                    "5000 short connections",
+                    "connections/s",
+                    "1/s",
+                    RatioAtLeast(1.0),
+                ),
+            ),
+            (
+                "churn_rss",
+                m(
+                    "5000 short connections",
+                    "RSS after − before",
+                    "MB",
+                    AbsAtMost(10.0),
+                ),
+            ),
+            (
+                "churn_fds",
+                m(
+                    "5000 short connections",
+                    "fds after − before",
+                    "fds",
+                    AbsExactly(0.0),
+                ),
+            ),
+            (
+                "round_rss",
+                m("whole round", "RSS at the end − at start", "MB", None),
+            ),
+            (
+                "start",
+                m("process start", "exec → accepting", "ms", AbsAtMost(20.0)),
+            ),
+        ];
+        Metrics {
+            all,
+            rtt64: BTreeMap::new(),
+        }
+    }
+
+    fn push(&mut self, key: &str, kind: Kind, v: f64) {
+        let (_, m) = self
+            .all
+            .iter_mut()
+            .find(|(k, _)| *k == key)
+            .expect("known metric key");
+        m.push(kind, v);
+    }
+}
+
+/// What every round shares.
+pub struct Setup<'a> {
+    /// The targets, in the order of round 0.
+    pub kinds: &'a [Kind],
+    /// The backend listener each target relays to.
+    pub backends: &'a BTreeMap<Kind, SocketAddr>,
+    /// Binaries and certificates.
+    pub env: &'a Env,
+    /// The run directory (configs and logs, one folder per round).
+    pub dir: &'a Path,
+    /// Work per scenario.
+    pub sizes: Sizes,
+    /// Scenarios to run.
+    pub only: Scenarios,
+    /// The client runtime.
+    pub rt: &'a tokio::runtime::Runtime,
+}
+
+/// Runs round `round`, the targets in an order rotated by it.
+pub fn run(round: usize, setup: &Setup<'_>, out: &mut Metrics) {
+    let Setup {
+        kinds,
+        backends,
+        env,
+        dir,
+        sizes,
+        only,
+        rt,
+    } = *setup;
+    let mut order = kinds.to_vec();
+    order.rotate_left(round % kinds.len());
+    let dir = dir.join(format!("round-{round}"));
+    std::fs::create_dir_all(&dir).expect("round dir");
+    let mut targets: BTreeMap<Kind, Target> = BTreeMap::new();
+    for &k in &order {
+        let t = Target::start(k, &dir, backends[&k], env);
+        if let Some(d) = t.start_listen {
+            out.push("start", k, d.as_secs_f64() * 1e3);
+        }
+        targets.insert(k, t);
+    }
+    if let Some(admin) = targets[&Kind::Readyprism].admin {
+        wait_for("readyprism /readyz 200", || {
+            http_status(admin, "/readyz") == Some(200)
+        });
+    }
+    // Past start-up's transient descriptors (the first probe, the start check's connections).
+    std::thread::sleep(Duration::from_millis(200));
+    let base: BTreeMap<Kind, (u64, u64)> = targets
+        .iter()
+        .map(|(k, t)| (*k, (t.rss(), t.fds())))
+        .collect();
+    let each = |f: &mut dyn FnMut(&Target)| {
+        for k in &order {
+            f(&targets[k]);
+        }
+    };
+
+    let sizes_rtt: &[(usize, &str, &str)] = if only.rtt {
+        &[
+            (64, "rtt64_p50", "rtt64_p99"),
+            (1024, "rtt1k_p50", "rtt1k_p99"),
+        ]
+    } else {
+        &[]
+    };
+    for &(size, p50, p99) in sizes_rtt {
+        // One open connection per target, the samples taken in slices that take turns, so a
+        // burst of load from elsewhere on the machine hits every target alike.
+        let mut conns: Vec<(Kind, load::EchoConn)> = order
+            .iter()
+            .map(|k| (*k, load::EchoConn::open(targets[k].addr, size, sizes.warm)))
+            .collect();
+        let mut got: BTreeMap<Kind, Vec<u64>> = BTreeMap::new();
+        for _ in 0..SLICES {
+            for (k, c) in &mut conns {
+                got.entry(*k)
+                    .or_default()
+                    .extend(c.round_trips(sizes.rtts / SLICES));
+            }
+        }
+        for (_, c) in conns {
+            c.close();
+        }
+        for s in got.values_mut() {
+            s.sort_unstable();
+        }
+        let direct = &got[&Kind::Direct];
+        for (k, s) in &got {
+            if *k != Kind::Direct {
+                out.push(p50, *k, (pct(s, 50.0) - pct(direct, 50.0)) / 1e3);
+                out.push(p99, *k, (pct(s, 99.0) - pct(direct, 99.0)) / 1e3);
+            }
+        }
+        if size == 64 {
+            for (k, s) in got {
+                out.rtt64.entry(k).or_default().extend(s);
+            }
+        }
+    }
+
+    if only.connect {
+        let mut got: BTreeMap<Kind, Vec<u64>> = BTreeMap::new();
+        for _ in 0..SLICES {
+            each(&mut |t| {
+                let s = load::connect_first_byte(t.addr, sizes.connects / SLICES);
+                got.entry(t.kind).or_default().extend(s);
+            });
+        }
+        for (k, mut s) in got {
+            s.sort_unstable();
+            out.push("conn_p50", k, pct(&s, 50.0) / 1e3);
+            out.push("conn_p99", k, pct(&s, 99.0) / 1e3);
+        }
+    }
+
+    let gib = sizes.bulk as f64 / f64::from(1u32 << 30);
+    for (mbs, cpu, ticks, f) in [
+        (
+            "down_mbs",
+            "down_cpu",
+            "down_cpu_stat",
+            load::download as fn(SocketAddr, u64) -> Duration,
+        ),
+        ("up_mbs", "up_cpu", "up_cpu_stat", load::upload),
+    ] {
+        each(&mut |t| {
+            if !only.bulk {
+                return;
+            }
+            let (c0, k0) = (t.cpu(), t.ticks());
+            let d = f(t.addr, sizes.bulk);
+            let (c, k) = (t.cpu().saturating_sub(c0), t.ticks().saturating_sub(k0));
+            out.push(mbs, t.kind, sizes.bulk as f64 / 1e6 / d.as_secs_f64());
+            if t.kind != Kind::Direct {
+                out.push(cpu, t.kind, c.as_secs_f64() / gib);
+                out.push(ticks, t.kind, k as f64 / 100.0 / gib);
+            }
+        });
+    }
+
+    each(&mut |t| {
+        if !only.concurrent {
+            return;
+        }
+        let (conns, rts) = sizes.concurrent;
+        let (d, mut lat, failed, first) = rt.block_on(load::concurrent(t.addr, conns, rts));
+        assert_eq!(
+            failed,
+            0,
+            "{}: {failed} of {conns} concurrent connections failed, first: {first:?}",
+            t.kind.name()
+        );
+        lat.sort_unstable();
+        out.push("conc_rps", t.kind, (conns * rts) as f64 / d.as_secs_f64());
+        out.push("conc_p99", t.kind, pct(&lat, 99.0) / 1e3);
+    });
+
+    each(&mut |t| {
+        if t.kind == Kind::Direct || !only.idle {
+            return;
+        }
+        let (rss0, fds0) = (t.rss(), t.fds());
+        let conns = rt.block_on(load::open_idle(t.addr, sizes.idle, 64));
+        // Past any idle-release delay of a relay buffer (readyprism's is 100 ms at most).
+        std::thread::sleep(Duration::from_millis(300));
+        let (rss1, fds1) = (t.rss(), t.fds());
+        rt.block_on(load::close_idle(conns));
+        out.push(
+            "idle_rss",
+            t.kind,
+            (rss1 as f64 - rss0 as f64) / sizes.idle as f64,
+        );
+        out.push(
+            "idle_fds",
+            t.kind,
+            (fds1 as f64 - fds0 as f64) / sizes.idle as f64,
+        );
+        settle(t, fds0);
+    });
+
+    each(&mut |t| {
+        if !only.churn {
+            return;
+        }
+        let before = (t.rss(), t.fds());
+        let (d, failed) = rt.block_on(load::churn(t.addr, sizes.churn, 32));
+        assert_eq!(
+            failed,
+            0,
+            "{}: {failed} short connections failed",
+            t.kind.name()
+        );
+        out.push("churn_cps", t.kind, sizes.churn as f64 / d.as_secs_f64());
+        if t.kind != Kind::Direct {
+            settle(t, before.1);
+            let mb = |after: u64, base: u64| (after as f64 - base as f64) / 1e6;
+            out.push("churn_rss", t.kind, mb(t.rss(), before.0));
+            out.push("churn_fds", t.kind, t.fds() as f64 - before.1 as f64);
+            out.push("round_rss", t.kind, mb(t.rss(), base[&t.kind].0));
+        }
+    });
+    for (k, t) in &mut targets {
+        assert!(t.alive(), "{} died during round {round}", k.name());
+    }
+}
+
+/// Waits (up to 3 s) until `t` is back to `fds` descriptors: closes are relayed asynchronously.
+fn settle(t: &Target, fds: u64) {
+    let deadline = Instant::now() + Duration::from_secs(3);
+    while t.fds() > fds && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+/// Polls `cond` every 10 ms for up to 10 s.
+pub fn wait_for(what: &str, mut cond: impl FnMut() -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !cond() {
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}

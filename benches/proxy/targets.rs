@@ -1,0 +1,309 @@
+//! The things measured: direct to the backend, the real `readyprism` binary, HAProxy and nginx,
+//! each started as its own process with its config in the run directory, and what `/proc` says
+//! about them (CPU, RSS, descriptors).
+
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// One way to reach the backend.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Kind {
+    /// Straight to the backend: the baseline "added latency" is measured against.
+    Direct,
+    /// The `readyprism` binary of this tree.
+    Readyprism,
+    /// HAProxy `mode tcp`, `nbthread 1`.
+    Haproxy,
+    /// nginx `stream`, one process.
+    Nginx,
+}
+
+impl Kind {
+    /// Name in the output and the JSON.
+    pub fn name(self) -> &'static str {
+        match self {
+            Kind::Direct => "direct",
+            Kind::Readyprism => "readyprism",
+            Kind::Haproxy => "haproxy",
+            Kind::Nginx => "nginx",
+        }
+    }
+}
+
+/// A running proxy (or the backend itself for [`Kind::Direct`]).
+pub struct Target {
+    /// Which one.
+    pub kind: Kind,
+    /// Where clients connect.
+    pub addr: SocketAddr,
+    /// The process to read `/proc` of; `None` for direct.
+    child: Option<Child>,
+    /// exec → the listener accepts a TCP connection.
+    pub start_listen: Option<Duration>,
+    /// readyprism's admin listener (for `/readyz`).
+    pub admin: Option<SocketAddr>,
+}
+
+impl Target {
+    /// The backend itself.
+    pub fn direct(addr: SocketAddr) -> Target {
+        Target {
+            kind: Kind::Direct,
+            addr,
+            child: None,
+            start_listen: None,
+            admin: None,
+        }
+    }
+
+    /// The proxy process id.
+    pub fn pid(&self) -> Option<u32> {
+        self.child.as_ref().map(Child::id)
+    }
+
+    /// Starts `kind` in `dir` relaying to `backend`, and waits until it accepts.
+    pub fn start(kind: Kind, dir: &Path, backend: SocketAddr, env: &Env) -> Target {
+        let listen = free_port();
+        let mut admin_addr = None;
+        let (mut cmd, log) = match kind {
+            Kind::Direct => return Target::direct(backend),
+            Kind::Readyprism => {
+                let admin = free_port();
+                admin_addr = Some(admin);
+                let cfg = dir.join("readyprism.yaml");
+                std::fs::write(
+                    &cfg,
+                    format!(
+                        "listen: [\"{listen}\"]\nadmin: \"{admin}\"\ntls:\n  ca: {}\n  client_cert: {}\nbackends:\n  - address: \"{backend}\"\n",
+                        env.ca.display(),
+                        env.client.display()
+                    ),
+                )
+                .expect("write readyprism config");
+                let mut c = match env.wrap.split_first() {
+                    Some((prog, args)) => {
+                        let mut c = Command::new(prog);
+                        c.args(args).arg(&env.readyprism);
+                        c
+                    }
+                    None => Command::new(&env.readyprism),
+                };
+                c.args(["--log-level", "warn", "run", "--config"]).arg(&cfg);
+                (c, dir.join("readyprism.log"))
+            }
+            Kind::Haproxy => {
+                let cfg = dir.join("haproxy.cfg");
+                std::fs::write(
+                    &cfg,
+                    format!(
+                        "global\n  nbthread 1\n  maxconn 9000\n\
+                         defaults\n  mode tcp\n  timeout connect 1s\n  timeout client 10m\n  timeout server 10m\n\
+                         frontend fe\n  bind {listen}\n  backlog 1024\n  default_backend be\n\
+                         backend be\n  server s1 {backend}\n"
+                    ),
+                )
+                .expect("write haproxy config");
+                let mut c = Command::new("haproxy");
+                c.args(["-db", "-f"]).arg(&cfg);
+                (c, dir.join("haproxy.log"))
+            }
+            Kind::Nginx => {
+                let cfg = dir.join("nginx.conf");
+                let module = env
+                    .nginx_stream_module
+                    .as_ref()
+                    .map(|m| format!("load_module {};\n", m.display()))
+                    .unwrap_or_default();
+                std::fs::write(
+                    &cfg,
+                    format!(
+                        "{module}daemon off;\nmaster_process off;\nworker_processes 1;\n\
+                         worker_rlimit_nofile 19000;\npid {dir}/nginx.pid;\nerror_log {dir}/nginx.log warn;\n\
+                         events {{ worker_connections 12000; }}\n\
+                         stream {{ server {{ listen {listen} backlog=1024; proxy_pass {backend}; \
+                         proxy_connect_timeout 1s; proxy_timeout 10m; }} }}\n",
+                        dir = dir.display()
+                    ),
+                )
+                .expect("write nginx config");
+                let mut c = Command::new("nginx");
+                c.args(["-e", "stderr", "-p"]).arg(dir).arg("-c").arg(&cfg);
+                (c, dir.join("nginx.log"))
+            }
+        };
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(log)
+            .expect("open log");
+        let t0 = Instant::now();
+        let child = cmd
+            .stdin(Stdio::null())
+            .stdout(log.try_clone().expect("log fd"))
+            .stderr(log)
+            .spawn()
+            .unwrap_or_else(|e| panic!("cannot start {}: {e}", kind.name()));
+        let mut t = Target {
+            kind,
+            addr: listen,
+            child: Some(child),
+            start_listen: None,
+            admin: admin_addr,
+        };
+        t.start_listen = Some(wait_accepting(&mut t, t0));
+        t
+    }
+
+    /// Whether the process still runs.
+    pub fn alive(&mut self) -> bool {
+        match &mut self.child {
+            Some(c) => matches!(c.try_wait(), Ok(None)),
+            None => true,
+        }
+    }
+
+    /// CPU time of every thread, from `/proc/<pid>/task/*/schedstat` (nanoseconds).
+    pub fn cpu(&self) -> Duration {
+        self.pid().map(cpu_of).unwrap_or_default()
+    }
+
+    /// utime + stime in 10 ms ticks (a cross-check of [`Target::cpu`]).
+    pub fn ticks(&self) -> u64 {
+        self.pid().map(ticks_of).unwrap_or_default()
+    }
+
+    /// Resident memory (VmRSS) in bytes.
+    pub fn rss(&self) -> u64 {
+        let Some(pid) = self.pid() else { return 0 };
+        let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix("VmRSS:"))
+            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+            .map_or(0, |kb| kb * 1024)
+    }
+
+    /// Open descriptors.
+    pub fn fds(&self) -> u64 {
+        let Some(pid) = self.pid() else { return 0 };
+        std::fs::read_dir(format!("/proc/{pid}/fd")).map_or(0, |d| d.count() as u64)
+    }
+}
+
+impl Drop for Target {
+    /// SIGTERM first (a profiler wrapping readyprism writes its output on exit), SIGKILL after 5 s.
+    fn drop(&mut self) {
+        let Some(c) = &mut self.child else { return };
+        let _ = Command::new("kill")
+            .arg("-TERM")
+            .arg(c.id().to_string())
+            .status();
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while matches!(c.try_wait(), Ok(None)) && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        let _ = c.kill();
+        let _ = c.wait();
+    }
+}
+
+/// Sum of `/proc/<pid>/task/*/schedstat` run times: nanosecond resolution, where utime+stime in
+/// `/proc/<pid>/stat` only has 10 ms ticks (a 64 MiB transfer takes well under 100 ms).
+pub fn cpu_of(pid: u32) -> Duration {
+    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+        return Duration::ZERO;
+    };
+    let ns: u64 = tasks
+        .filter_map(Result::ok)
+        .filter_map(|t| std::fs::read_to_string(t.path().join("schedstat")).ok())
+        .filter_map(|s| s.split_whitespace().next()?.parse::<u64>().ok())
+        .sum();
+    Duration::from_nanos(ns)
+}
+
+/// utime + stime from `/proc/<pid>/stat`, in clock ticks of 10 ms (cross-check of [`cpu_of`]).
+pub fn ticks_of(pid: u32) -> u64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    // Fields after the `(comm)`, which may hold spaces: utime and stime are 14th and 15th overall.
+    let rest = stat.rsplit_once(')').map_or("", |(_, r)| r);
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    let p = |i: usize| f.get(i).and_then(|v| v.parse::<u64>().ok()).unwrap_or(0);
+    p(11) + p(12)
+}
+
+/// What the proxies need from the run: binaries, certificate files.
+pub struct Env {
+    /// The `readyprism` binary.
+    pub readyprism: PathBuf,
+    /// A command (and arguments) to run it under, e.g. a profiler; empty for none.
+    pub wrap: Vec<String>,
+    /// Cluster CA for the probes.
+    pub ca: PathBuf,
+    /// Client certificate and key (one PEM) for the probes.
+    pub client: PathBuf,
+    /// `load_module` path if nginx has `stream` as a dynamic module.
+    pub nginx_stream_module: Option<PathBuf>,
+}
+
+/// A port free right now (the proxies take their listen address from their config files).
+pub fn free_port() -> SocketAddr {
+    let l = TcpListener::bind("127.0.0.1:0").expect("bind port 0");
+    l.local_addr().expect("local addr")
+}
+
+/// Polls with TCP connects until the listener accepts one that relays a byte; returns the time
+/// from `t0` to the first accepted connect.
+fn wait_accepting(t: &mut Target, t0: Instant) -> Duration {
+    let deadline = t0 + Duration::from_secs(60);
+    let listen = loop {
+        if TcpStream::connect(t.addr).is_ok() {
+            break t0.elapsed();
+        }
+        assert!(
+            t.alive(),
+            "{} exited at start (see its log in the run directory)",
+            t.kind.name()
+        );
+        assert!(
+            Instant::now() < deadline,
+            "{} never listened",
+            t.kind.name()
+        );
+        std::thread::sleep(Duration::from_micros(100));
+    };
+    // Then until a byte goes through (readyprism: its backend is not probed yet at first).
+    loop {
+        if echo_once(t.addr).is_ok() {
+            return listen;
+        }
+        assert!(Instant::now() < deadline, "{} never relayed", t.kind.name());
+        std::thread::sleep(Duration::from_millis(1));
+    }
+}
+
+/// One connection, one echoed byte, closed by the backend.
+pub fn echo_once(addr: SocketAddr) -> std::io::Result<()> {
+    let mut s = TcpStream::connect(addr)?;
+    s.set_nodelay(true)?;
+    s.set_read_timeout(Some(Duration::from_secs(2)))?;
+    s.write_all(b"Ex")?;
+    let mut b = [0u8; 1];
+    s.read_exact(&mut b)?;
+    s.write_all(b"Q")?;
+    let mut rest = Vec::new();
+    s.read_to_end(&mut rest)?;
+    Ok(())
+}
+
+/// GET `path` on `addr` over plain HTTP/1.0; the status code.
+pub fn http_status(addr: SocketAddr, path: &str) -> Option<u16> {
+    let mut s = TcpStream::connect(addr).ok()?;
+    s.set_read_timeout(Some(Duration::from_secs(2))).ok()?;
+    write!(s, "GET {path} HTTP/1.0\r\nHost: x\r\n\r\n").ok()?;
+    let mut out = String::new();
+    s.read_to_string(&mut out).ok()?;
+    out.split_whitespace().nth(1)?.parse().ok()
+}

@@ -1,0 +1,91 @@
+//! Hooks for `benches/snapshot.rs` (feature `bench-internals`, off by default): building and
+//! swapping a routing snapshot through the crate's own types, which stay `pub(crate)`.
+//!
+//! Not an API: hidden from the docs, and only what the benchmark needs.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::backend::{Backend, BackendId, BackendLive, BackendSpec, Routing, Snapshot};
+use crate::health::state::{Health, State};
+use crate::metrics::Metrics;
+use crate::table::Table;
+
+/// A table with `n` ready backends and a spare snapshot to swap in.
+#[derive(Debug)]
+pub struct SnapshotBench {
+    table: Arc<Table>,
+    spare: Option<Snapshot>,
+}
+
+impl SnapshotBench {
+    /// `n` backends, every third in the node's zone, latencies 1–40 ms.
+    pub fn new(n: usize) -> SnapshotBench {
+        let metrics = Metrics::new();
+        let backends = (0..n)
+            .map(|i| {
+                let id = BackendId::new(&format!("10.0.{}.{}:6443", i / 250, i % 250));
+                let live = Arc::new(BackendLive::new(metrics.backend(&id)));
+                Backend {
+                    spec: Arc::new(BackendSpec {
+                        id,
+                        host: format!("10.0.{}.{}", i / 250, i % 250),
+                        port: 6443,
+                        zone: Some(if i % 3 == 0 { "dc-a" } else { "dc-b" }.into()),
+                        server_name: rustls_pki_types::ServerName::try_from("kubernetes")
+                            .expect("a valid DNS name"),
+                    }),
+                    health: Health {
+                        state: State::Ready,
+                        latency: Some(Duration::from_micros(1000 + (i as u64 * 7919) % 39_000)),
+                        last_error: None,
+                        answering: true,
+                    },
+                    evict_epoch: live.eviction.epoch(),
+                    live,
+                }
+            })
+            .collect();
+        let snap = Snapshot {
+            generation: 1,
+            routing: Routing {
+                zone: Some("dc-a".into()),
+                ..Routing::default()
+            },
+            backends,
+        };
+        let table = Table::new();
+        let spare = Some(snap.clone());
+        table.publish(snap);
+        SnapshotBench { table, spare }
+    }
+
+    /// What the table writer does for one health change: copy the current snapshot, change one
+    /// backend's latency. Returns the new snapshot's generation.
+    pub fn build(&mut self, i: usize) -> u64 {
+        let old = self.table.load();
+        let mut next = (*old).clone();
+        next.generation += 1;
+        let n = next.backends.len();
+        next.backends[i % n].health.latency = Some(Duration::from_micros(1000 + i as u64 % 977));
+        let g = next.generation;
+        self.spare = Some(next);
+        g
+    }
+
+    /// Publishes the snapshot [`SnapshotBench::build`] made (or the first one again).
+    pub fn swap(&mut self) {
+        let snap = self
+            .spare
+            .take()
+            .unwrap_or_else(|| (*self.table.load()).clone());
+        self.table.publish(snap);
+    }
+
+    /// The accept path's read: one load and the pick, as `proxy` does per connection; the
+    /// first backend's index.
+    pub fn load_and_pick(&self, rr: usize) -> Option<usize> {
+        let snap = self.table.load();
+        snap.pick(rr).0.order().first().copied()
+    }
+}
