@@ -202,3 +202,21 @@ async fn a_backend_that_sends_after_the_client_left_frees_the_connection() {
     assert_eq!(landed(app.listen_addrs()[0]).await, "a");
     app.shutdown().await;
 }
+
+#[tokio::test]
+async fn a_readyz_that_trickles_its_answer_is_a_timeout_and_the_others_serve() {
+    let lab = Lab::new();
+    let (local, _remote, app) = lab.local_and_remote("").await;
+    // Status and headers at once, then one byte every 100 ms: the probe's budget covers it all.
+    local
+        .control
+        .set_readyz_trickle(std::time::Duration::from_millis(100));
+    let doc = wait_states(&app, &[readyprism::health::state::State::Unready, Ready]).await;
+    assert_eq!(
+        doc.backends[0].last_error.as_deref(),
+        Some("timeout after 800ms"),
+        "{doc:?}"
+    );
+    assert_eq!(landed(app.listen_addrs()[0]).await, "remote");
+    app.shutdown().await;
+}

@@ -45,6 +45,8 @@ pub struct Control {
     ready: AtomicBool,
     mode: AtomicU8,
     pub(super) readyz_delay_us: AtomicU64,
+    /// When non-zero, `/readyz` answers 200 at once and then its body one byte per this many µs.
+    pub(super) readyz_trickle_us: AtomicU64,
     fail_next: AtomicU64,
     pass_next: AtomicU64,
     handshake_delay_us: AtomicU64,
@@ -107,6 +109,13 @@ impl Control {
     /// kube-apiserver's etcd check does: without quorum, 500 `[-]etcd failed`.
     pub fn set_etcd(&self, client_url: &str) {
         self.etcd.store(Some(Arc::new(client_url.to_string())));
+    }
+
+    /// Makes `/readyz` a slowloris: status and headers at once, then a 1000-byte body one byte
+    /// every `d`.
+    pub fn set_readyz_trickle(&self, d: Duration) {
+        self.readyz_trickle_us
+            .store(d.as_micros() as u64, Ordering::SeqCst);
     }
 
     /// Delays every TLS handshake by `d` (a far or slow site: must not count as `/readyz` latency).
@@ -199,6 +208,7 @@ impl FakeApiserver {
             ready: AtomicBool::new(true),
             mode: AtomicU8::new(Mode::Serve as u8),
             readyz_delay_us: AtomicU64::new(0),
+            readyz_trickle_us: AtomicU64::new(0),
             fail_next: AtomicU64::new(0),
             pass_next: AtomicU64::new(0),
             handshake_delay_us: AtomicU64::new(0),

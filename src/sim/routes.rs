@@ -32,6 +32,15 @@ pub(super) async fn answer<B>(
     peer_cert: Option<Arc<Vec<u8>>>,
 ) -> Response<AnyBody> {
     let (status, body) = match req.uri().path() {
+        "/readyz" if control.readyz_trickle_us.load(Ordering::SeqCst) > 0 => {
+            let every = Duration::from_micros(control.readyz_trickle_us.load(Ordering::SeqCst));
+            control.readyz_hits.fetch_add(1, Ordering::SeqCst);
+            let body = Trickle {
+                tick: tokio::time::interval(every),
+                left: 1000,
+            };
+            return Response::new(body.boxed());
+        }
         "/readyz" => readyz(control, peer_cert).await,
         "/livez" => (StatusCode::OK, "ok".to_string()),
         "/name" | "/whoami" => (StatusCode::OK, control.name.clone()),
@@ -102,6 +111,31 @@ impl Body for Watch {
             self.n, self.name
         );
         Poll::Ready(Some(Ok(Frame::data(Bytes::from(line)))))
+    }
+}
+
+/// A slowloris body: one byte per tick until `left` runs out.
+struct Trickle {
+    tick: tokio::time::Interval,
+    left: usize,
+}
+
+impl Body for Trickle {
+    type Data = Bytes;
+    type Error = Infallible;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, Infallible>>> {
+        if self.left == 0 {
+            return Poll::Ready(None);
+        }
+        if self.tick.poll_tick(cx).is_pending() {
+            return Poll::Pending;
+        }
+        self.left -= 1;
+        Poll::Ready(Some(Ok(Frame::data(Bytes::from_static(b"x")))))
     }
 }
 
