@@ -35,10 +35,8 @@ pub(super) async fn answer<B>(
         "/readyz" if control.readyz_trickle_us.load(Ordering::SeqCst) > 0 => {
             let every = Duration::from_micros(control.readyz_trickle_us.load(Ordering::SeqCst));
             control.readyz_hits.fetch_add(1, Ordering::SeqCst);
-            let body = Trickle {
-                tick: tokio::time::interval(every),
-                left: 1000,
-            };
+            // A slowloris: status and headers at once, then 1000 bytes one per tick.
+            let body = Ticking::new(every, |n| (n <= 1000).then(|| Bytes::from_static(b"x")));
             return Response::new(body.boxed());
         }
         "/readyz" => readyz(control, peer_cert).await,
@@ -46,11 +44,12 @@ pub(super) async fn answer<B>(
         "/name" | "/whoami" => (StatusCode::OK, control.name.clone()),
         "/version" => (StatusCode::OK, format!("{{\"major\":\"1\",\"minor\":\"32\",\"gitVersion\":\"v1.32.0-fake\",\"platform\":\"{}\"}}", control.name)),
         "/watch" => {
-            let stream = Watch {
-                name: control.name.clone(),
-                tick: tokio::time::interval(WATCH_EVERY),
-                n: 0,
-            };
+            // One JSON line per tick, naming the site, until the client goes away.
+            let name = control.name.clone();
+            let stream = Ticking::new(WATCH_EVERY, move |n| {
+                let line = format!("{{\"type\":\"BOOKMARK\",\"n\":{n},\"from\":\"{name}\"}}\n");
+                Some(Bytes::from(line))
+            });
             return Response::new(stream.boxed());
         }
         _ => (StatusCode::NOT_FOUND, "not found".to_string()),
@@ -87,14 +86,25 @@ async fn readyz(control: &Control, peer_cert: Option<Arc<Vec<u8>>>) -> (StatusCo
     }
 }
 
-/// `/watch`: one JSON line per [`WATCH_EVERY`], naming the site, until the client goes away.
-struct Watch {
-    name: String,
+/// A body that sends `chunk(n)` on the n-th tick (from 1) and ends when it returns `None`:
+/// `/watch`'s endless stream and the slowloris `/readyz`.
+struct Ticking<F> {
     tick: tokio::time::Interval,
     n: u64,
+    chunk: F,
 }
 
-impl Body for Watch {
+impl<F: FnMut(u64) -> Option<Bytes>> Ticking<F> {
+    fn new(every: Duration, chunk: F) -> Self {
+        Ticking {
+            tick: tokio::time::interval(every),
+            n: 0,
+            chunk,
+        }
+    }
+}
+
+impl<F: FnMut(u64) -> Option<Bytes> + Unpin> Body for Ticking<F> {
     type Data = Bytes;
     type Error = Infallible;
 
@@ -106,36 +116,8 @@ impl Body for Watch {
             return Poll::Pending;
         }
         self.n += 1;
-        let line = format!(
-            "{{\"type\":\"BOOKMARK\",\"n\":{},\"from\":\"{}\"}}\n",
-            self.n, self.name
-        );
-        Poll::Ready(Some(Ok(Frame::data(Bytes::from(line)))))
-    }
-}
-
-/// A slowloris body: one byte per tick until `left` runs out.
-struct Trickle {
-    tick: tokio::time::Interval,
-    left: usize,
-}
-
-impl Body for Trickle {
-    type Data = Bytes;
-    type Error = Infallible;
-
-    fn poll_frame(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-    ) -> Poll<Option<Result<Frame<Bytes>, Infallible>>> {
-        if self.left == 0 {
-            return Poll::Ready(None);
-        }
-        if self.tick.poll_tick(cx).is_pending() {
-            return Poll::Pending;
-        }
-        self.left -= 1;
-        Poll::Ready(Some(Ok(Frame::data(Bytes::from_static(b"x")))))
+        let n = self.n;
+        Poll::Ready((self.chunk)(n).map(|b| Ok(Frame::data(b))))
     }
 }
 
