@@ -1,7 +1,14 @@
-//! Dialing a backend, for client connections and probes alike: every address its name resolves to
-//! gets its own attempt, started one after another a moment apart and raced (the idea of Happy
-//! Eyeballs, RFC 8305), so one black-holed address — typically an IPv6 path that a firewall drops —
-//! does not eat the whole connect budget as a sequential walk would.
+//! Dialing a backend, for client connections and probes alike. Attempts are started a moment
+//! apart and raced, the first to connect wins (the idea of Happy Eyeballs, RFC 8305):
+//!
+//! - every address a name resolves to gets its own attempt, so one black-holed address (typically
+//!   an IPv6 path that a firewall drops) does not eat the whole connect budget as a sequential
+//!   walk would;
+//! - while nothing has connected, the addresses not known to fail get fresh attempts, so a lost
+//!   SYN or SYN-ACK costs one attempt delay instead of Linux's initial 1 s SYN retransmission —
+//!   which is the whole default `connect_timeout`. On a lossy link a dial then fails only when
+//!   every attempt in the budget lost a packet, and passive health (a failed dial is a failed
+//!   check) does not mistake loss for a black hole.
 //!
 //! Owns resolution order and the race; the caller bounds the whole dial with its own timeout.
 
@@ -12,32 +19,55 @@ use std::time::Duration;
 use tokio::net::TcpStream;
 use tokio::task::JoinSet;
 
-/// The next address is tried this long after the previous attempt started, if that one has
-/// neither connected nor failed (RFC 8305 recommends 250 ms).
-pub const ATTEMPT_DELAY: Duration = Duration::from_millis(250);
+/// The next attempt starts this long after the previous one, if nothing has connected or failed
+/// by then. RFC 8305 allows 100 ms to 2 s and recommends 250 ms between addresses; 150 ms gives
+/// a 1 s budget seven attempts, and a backend closer than 150 ms never sees a second one unless
+/// a packet was lost.
+pub const ATTEMPT_DELAY: Duration = Duration::from_millis(150);
+
+/// At most this many attempts per dial, whatever the budget: a black-holed backend gets a handful
+/// of SYNs per dial, not a flood.
+pub const MAX_ATTEMPTS: usize = 8;
 
 /// Connects to `host:port`: an IP literal directly, a name through the system resolver with
 /// every address raced.
 pub async fn connect(host: &str, port: u16) -> io::Result<TcpStream> {
-    if let Ok(ip) = host.parse::<IpAddr>() {
-        return TcpStream::connect((ip, port)).await;
-    }
-    let addrs: Vec<SocketAddr> = tokio::net::lookup_host((host, port)).await?.collect();
-    connect_any(interleave(addrs), ATTEMPT_DELAY).await
+    let addrs = match host.parse::<IpAddr>() {
+        Ok(ip) => vec![SocketAddr::new(ip, port)],
+        Err(_) => interleave(tokio::net::lookup_host((host, port)).await?.collect()),
+    };
+    connect_any(addrs, ATTEMPT_DELAY).await
 }
 
-/// Races connections to `addrs` in order, starting each `delay` after the previous one (or at
-/// once when the previous one failed); the first to connect wins and the others are dropped.
+/// The dial failed for want of something on this node — file descriptors, socket buffers,
+/// memory — which says nothing about the backend (neither passive nor active health counts it).
+pub fn is_local_shortage(e: &io::Error) -> bool {
+    e.kind() == io::ErrorKind::OutOfMemory
+        || matches!(
+            e.raw_os_error(),
+            Some(libc::EMFILE | libc::ENFILE | libc::ENOBUFS | libc::ENOMEM)
+        )
+}
+
+/// Races connections to `addrs`: each `delay` after the previous attempt (or at once when one
+/// failed) the next attempt starts, to the next address in order and, once all have had one,
+/// again to those whose attempts have not failed, up to [`MAX_ATTEMPTS`]. The first to connect
+/// wins and the others are dropped; when every address has failed, the last error is returned.
 pub async fn connect_any(addrs: Vec<SocketAddr>, delay: Duration) -> io::Result<TcpStream> {
-    let mut pending = addrs.into_iter();
+    let mut schedule = Schedule {
+        live: addrs,
+        next: 0,
+        started: 0,
+    };
     let mut attempts = JoinSet::new();
     let mut last_error = None;
+    let start = |attempts: &mut JoinSet<_>, addr: SocketAddr| {
+        attempts.spawn(async move { (addr, TcpStream::connect(addr).await) });
+    };
     loop {
         if attempts.is_empty() {
-            match pending.next() {
-                Some(a) => {
-                    attempts.spawn(TcpStream::connect(a));
-                }
+            match schedule.take() {
+                Some(a) => start(&mut attempts, a),
                 None => {
                     return Err(last_error.unwrap_or_else(|| {
                         io::Error::new(io::ErrorKind::NotFound, "the name has no address")
@@ -47,20 +77,57 @@ pub async fn connect_any(addrs: Vec<SocketAddr>, delay: Duration) -> io::Result<
         }
         tokio::select! {
             done = attempts.join_next() => match done {
-                Some(Ok(Ok(stream))) => return Ok(stream), // dropping the set aborts the rest
-                Some(Ok(Err(e))) => {
+                Some(Ok((_, Ok(stream)))) => return Ok(stream), // dropping the set aborts the rest
+                Some(Ok((addr, Err(e)))) => {
                     last_error = Some(e);
-                    if let Some(a) = pending.next() {
-                        attempts.spawn(TcpStream::connect(a));
+                    schedule.failed(addr);
+                    if let Some(a) = schedule.take() {
+                        start(&mut attempts, a);
                     }
                 }
                 Some(Err(join)) => last_error = Some(io::Error::other(join)),
                 None => {}
             },
-            _ = tokio::time::sleep(delay), if pending.len() > 0 => {
-                if let Some(a) = pending.next() {
-                    attempts.spawn(TcpStream::connect(a));
+            _ = tokio::time::sleep(delay), if schedule.can_start() => {
+                if let Some(a) = schedule.take() {
+                    start(&mut attempts, a);
                 }
+            }
+        }
+    }
+}
+
+/// Which address the next attempt goes to: round-robin over the addresses not known to fail.
+struct Schedule {
+    live: Vec<SocketAddr>,
+    next: usize,
+    started: usize,
+}
+
+impl Schedule {
+    fn can_start(&self) -> bool {
+        self.started < MAX_ATTEMPTS && !self.live.is_empty()
+    }
+
+    fn take(&mut self) -> Option<SocketAddr> {
+        if !self.can_start() {
+            return None;
+        }
+        let addr = *self.live.get(self.next % self.live.len())?;
+        self.next = (self.next + 1) % self.live.len();
+        self.started += 1;
+        Some(addr)
+    }
+
+    /// An attempt to `addr` failed (refused, unreachable): it gets no more.
+    fn failed(&mut self, addr: SocketAddr) {
+        if let Some(pos) = self.live.iter().position(|a| *a == addr) {
+            self.live.remove(pos);
+            if pos < self.next {
+                self.next -= 1;
+            }
+            if self.next >= self.live.len() {
+                self.next = 0;
             }
         }
     }
@@ -119,6 +186,64 @@ mod tests {
             fillers.push(c);
         }
         (s, fillers, addr)
+    }
+
+    #[test]
+    fn attempts_go_round_the_addresses_that_have_not_failed_up_to_the_cap() {
+        let a = |s: &str| s.parse::<SocketAddr>().expect("literal");
+        let mut s = Schedule {
+            live: vec![a("10.0.0.1:1"), a("10.0.0.2:1"), a("10.0.0.3:1")],
+            next: 0,
+            started: 0,
+        };
+        let mut got = vec![s.take(), s.take(), s.take(), s.take()];
+        s.failed(a("10.0.0.1:1"));
+        s.failed(a("10.0.0.3:1"));
+        while let Some(next) = s.take() {
+            got.push(Some(next));
+        }
+        let want: Vec<_> = ["10.0.0.1:1", "10.0.0.2:1", "10.0.0.3:1", "10.0.0.1:1"]
+            .into_iter()
+            .chain(["10.0.0.2:1"; MAX_ATTEMPTS - 4])
+            .map(|x| Some(a(x)))
+            .collect();
+        assert_eq!(got, want);
+        s.failed(a("10.0.0.2:1"));
+        assert!(!s.can_start());
+    }
+
+    /// Accepts everything queued on `s` once `after` has passed, freeing its full queue.
+    fn drain_after(s: &socket2::Socket, after: Duration) -> std::thread::JoinHandle<()> {
+        let s = s.try_clone().expect("clone");
+        std::thread::spawn(move || {
+            std::thread::sleep(after);
+            s.set_nonblocking(true).expect("nonblocking");
+            let mut held = Vec::new();
+            for _ in 0..300 {
+                match s.accept() {
+                    Ok(c) => held.push(c),
+                    Err(_) => std::thread::sleep(Duration::from_millis(5)),
+                }
+            }
+        })
+    }
+
+    #[tokio::test]
+    async fn a_lost_syn_costs_an_attempt_delay_not_the_kernels_retransmission() {
+        // The queue is full, so the listener drops SYNs (as a lossy link would) until it is
+        // drained at 1.1 s. Linux retransmits a SYN 1 s after the first and, at the earliest,
+        // 1 s after that (`tcp_syn_linear_timeouts`; older kernels wait 2 s), so the first
+        // attempt alone connects at 2 s at the earliest; a fresh attempt started after the drain
+        // connects within one attempt delay of it.
+        let (hole, _fillers, addr) = black_hole().await;
+        let drain = drain_after(&hole, Duration::from_millis(1100));
+        let dial = connect_any(vec![addr], Duration::from_millis(100));
+        let got = tokio::time::timeout(Duration::from_millis(1900), dial).await;
+        assert!(
+            matches!(got, Ok(Ok(_))),
+            "a re-attempt connects before the kernel's second SYN retransmission: {got:?}"
+        );
+        drain.join().expect("drain");
     }
 
     #[tokio::test]

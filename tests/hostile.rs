@@ -184,6 +184,52 @@ fn running_out_of_descriptors_is_logged_once_per_burst_and_recovers() {
     );
 }
 
+#[test]
+fn probes_that_meet_this_nodes_descriptor_shortage_leave_the_backend_ready() {
+    let rt = tokio::runtime::Runtime::new().expect("runtime");
+    let lab = Lab::new();
+    let a = rt.block_on(lab.fake("a"));
+    let file = lab.path("probe-fds.yaml");
+    std::fs::write(&file, lab.yaml("dc-a", &[(addr(&a), "dc-a")], "")).expect("write");
+    let p = support::process::Proc::start_under(&["prlimit", "--nofile=48:48", "--"], &file);
+    p.wait_log("backend state changed", |v| v["fields"]["to"] == "ready");
+    // Admin connections that never send hold a descriptor each until the header timeout (5 s),
+    // and those left in the queue take every descriptor that frees up meanwhile.
+    let held: Vec<std::net::TcpStream> = (0..60)
+        .filter_map(|_| std::net::TcpStream::connect(p.admin).ok())
+        .collect();
+    p.wait_log("accept failed; backing off", |_| true);
+    // One failed answer drops the kept probe connection; its descriptor goes to a queued admin
+    // connection, so the next probe's dial meets EMFILE: a failure of this node, not of `a`.
+    a.control.fail_next(1);
+    let short = p.wait_log(
+        "probe not made: this node is short of resources; backend health unchanged",
+        |_| true,
+    );
+    assert!(
+        short["fields"]["reason"]
+            .as_str()
+            .is_some_and(|r| r.contains("Too many open files")),
+        "{short}"
+    );
+    drop(held);
+    p.wait_log("probing again after a shortage on this node", |_| true);
+    let logs = p.logs();
+    let line = |m: &str| logs.iter().filter(|v| v["fields"]["message"] == m).count();
+    assert_eq!(
+        line("probe not made: this node is short of resources; backend health unchanged"),
+        1,
+        "one line per spell"
+    );
+    assert!(
+        !logs
+            .iter()
+            .any(|v| v["fields"]["message"] == "backend state changed"
+                && v["fields"]["to"] == "unready"),
+        "the backend was marked unready by our own EMFILE"
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_backend_that_sends_after_the_client_left_frees_the_connection() {
     let lab = Lab::new();

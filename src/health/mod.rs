@@ -21,7 +21,7 @@ use crate::config::HealthConfig;
 use crate::metrics::BackendMetrics;
 use crate::table::TableCmd;
 use crate::tls::TlsSource;
-use probe::{HttpsProbe, Probe};
+use probe::{HttpsProbe, Inconclusive, Probe};
 use rise_fall::{Outcome, RiseFall, Step};
 use state::{Health, State};
 
@@ -63,6 +63,8 @@ impl Monitor {
     pub async fn run<P: Probe>(self, mut probe: P, cancel: CancellationToken) {
         let mut rise_fall = RiseFall::new(self.health.rise, self.health.fall, self.initial.clone());
         let mut jitter = Jitter::seeded(self.spec.id.as_str());
+        // Set while probes cannot be made for a shortage on this node (logged once per spell).
+        let mut short = false;
         loop {
             let started = Instant::now();
             // Failed client dials count at once, also while a probe is in flight (it may be
@@ -86,12 +88,26 @@ impl Monitor {
             if dial_failed {
                 probe.reset(); // a kept connection proves nothing about new ones
             }
-            record(&self.live.metrics, &outcome);
-            let step = rise_fall.observe(&outcome);
-            if !self.publish(&rise_fall, step, &cancel).await {
-                return;
-            }
-            let delay = if step.pending {
+            let pending = match outcome {
+                Ok(outcome) => {
+                    if std::mem::take(&mut short) {
+                        tracing::info!(backend = %self.spec.id, "probing again after a shortage on this node");
+                    }
+                    record(&self.live.metrics, &outcome);
+                    let step = rise_fall.observe(&outcome);
+                    if !self.publish(&rise_fall, step, &cancel).await {
+                        return;
+                    }
+                    step.pending
+                }
+                Err(Inconclusive(reason)) => {
+                    if !std::mem::replace(&mut short, true) {
+                        tracing::warn!(backend = %self.spec.id, reason, "probe not made: this node is short of resources; backend health unchanged");
+                    }
+                    true // try again soon
+                }
+            };
+            let delay = if pending {
                 self.health.fast_interval
             } else {
                 jitter.around(self.health.interval)
@@ -207,7 +223,8 @@ mod tests {
     /// A probe that answers from a script and notes when it was called and reset.
     struct Scripted {
         calls: Arc<Mutex<Vec<Instant>>>,
-        script: VecDeque<bool>,
+        /// Pass (`Some(true)`), fail, or inconclusive (`None`: a shortage on this node).
+        script: VecDeque<Option<bool>>,
         resets: Arc<std::sync::atomic::AtomicUsize>,
         /// How long each probe takes.
         takes: Duration,
@@ -217,7 +234,7 @@ mod tests {
         fn new(calls: &Arc<Mutex<Vec<Instant>>>, script: &[bool]) -> Self {
             Scripted {
                 calls: calls.clone(),
-                script: script.iter().copied().collect(),
+                script: script.iter().map(|&p| Some(p)).collect(),
                 resets: Arc::default(),
                 takes: Duration::from_millis(10),
             }
@@ -228,18 +245,19 @@ mod tests {
         fn probe(
             &mut self,
             _timeout: Duration,
-        ) -> impl std::future::Future<Output = Outcome> + Send {
+        ) -> impl std::future::Future<Output = Result<Outcome, Inconclusive>> + Send {
             self.calls.lock().expect("calls").push(Instant::now());
-            let pass = self.script.pop_front().unwrap_or(true);
+            let next = self.script.pop_front().unwrap_or(Some(true));
             let takes = self.takes;
             async move {
                 tokio::time::sleep(takes).await; // probes take time too
-                Outcome {
+                let pass = next.ok_or_else(|| Inconclusive("Too many open files".into()))?;
+                Ok(Outcome {
                     pass,
                     latency: Some(Duration::from_millis(1)),
                     reason: (!pass).then(|| "HTTP 500".into()),
                     answered: true,
-                }
+                })
             }
         }
 
@@ -362,6 +380,59 @@ mod tests {
         assert_eq!(h.state, State::Unready);
         assert_eq!(h.last_error.as_deref(), Some("dial: timeout after 1s"));
         assert_eq!(resets.load(std::sync::atomic::Ordering::SeqCst), 2);
+        cancel.cancel();
+        handle.await.expect("task ends on cancel");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn probes_this_node_could_not_make_leave_health_alone_and_retry_soon() {
+        let (tx, mut rx) = mpsc::channel(64);
+        let task = monitor(tx);
+        let calls = Arc::new(Mutex::new(Vec::new()));
+        // ready; one failure (pending); three probes not made; a pass; a failure; not made.
+        let script = [
+            Some(true),
+            Some(true),
+            Some(false),
+            None,
+            None,
+            None,
+            Some(true),
+            Some(false),
+            None,
+        ];
+        let probe = Scripted {
+            script: script.into_iter().collect(),
+            ..Scripted::new(&calls, &[])
+        };
+        let cancel = CancellationToken::new();
+        let handle = tokio::spawn(task.run(probe, cancel.clone()));
+        let mut seen = Vec::new();
+        for _ in 0..5 {
+            let h = next_health(&mut rx).await;
+            seen.push((h.state, h.last_error.map(|e| e.to_string())));
+        }
+        // Had the shortage counted as failures, the first one after the failure made it unready.
+        let fail = || Some("HTTP 500".to_string());
+        use State::*;
+        assert_eq!(
+            seen,
+            [
+                (Ready, None),
+                (Ready, None),
+                (Ready, fail()),
+                (Ready, None),
+                (Ready, fail())
+            ]
+        );
+        let calls = calls.lock().expect("calls").clone();
+        for w in calls[2..7].windows(2) {
+            assert_eq!(
+                w[1] - w[0],
+                Duration::from_secs(1),
+                "fast_interval: {calls:?}"
+            );
+        }
         cancel.cancel();
         handle.await.expect("task ends on cancel");
     }

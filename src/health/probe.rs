@@ -66,6 +66,8 @@ struct Failure {
     latency: Option<Duration>,
     /// Failed before any answer on a reused connection: the server may just have closed it idle.
     stale: bool,
+    /// Failed for want of something on this node (descriptors, memory): no news of the backend.
+    local: bool,
 }
 
 impl Failure {
@@ -74,21 +76,33 @@ impl Failure {
             reason,
             latency: None,
             stale: false,
+            local: false,
         }
     }
 }
 
+/// A probe that could not be made for a reason on this node, not the backend's (out of file
+/// descriptors or memory): it says nothing about the backend, whose health stays as it was.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Inconclusive(pub String);
+
 /// One health probe of one backend; [`HttpsProbe`] is the real one, tests script their own.
 pub trait Probe: Send {
     /// Probes once, bounded by `timeout` end to end.
-    fn probe(&mut self, timeout: Duration) -> impl std::future::Future<Output = Outcome> + Send;
+    fn probe(
+        &mut self,
+        timeout: Duration,
+    ) -> impl std::future::Future<Output = Result<Outcome, Inconclusive>> + Send;
 
     /// Drops any kept connection, so the next probe dials afresh.
     fn reset(&mut self);
 }
 
 impl Probe for HttpsProbe {
-    fn probe(&mut self, timeout: Duration) -> impl std::future::Future<Output = Outcome> + Send {
+    fn probe(
+        &mut self,
+        timeout: Duration,
+    ) -> impl std::future::Future<Output = Result<Outcome, Inconclusive>> + Send {
         HttpsProbe::probe(self, timeout)
     }
 
@@ -109,7 +123,7 @@ impl HttpsProbe {
     }
 
     /// One probe, bounded by `timeout` end to end. Any failure drops the connection.
-    pub async fn probe(&mut self, timeout: Duration) -> Outcome {
+    pub async fn probe(&mut self, timeout: Duration) -> Result<Outcome, Inconclusive> {
         let result = match tokio::time::timeout(timeout, self.attempt()).await {
             Ok(r) => r,
             Err(_) => Err(Failure::new(format!(
@@ -118,21 +132,25 @@ impl HttpsProbe {
             ))),
         };
         match result {
-            Ok(latency) => Outcome {
+            Ok(latency) => Ok(Outcome {
                 pass: true,
                 latency: Some(latency),
                 reason: None,
                 answered: true,
-            },
+            }),
+            Err(f) if f.local => {
+                self.conn = None;
+                Err(Inconclusive(f.reason))
+            }
             Err(f) => {
                 self.conn = None;
-                Outcome {
+                Ok(Outcome {
                     pass: false,
                     // Only an HTTP answer carries a latency: that is what "answered" means.
                     answered: f.latency.is_some(),
                     latency: f.latency,
                     reason: Some(f.reason.into()),
-                }
+                })
             }
         }
     }
@@ -160,7 +178,10 @@ impl HttpsProbe {
     async fn dial(&self, tls: &TlsState) -> Result<Conn, Failure> {
         let tcp = crate::dial::connect(&self.spec.host, self.spec.port)
             .await
-            .map_err(|e| Failure::new(connect_reason(&e)))?;
+            .map_err(|e| Failure {
+                local: crate::dial::is_local_shortage(&e),
+                ..Failure::new(connect_reason(&e))
+            })?;
         if let Err(e) = tcp.set_nodelay(true) {
             tracing::debug!(error = %e, "probe: cannot set TCP_NODELAY");
         }
@@ -189,9 +210,8 @@ impl HttpsProbe {
             .as_mut()
             .ok_or_else(|| Failure::new("HTTP: no connection".to_string()))?;
         let stale = |e: hyper::Error| Failure {
-            reason: http_reason(&e),
-            latency: None,
             stale: reused,
+            ..Failure::new(http_reason(&e))
         };
         conn.sender.ready().await.map_err(stale)?;
         let req = Request::get(self.path.as_str())
@@ -219,9 +239,8 @@ impl HttpsProbe {
             None => format!("HTTP {}", status.as_u16()),
         };
         Err(Failure {
-            reason,
             latency: Some(latency),
-            stale: false,
+            ..Failure::new(reason)
         })
     }
 }

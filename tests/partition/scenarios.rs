@@ -306,9 +306,6 @@ fn partition_5_syn_black_hole_turns_a_ready_backend_unready_from_dial_failures()
 }
 
 #[test]
-#[ignore = "fails today (8 of 10 runs): with 20 % loss about a third of dials lose a SYN or \
-            SYN-ACK, connect_timeout 1s equals Linux's first SYN retransmit, so dial failures \
-            flap the witness; needs flap damping (issue 7 note). Run: cargo test partition_6 -- --ignored"]
 fn partition_6_lossy_link_to_the_witness_changes_its_state_at_most_once() {
     let spec = Spec {
         name: "partition_6_lossy_link_to_the_witness_changes_its_state_at_most_once",
