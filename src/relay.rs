@@ -30,7 +30,16 @@ pub const TIERS: [usize; 3] = [1024, 16 * 1024, 256 * 1024];
 /// quiet holds nothing.
 pub const IDLE_RELEASE: Duration = Duration::from_millis(100);
 
-/// Relays until both directions have ended (EOF each way) or either fails.
+/// Once one direction has ended (its EOF relayed as a half-close), the other must move a byte at
+/// least this often or the connection is given up: a client that closed while the backend
+/// stalls mid-response sends nothing more that would tell us it is gone, and its two
+/// descriptors would be held for as long as the backend stays silent. HTTP clients never wait
+/// half-closed; 60 s is what Linux itself gives an orphaned half-closed socket
+/// (`tcp_fin_timeout`). A connection open both ways has no idle timeout (a quiet watch is normal).
+pub const HALF_CLOSED_IDLE: Duration = Duration::from_secs(60);
+
+/// Relays until both directions have ended (EOF each way), either fails, or one has ended and
+/// the other stays silent for [`HALF_CLOSED_IDLE`] (then `TimedOut`).
 pub async fn relay(
     client: &TcpStream,
     backend: &TcpStream,
@@ -42,13 +51,31 @@ pub async fn relay(
     // Armed only while a direction keeps a buffer above the smallest tier.
     let mut idle: Option<Pin<Box<Sleep>>> = None;
     let mut active = false;
+    // Armed once one direction has ended.
+    let mut half_closed: Option<Pin<Box<Sleep>>> = None;
     poll_fn(|cx| {
         let a = up.poll(cx, client, backend, to_backend)?;
         let b = down.poll(cx, backend, client, to_client)?;
         if a.is_ready() && b.is_ready() {
             return Poll::Ready(Ok(()));
         }
-        active |= up.moved || down.moved;
+        let moved = up.moved || down.moved;
+        if a.is_ready() || b.is_ready() {
+            let timer =
+                half_closed.get_or_insert_with(|| Box::pin(tokio::time::sleep(HALF_CLOSED_IDLE)));
+            if moved {
+                timer
+                    .as_mut()
+                    .reset(tokio::time::Instant::now() + HALF_CLOSED_IDLE);
+            }
+            if timer.as_mut().poll(cx).is_ready() {
+                return Poll::Ready(Err(io::Error::new(
+                    io::ErrorKind::TimedOut,
+                    "half-closed and silent for 60s",
+                )));
+            }
+        }
+        active |= moved;
         (up.moved, down.moved) = (false, false);
         if !(up.holds_large() || down.holds_large()) {
             idle = None;
@@ -310,6 +337,42 @@ mod tests {
         }
         drop((client, backend));
         let _ = task.await.expect("relay task");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn half_closed_and_silent_is_given_up_but_half_closed_and_moving_is_not() {
+        // The client sent its request and closed; the backend answers a byte every 50 s, then
+        // stalls: the answer arrives whole, and the stall ends the connection.
+        let (mut client, mut backend, task) = relayed().await;
+        client.write_all(b"request").await.expect("write");
+        client.shutdown().await.expect("half-close");
+        let mut got = Vec::new();
+        backend
+            .read_to_end(&mut got)
+            .await
+            .expect("request and EOF");
+        assert_eq!(got, b"request");
+        let started = tokio::time::Instant::now();
+        for _ in 0..3 {
+            tokio::time::sleep(HALF_CLOSED_IDLE - Duration::from_secs(10)).await;
+            backend.write_all(b"x").await.expect("backend write");
+            let mut one = [0u8; 1];
+            client
+                .read_exact(&mut one)
+                .await
+                .expect("a byte, not a cut");
+        }
+        let mut rest = Vec::new();
+        client.read_to_end(&mut rest).await.expect("EOF");
+        assert!(rest.is_empty());
+        let (r, _, _) = task.await.expect("relay task");
+        assert_eq!(r.expect_err("given up").kind(), io::ErrorKind::TimedOut);
+        let took = started.elapsed();
+        assert!(
+            took >= (HALF_CLOSED_IDLE - Duration::from_secs(10)) * 3 + HALF_CLOSED_IDLE,
+            "cut only after a full silence: {took:?}"
+        );
+        drop(backend);
     }
 
     /// A short read clears readiness without the EAGAIN read: data followed at once by a FIN

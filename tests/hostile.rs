@@ -140,6 +140,59 @@ async fn a_backend_that_resets_mid_stream_ends_that_connection_only() {
     app.shutdown().await;
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_backend_that_stalls_mid_response_holds_only_its_own_connections() {
+    let lab = Lab::new();
+    let (local, _remote, app) = lab.local_and_remote("").await;
+    let proxy = app.listen_addrs()[0];
+    local.control.set_raw_stall_after(16 * 1024);
+    let stalled = || async {
+        let (mut conn, name) = raw(proxy).await.expect("relayed");
+        assert_eq!(name, "local");
+        conn.get_mut()
+            .write_all(&[7u8; 64 * 1024])
+            .await
+            .expect("sent");
+        let mut half = vec![0u8; 16 * 1024];
+        tokio::time::timeout(patience(), conn.read_exact(&mut half))
+            .await
+            .expect("the first part in time")
+            .expect("the first part");
+        conn
+    };
+    let mut stalled = [stalled().await, stalled().await];
+    // No idle timeout cuts them (a quiet watch is normal), and the others are served meanwhile.
+    local.control.set_raw_stall_after(0);
+    for _ in 0..20 {
+        assert_eq!(landed(proxy).await, "local");
+    }
+    let mut more = [0u8; 1];
+    for conn in stalled.iter_mut() {
+        let r = tokio::time::timeout(std::time::Duration::from_millis(300), conn.read(&mut more));
+        assert!(
+            r.await.is_err(),
+            "a stalled connection is neither cut nor fed"
+        );
+    }
+    poll("the served ones are done", || {
+        app.status().backends[0].active_connections == 2
+    })
+    .await;
+    // The backend turning unready closes the stalled ones, as any of its connections. (A client
+    // that closes while the backend stalls is let go after `relay::HALF_CLOSED_IDLE`: a unit
+    // test in `relay.rs`, on a paused clock.)
+    local.control.set_ready(false);
+    for conn in stalled.iter_mut() {
+        let _ = read_to_end(conn).await;
+    }
+    poll("nothing left on the stalled backend", || {
+        app.status().backends[0].active_connections == 0
+    })
+    .await;
+    assert_eq!(landed(proxy).await, "remote");
+    app.shutdown().await;
+}
+
 #[test]
 fn running_out_of_descriptors_is_logged_once_per_burst_and_recovers() {
     let rt = tokio::runtime::Runtime::new().expect("runtime");

@@ -47,6 +47,8 @@ pub struct Control {
     pub(super) readyz_delay_us: AtomicU64,
     /// When non-zero, `/readyz` answers 200 at once and then its body one byte per this many µs.
     pub(super) readyz_trickle_us: AtomicU64,
+    /// When non-zero, a `RAW\n` connection echoes this many bytes, then neither reads nor writes.
+    pub(super) raw_stall_after: AtomicU64,
     fail_next: AtomicU64,
     pass_next: AtomicU64,
     handshake_delay_us: AtomicU64,
@@ -116,6 +118,12 @@ impl Control {
     pub fn set_readyz_trickle(&self, d: Duration) {
         self.readyz_trickle_us
             .store(d.as_micros() as u64, Ordering::SeqCst);
+    }
+
+    /// Makes new `RAW\n` connections stall mid-response: echo the first `bytes`, then hold the
+    /// connection without reading or writing until the fake stops (0: never stall).
+    pub fn set_raw_stall_after(&self, bytes: u64) {
+        self.raw_stall_after.store(bytes, Ordering::SeqCst);
     }
 
     /// Delays every TLS handshake by `d` (a far or slow site: must not count as `/readyz` latency).
@@ -209,6 +217,7 @@ impl FakeApiserver {
             mode: AtomicU8::new(Mode::Serve as u8),
             readyz_delay_us: AtomicU64::new(0),
             readyz_trickle_us: AtomicU64::new(0),
+            raw_stall_after: AtomicU64::new(0),
             fail_next: AtomicU64::new(0),
             pass_next: AtomicU64::new(0),
             handshake_delay_us: AtomicU64::new(0),
@@ -298,7 +307,7 @@ async fn connection(stream: TcpStream, tls: TlsAcceptor, control: Arc<Control>) 
     }
     let mut first = [0u8; 4];
     if stream.peek(&mut first).await.is_ok() && &first == b"RAW\n" {
-        return raw_echo(stream, &control.name).await;
+        return raw_echo(stream, &control).await;
     }
     let Ok(tls_stream) = tls.accept(stream).await else {
         return;

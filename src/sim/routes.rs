@@ -121,20 +121,33 @@ impl<F: FnMut(u64) -> Option<Bytes> + Unpin> Body for Ticking<F> {
     }
 }
 
-/// `RAW\n` protocol: greet with the name, echo everything, and on EOF say `bye\n` and close.
-pub(super) async fn raw_echo(mut stream: TcpStream, name: &str) {
+/// `RAW\n` protocol: greet with the name, echo everything (or, when told to stall, only the first
+/// bytes), and on EOF say `bye\n` and close.
+pub(super) async fn raw_echo(mut stream: TcpStream, control: &Control) {
     let mut hello = [0u8; 4];
     if stream.read_exact(&mut hello).await.is_err()
         || stream
-            .write_all(format!("{name}\n").as_bytes())
+            .write_all(format!("{}\n", control.name).as_bytes())
             .await
             .is_err()
     {
         return;
     }
+    let stall_after = match control.raw_stall_after.load(Ordering::SeqCst) {
+        0 => u64::MAX,
+        n => n,
+    };
+    let mut echoed = 0u64;
     let mut buf = vec![0u8; 16 * 1024];
     loop {
-        match stream.read(&mut buf).await {
+        if echoed >= stall_after {
+            // Stalled mid-response: the socket stays open, unread and unwritten, until the
+            // fake's shutdown drops this task.
+            return std::future::pending().await;
+        }
+        let room = usize::try_from(stall_after - echoed).unwrap_or(usize::MAX);
+        let want = buf.len().min(room);
+        match stream.read(&mut buf[..want]).await {
             Ok(0) => {
                 let _ = stream.write_all(b"bye\n").await;
                 let _ = stream.shutdown().await;
@@ -144,6 +157,7 @@ pub(super) async fn raw_echo(mut stream: TcpStream, name: &str) {
                 if stream.write_all(&buf[..n]).await.is_err() {
                     return;
                 }
+                echoed += n as u64;
             }
             Err(_) => return,
         }
