@@ -27,7 +27,7 @@ use crate::tls::{self, TlsError, TlsSource};
 #[derive(Debug, thiserror::Error)]
 pub enum StartError {
     /// A listener could not be bound (port in use, address not local, …).
-    #[error("cannot listen on {addr} ({what}): {cause}")]
+    #[error("cannot listen on {addr}: {cause}")]
     Bind {
         /// `listen` or `admin`.
         what: &'static str,
@@ -37,11 +37,51 @@ pub enum StartError {
         cause: std::io::Error,
     },
     /// A CA, certificate or key file is unusable.
-    #[error("tls: {0}")]
+    #[error("{0}")]
     Tls(TlsError),
     /// Internal: the table writer is gone (only during shutdown).
     #[error("the routing table is shutting down")]
     TableGone,
+}
+
+impl StartError {
+    /// The config field the error is about (`tls.ca`, `listen[1]`, `admin`), for pointing at its
+    /// line; `None` when no field is to blame.
+    pub fn field(&self, config: &Config) -> Option<String> {
+        match self {
+            StartError::Bind { what, addr, .. } => {
+                match config.listen.iter().position(|a| a == addr) {
+                    Some(i) if *what == "listen" => Some(format!("listen[{i}]")),
+                    _ => Some((*what).to_string()),
+                }
+            }
+            StartError::Tls(e) => {
+                let tls = &config.tls;
+                let path = Some(e.path());
+                let cert = tls.client_cert.as_deref();
+                let key = tls.client_key.as_deref().or(cert);
+                // The file named under `client_cert` may hold the key too (kubelet's does).
+                let key_field = if key == cert {
+                    "tls.client_cert"
+                } else {
+                    "tls.client_key"
+                };
+                let field = if e.is_about_key() && path == key {
+                    key_field
+                } else if path == Some(tls.ca.as_path()) {
+                    "tls.ca"
+                } else if path == cert {
+                    "tls.client_cert"
+                } else if path == key {
+                    key_field
+                } else {
+                    return None;
+                };
+                Some(field.to_string())
+            }
+            StartError::TableGone => None,
+        }
+    }
 }
 
 impl From<TlsError> for StartError {

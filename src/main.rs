@@ -6,8 +6,9 @@ use std::process::ExitCode;
 use anyhow::Context;
 use clap::{Parser, Subcommand};
 use readyprism::app::App;
+use readyprism::app::StartError;
 use readyprism::cli::status;
-use readyprism::config::Source;
+use readyprism::config::{Config, Source};
 use readyprism::signals::Signals;
 
 #[derive(Parser)]
@@ -122,9 +123,10 @@ fn dispatch(command: Command) -> anyhow::Result<ExitCode> {
             args,
             skip_node_files,
         } => {
-            let config = args.source().load()?;
+            let source = args.source();
+            let config = source.load()?;
             if !skip_node_files {
-                readyprism::app::check_files(&config)?;
+                readyprism::app::check_files(&config).map_err(|e| placed(&source, &config, e))?;
             }
             print!("{}", config.to_yaml());
             Ok(ExitCode::SUCCESS)
@@ -134,7 +136,9 @@ fn dispatch(command: Command) -> anyhow::Result<ExitCode> {
             let config = source.load()?;
             block_on(async move {
                 let signals = Signals::install().context("signal handling")?;
-                let app = App::start(config).await?;
+                let app = App::start(config.clone())
+                    .await
+                    .map_err(|e| placed(&source, &config, e))?;
                 signals.run(app, source).await;
                 Ok(ExitCode::SUCCESS)
             })
@@ -185,6 +189,14 @@ fn dispatch(command: Command) -> anyhow::Result<ExitCode> {
             })?;
             Ok(ExitCode::SUCCESS)
         }
+    }
+}
+
+/// A start-up error, prefixed with the config file, line and field it is about.
+fn placed(source: &Source, config: &Config, e: StartError) -> anyhow::Error {
+    match e.field(config) {
+        Some(field) => anyhow::anyhow!("{}: {e}", source.place(&field)),
+        None => e.into(),
     }
 }
 

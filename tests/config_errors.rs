@@ -55,28 +55,49 @@ fn unreadable_files_and_busy_ports_are_one_clear_line_each() {
     let base = |tls: &str, listen: &str| {
         format!("listen: [\"{listen}\"]\nadmin: \"127.0.0.1:0\"\nbackends:\n  - address: 127.0.0.1:1\ntls:\n{tls}")
     };
+    let dir = lab.path("").display().to_string();
+    let dir = dir.trim_end_matches('/').to_string();
+    // (config, the field and its line:column, what is said about it)
     let cases = [
         (
             base(&format!("  ca: {ca}\n"), &busy_addr),
+            "1:1: listen[0]",
             format!("cannot listen on {busy_addr}"),
         ),
         (
             base("  ca: /nonexistent/ca.crt\n", "127.0.0.1:0"),
+            "6:3: tls.ca",
             "/nonexistent/ca.crt: cannot read".to_string(),
         ),
         (
+            base(&format!("  ca: {dir}\n"), "127.0.0.1:0"),
+            "6:3: tls.ca",
+            format!("{dir}: cannot read: Is a directory"),
+        ),
+        (
             base(&format!("  ca: {garbage}\n"), "127.0.0.1:0"),
+            "6:3: tls.ca",
             format!("{garbage}: no CERTIFICATE"),
         ),
         (
             base(&format!("  ca: {ca}\n  client_cert: {ca}\n"), "127.0.0.1:0"),
+            "7:3: tls.client_cert",
             format!("{ca}: no usable private key"),
+        ),
+        (
+            base(
+                &format!("  ca: {ca}\n  client_cert: {dir}\n"),
+                "127.0.0.1:0",
+            ),
+            "7:3: tls.client_cert",
+            format!("{dir}: cannot read: Is a directory"),
         ),
         (
             base(
                 &format!("  ca: {ca}\n  client_cert: {garbage}\n  client_key: {key}\n"),
                 "127.0.0.1:0",
             ),
+            "7:3: tls.client_cert",
             format!("{garbage}: no CERTIFICATE"),
         ),
         (
@@ -84,6 +105,7 @@ fn unreadable_files_and_busy_ports_are_one_clear_line_each() {
                 &format!("  ca: {ca}\n  client_cert: {cert}\n  client_key: {other_key}\n"),
                 "127.0.0.1:0",
             ),
+            "8:3: tls.client_key",
             other_key.clone(),
         ),
         (
@@ -91,14 +113,16 @@ fn unreadable_files_and_busy_ports_are_one_clear_line_each() {
                 &format!("  ca: {ca}\n  client_cert: {cert}\n  client_key: /nonexistent/key.pem\n"),
                 "127.0.0.1:0",
             ),
+            "8:3: tls.client_key",
             "/nonexistent/key.pem: cannot read".to_string(),
         ),
     ];
-    for (text, want) in cases {
+    for (text, at, what) in cases {
         let file = lab.write("c.yaml", &text);
+        let want = format!("{file}:{at}: {what}");
         // `check` loads and verifies the files exactly as `run` does (but binds nothing).
         let checked = readyprism(&["check", "--config", &file]);
-        if !want.starts_with("cannot listen") {
+        if !what.starts_with("cannot listen") {
             assert!(
                 !checked.status.success(),
                 "check accepted what run rejects: {want}"
@@ -119,6 +143,7 @@ fn unreadable_files_and_busy_ports_are_one_clear_line_each() {
             "{err}"
         );
         assert!(!err.contains("panicked"), "{err}");
+        assert!(!err.contains("readyprism started"), "nothing starts: {err}");
     }
     drop(busy);
 }

@@ -13,6 +13,24 @@ pub fn key_line(src: &str, key: &str, from_line: usize) -> Option<usize> {
         .map(|(i, _)| i + 1)
 }
 
+/// 1-based line and column of the key a dotted field path ends in (`tls.ca`, `listen[1]`: each
+/// key looked for after the line of its parent; indices ignored).
+pub fn path_line(src: &str, path: &str) -> Option<(usize, usize)> {
+    let mut line = 1;
+    for segment in path.split('.') {
+        let key = segment.split('[').next()?;
+        line = key_line(src, key, line)?;
+    }
+    let last = path.rsplit('.').next()?.split('[').next()?;
+    let column = src
+        .lines()
+        .nth(line - 1)
+        .and_then(|l| l.find(&format!("{last}:")))
+        .unwrap_or_else(|| indent(src, line))
+        + 1;
+    Some((line, column))
+}
+
 /// 1-based line of the `nth` (0-based) line whose content mentions `value` as a YAML scalar.
 pub fn value_line(src: &str, value: &str, nth: usize) -> Option<usize> {
     src.lines()
@@ -78,5 +96,16 @@ mod tests {
     fn values_are_found_in_block_and_flow_style() {
         assert_eq!(value_line(SRC, "a:1", 0), Some(7));
         assert_eq!(value_line(SRC, "a:1", 1), Some(8));
+    }
+
+    #[test]
+    fn a_dotted_path_is_found_under_its_parent_in_block_and_flow_style() {
+        let src = "ca: nope\nlisten: [\"127.0.0.1:1\"]\ntls:\n  client_cert: /c\n  ca: /ca\nx: { tls: { ca: /y } }\n";
+        assert_eq!(path_line(src, "tls.ca"), Some((5, 3)));
+        assert_eq!(path_line(src, "tls.client_cert"), Some((4, 3)));
+        assert_eq!(path_line(src, "listen[0]"), Some((2, 1)));
+        assert_eq!(path_line(src, "admin"), None);
+        let flow = "tls: { client_cert: /c, ca: /ca }\n";
+        assert_eq!(path_line(flow, "tls.ca"), Some((1, 25)));
     }
 }

@@ -204,6 +204,20 @@ impl Source {
         }
         Ok(config)
     }
+
+    /// Where `field` (a dotted path: `tls.ca`, `listen[1]`) is set in the file, as
+    /// `file:line:column: field`, for an error found after loading (a file it names, an address it
+    /// binds); `file: field` when the file does not set it (a default).
+    pub fn place(&self, field: &str) -> String {
+        let file = self.path.display();
+        let at = std::fs::read_to_string(&self.path)
+            .ok()
+            .and_then(|src| locate::path_line(&src, field));
+        match at {
+            Some((line, column)) => format!("{file}:{line}:{column}: {field}"),
+            None => format!("{file}: {field}"),
+        }
+    }
 }
 
 /// The text form of a TLS server name.

@@ -47,6 +47,14 @@ pub enum TlsError {
         /// What is wrong.
         what: String,
     },
+    /// The key file holds no usable private key.
+    #[error("{path}: no usable private key: {what}")]
+    Key {
+        /// The file.
+        path: PathBuf,
+        /// What is wrong.
+        what: String,
+    },
     /// The client certificate file disappeared after one was loaded (the previous one stays).
     #[error("{path}: the client certificate file disappeared; keeping the one loaded before")]
     Gone {
@@ -61,6 +69,25 @@ pub enum TlsError {
         /// Why.
         cause: rustls::Error,
     },
+}
+
+impl TlsError {
+    /// The file the error is about.
+    pub fn path(&self) -> &std::path::Path {
+        match self {
+            TlsError::Read { path, .. }
+            | TlsError::Pem { path, .. }
+            | TlsError::Key { path, .. }
+            | TlsError::Gone { path }
+            | TlsError::Rustls { path, .. } => path,
+        }
+    }
+
+    /// Whether the error is about the client key (unusable, or not matching the certificate)
+    /// rather than a certificate.
+    pub fn is_about_key(&self) -> bool {
+        matches!(self, TlsError::Key { .. } | TlsError::Rustls { .. })
+    }
 }
 
 /// The client certificate the probes present.
@@ -337,9 +364,9 @@ fn load_roots(path: &Path) -> Result<RootCertStore, TlsError> {
 }
 
 fn load_key(path: &Path) -> Result<PrivateKeyDer<'static>, TlsError> {
-    PrivateKeyDer::from_pem_slice(&read(path)?).map_err(|e| TlsError::Pem {
+    PrivateKeyDer::from_pem_slice(&read(path)?).map_err(|e| TlsError::Key {
         path: path.to_path_buf(),
-        what: format!("no usable private key: {e}"),
+        what: e.to_string(),
     })
 }
 
