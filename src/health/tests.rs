@@ -1,0 +1,272 @@
+//! The monitor's schedule and passive health, on a paused clock with a scripted probe.
+
+use super::*;
+use std::collections::VecDeque;
+use std::sync::Mutex;
+
+/// A probe that answers from a script and notes when it was called and reset.
+struct Scripted {
+    calls: Arc<Mutex<Vec<Instant>>>,
+    /// Pass (`Some(true)`), fail, or inconclusive (`None`: a shortage on this node).
+    script: VecDeque<Option<bool>>,
+    resets: Arc<std::sync::atomic::AtomicUsize>,
+    /// How long each probe takes.
+    takes: Duration,
+}
+
+impl Scripted {
+    fn new(calls: &Arc<Mutex<Vec<Instant>>>, script: &[bool]) -> Self {
+        Scripted {
+            calls: calls.clone(),
+            script: script.iter().map(|&p| Some(p)).collect(),
+            resets: Arc::default(),
+            takes: Duration::from_millis(10),
+        }
+    }
+}
+
+impl Probe for Scripted {
+    fn probe(
+        &mut self,
+        _timeout: Duration,
+    ) -> impl std::future::Future<Output = Result<Outcome, Inconclusive>> + Send {
+        self.calls.lock().expect("calls").push(Instant::now());
+        let next = self.script.pop_front().unwrap_or(Some(true));
+        let takes = self.takes;
+        async move {
+            tokio::time::sleep(takes).await; // probes take time too
+            let pass = next.ok_or_else(|| Inconclusive("Too many open files".into()))?;
+            Ok(Outcome {
+                pass,
+                latency: Some(Duration::from_millis(1)),
+                reason: (!pass).then(|| "HTTP 500".into()),
+                answered: true,
+            })
+        }
+    }
+
+    fn reset(&mut self) {
+        self.resets
+            .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+    }
+}
+
+fn monitor(tx: mpsc::Sender<TableCmd>) -> Monitor {
+    let metrics = crate::metrics::Metrics::new();
+    let spec = Arc::new(BackendSpec {
+        id: crate::backend::BackendId::new("a:1"),
+        host: "a".into(),
+        port: 1,
+        zone: None,
+        server_name: rustls_pki_types::ServerName::try_from("a").expect("name"),
+    });
+    Monitor {
+        health: HealthConfig {
+            path: "/readyz".into(),
+            interval: Duration::from_secs(5),
+            timeout: Duration::from_secs(3),
+            fast_interval: Duration::from_secs(1),
+            rise: 2,
+            fall: 2,
+        },
+        live: Arc::new(BackendLive::new(metrics.backend(&spec.id))),
+        spec,
+        initial: Health::UNKNOWN,
+        table: tx,
+    }
+}
+
+async fn next_health(rx: &mut mpsc::Receiver<TableCmd>) -> Health {
+    let TableCmd::Health { health, .. } = rx.recv().await.expect("result") else {
+        panic!("health")
+    };
+    health
+}
+
+#[tokio::test(start_paused = true)]
+async fn first_probe_at_once_then_interval_with_jitter_and_fast_interval_while_pending() {
+    let (tx, mut rx) = mpsc::channel(64);
+    let task = monitor(tx);
+    let calls = Arc::new(Mutex::new(Vec::new()));
+    // pass (decides ready), pass, fail (pending), fail (unready), pass (pending), pass (ready)
+    let script = [true, true, false, false, true, true];
+    let start = Instant::now();
+    let cancel = CancellationToken::new();
+    let handle = tokio::spawn(task.run(Scripted::new(&calls, &script), cancel.clone()));
+    let mut states = Vec::new();
+    for _ in 0..6 {
+        states.push(next_health(&mut rx).await.state);
+    }
+    cancel.cancel();
+    handle.await.expect("task ends on cancel");
+    use State::*;
+    assert_eq!(states, [Ready, Ready, Ready, Unready, Unready, Ready]);
+    let t: Vec<Duration> = calls
+        .lock()
+        .expect("calls")
+        .iter()
+        .map(|i| *i - start)
+        .collect();
+    assert_eq!(t[0], Duration::ZERO, "first probe at once");
+    let gap = |i: usize| t[i] - t[i - 1];
+    // Paused time is exact up to the timer wheel's 1 ms granularity.
+    let about = |d: Duration, want: Duration| d.abs_diff(want) <= Duration::from_millis(1);
+    for i in [1, 2, 4] {
+        let g = gap(i);
+        assert!(
+            g >= Duration::from_millis(4499) && g <= Duration::from_millis(5501),
+            "interval ±10 %: gap {i} = {g:?}"
+        );
+    }
+    assert!(
+        about(gap(3), Duration::from_secs(1)),
+        "fast_interval while a fall is pending: {t:?}"
+    );
+    assert!(
+        about(gap(5), Duration::from_secs(1)),
+        "fast_interval while a rise is pending: {t:?}"
+    );
+    assert!(gap(1) != gap(2) || gap(2) != gap(4), "jitter varies: {t:?}");
+}
+
+#[tokio::test(start_paused = true)]
+async fn failed_client_dials_count_as_failed_checks_and_the_next_probe_dials_afresh() {
+    let (tx, mut rx) = mpsc::channel(64);
+    let task = monitor(tx);
+    let live = task.live.clone();
+    let calls = Arc::new(Mutex::new(Vec::new()));
+    let probe = Scripted::new(&calls, &[true, true, true]);
+    let resets = probe.resets.clone();
+    let cancel = CancellationToken::new();
+    let handle = tokio::spawn(task.run(probe, cancel.clone()));
+    assert_eq!(next_health(&mut rx).await.state, State::Ready);
+    let start = Instant::now();
+
+    // One refused dial: a failed check (pending), the kept connection dropped, a probe soon.
+    live.dials.report("dial: connection refused".into());
+    let h = next_health(&mut rx).await;
+    assert_eq!(h.state, State::Ready, "one failure of fall 2");
+    assert_eq!(h.last_error.as_deref(), Some("dial: connection refused"));
+    assert!(!h.answering);
+    assert_eq!(resets.load(std::sync::atomic::Ordering::SeqCst), 1);
+    let h = next_health(&mut rx).await; // the probe it brought forward passes
+    assert_eq!((h.state, h.last_error), (State::Ready, None));
+    let t = *calls.lock().expect("calls").last().expect("probed");
+    assert!(
+        t - start <= Duration::from_millis(1001),
+        "fast_interval, not interval"
+    );
+
+    // Two at once (fall 2): unready, exactly like two failed probes.
+    live.dials.report("dial: timeout after 1s".into());
+    live.dials.report("dial: timeout after 1s".into());
+    let h = next_health(&mut rx).await;
+    assert_eq!(h.state, State::Unready);
+    assert_eq!(h.last_error.as_deref(), Some("dial: timeout after 1s"));
+    assert_eq!(resets.load(std::sync::atomic::Ordering::SeqCst), 2);
+    cancel.cancel();
+    handle.await.expect("task ends on cancel");
+}
+
+#[tokio::test(start_paused = true)]
+async fn probes_this_node_could_not_make_leave_health_alone_and_retry_soon() {
+    let (tx, mut rx) = mpsc::channel(64);
+    let task = monitor(tx);
+    let calls = Arc::new(Mutex::new(Vec::new()));
+    // ready; one failure (pending); three probes not made; a pass; a failure; not made.
+    let script = [
+        Some(true),
+        Some(true),
+        Some(false),
+        None,
+        None,
+        None,
+        Some(true),
+        Some(false),
+        None,
+    ];
+    let probe = Scripted {
+        script: script.into_iter().collect(),
+        ..Scripted::new(&calls, &[])
+    };
+    let cancel = CancellationToken::new();
+    let handle = tokio::spawn(task.run(probe, cancel.clone()));
+    let mut seen = Vec::new();
+    for _ in 0..5 {
+        let h = next_health(&mut rx).await;
+        seen.push((h.state, h.last_error.map(|e| e.to_string())));
+    }
+    // Had the shortage counted as failures, the first one after the failure made it unready.
+    let fail = || Some("HTTP 500".to_string());
+    use State::*;
+    assert_eq!(
+        seen,
+        [
+            (Ready, None),
+            (Ready, None),
+            (Ready, fail()),
+            (Ready, None),
+            (Ready, fail())
+        ]
+    );
+    let calls = calls.lock().expect("calls").clone();
+    for w in calls[2..7].windows(2) {
+        assert_eq!(
+            w[1] - w[0],
+            Duration::from_secs(1),
+            "fast_interval: {calls:?}"
+        );
+    }
+    cancel.cancel();
+    handle.await.expect("task ends on cancel");
+}
+
+#[tokio::test(start_paused = true)]
+async fn failed_dials_count_at_once_even_while_a_probe_is_in_flight() {
+    let (tx, mut rx) = mpsc::channel(64);
+    let task = monitor(tx);
+    let live = task.live.clone();
+    let calls = Arc::new(Mutex::new(Vec::new()));
+    // Every probe hangs for 3 s, as one dialing into a black hole until its timeout.
+    let probe = Scripted {
+        takes: Duration::from_secs(3),
+        ..Scripted::new(&calls, &[true, true])
+    };
+    let cancel = CancellationToken::new();
+    let handle = tokio::spawn(task.run(probe, cancel.clone()));
+    assert_eq!(next_health(&mut rx).await.state, State::Ready);
+    // Now t = 3 s; the second probe runs from 4.5-5.5 s for 3 s: at t = 6 s it is in flight.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert_eq!(
+        calls.lock().expect("calls").len(),
+        2,
+        "a probe is in flight"
+    );
+    let before = Instant::now();
+    live.dials.report("dial: timeout after 1s".into());
+    live.dials.report("dial: timeout after 1s".into());
+    let h = next_health(&mut rx).await;
+    assert_eq!(
+        h.state,
+        State::Unready,
+        "fall reached without waiting for the probe"
+    );
+    assert!(
+        Instant::now() - before < Duration::from_secs(1),
+        "at once, not after the probe"
+    );
+    cancel.cancel();
+    handle.await.expect("task ends on cancel");
+}
+
+#[test]
+fn jitter_stays_within_ten_percent_and_varies() {
+    let mut j = Jitter::seeded("10.0.0.1:6443");
+    let base = Duration::from_secs(5);
+    let samples: Vec<Duration> = (0..1000).map(|_| j.around(base)).collect();
+    assert!(samples
+        .iter()
+        .all(|d| *d >= base.mul_f64(0.9) && *d < base.mul_f64(1.1)));
+    let distinct: std::collections::HashSet<_> = samples.iter().collect();
+    assert!(distinct.len() > 900);
+}
