@@ -139,6 +139,33 @@ async fn probe_connection_is_kept_alive_between_probes() {
 }
 
 #[tokio::test]
+async fn a_healthy_probe_connection_is_redialled_after_five_minutes() {
+    // Five minutes pass on the runtime's clock in two jumps (4 min, then 2 min); each jump brings
+    // the next probe forward. A kept connection proves nothing about new ones, so at 6 minutes
+    // old it is replaced: at most 12 handshakes per backend-hour.
+    let lab = Lab::new();
+    let (a, app) = lab.one_ready(SLOW_PROBES).await;
+    assert_eq!(a.control.handshakes.load(SeqCst), 1);
+    for (jump, handshakes) in [(240, 1), (120, 2)] {
+        let hits = a.control.readyz_hits.load(SeqCst);
+        tokio::time::pause();
+        tokio::time::advance(Duration::from_secs(jump)).await;
+        tokio::time::resume();
+        poll("the next probe", || {
+            a.control.readyz_hits.load(SeqCst) > hits
+        })
+        .await;
+        assert_eq!(
+            a.control.handshakes.load(SeqCst),
+            handshakes,
+            "after {jump} s more"
+        );
+    }
+    assert_eq!(app.status().backends[0].state, Ready);
+    app.shutdown().await;
+}
+
+#[tokio::test]
 async fn probes_are_anonymous_until_the_client_cert_appears_and_follow_its_rotation() {
     let lab = Lab::new();
     let a = lab.fake("a").await;
