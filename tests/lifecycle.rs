@@ -332,9 +332,7 @@ fn the_config_file_is_watched_and_reloaded_on_change_without_a_signal() {
 fn signals_right_after_start_reload_or_drain_and_never_kill() {
     let rt = tokio::runtime::Runtime::new().expect("runtime");
     let lab = Lab::new();
-    let a = rt.block_on(lab.fake("a"));
-    let file = lab.path("early.yaml");
-    std::fs::write(&file, lab.yaml("dc-a", &[(addr(&a), "dc-a")], "")).expect("write");
+    let (_a, file) = lab.fake_and_config(&rt, "early.yaml");
     for _ in 0..3 {
         // `start` returns as soon as "readyprism started" is logged: the moment clients may come.
         let p = Proc::start(&file);

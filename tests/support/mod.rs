@@ -123,6 +123,19 @@ impl Lab {
         (a, app)
     }
 
+    /// For tests of the real binary: a fake `a` started on `rt`, and a config file `name` in the
+    /// lab's directory that routes to it (zone dc-a, the lab's fast probes).
+    pub fn fake_and_config(
+        &self,
+        rt: &tokio::runtime::Runtime,
+        name: &str,
+    ) -> (FakeApiserver, PathBuf) {
+        let a = rt.block_on(self.fake("a"));
+        let file = self.path(name);
+        std::fs::write(&file, self.yaml("dc-a", &[(addr(&a), "dc-a")], "")).expect("write");
+        (a, file)
+    }
+
     /// Writes `text` to the file `name` in the lab's directory; returns its path.
     pub fn write(&self, name: &str, text: &str) -> String {
         let p = self.path(name);
