@@ -45,6 +45,15 @@ pub enum StartError {
 }
 
 impl StartError {
+    /// The error as one line prefixed with the config file, line, column and field it is about
+    /// (`config.yaml:6:3: tls.ca: /ca.crt: cannot read: …`), when a field is to blame.
+    pub fn placed(&self, source: &crate::config::Source, config: &Config) -> String {
+        match self.field(config) {
+            Some(field) => format!("{}: {self}", source.place(&field)),
+            None => self.to_string(),
+        }
+    }
+
     /// The config field the error is about (`tls.ca`, `listen[1]`, `admin`), for pointing at its
     /// line; `None` when no field is to blame.
     pub fn field(&self, config: &Config) -> Option<String> {

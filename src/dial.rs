@@ -39,14 +39,17 @@ pub async fn connect(host: &str, port: u16) -> io::Result<TcpStream> {
     connect_any(addrs, ATTEMPT_DELAY).await
 }
 
-/// The dial failed for want of something on this node — file descriptors, socket buffers,
-/// memory — which says nothing about the backend (neither passive nor active health counts it).
+/// The dial failed for want of something on this node — file descriptors, local ports, socket
+/// buffers, memory — which says nothing about the backend (neither passive nor active health
+/// counts it).
 pub fn is_local_shortage(e: &io::Error) -> bool {
-    e.kind() == io::ErrorKind::OutOfMemory
-        || matches!(
-            e.raw_os_error(),
-            Some(libc::EMFILE | libc::ENFILE | libc::ENOBUFS | libc::ENOMEM)
-        )
+    matches!(
+        e.kind(),
+        io::ErrorKind::OutOfMemory | io::ErrorKind::AddrNotAvailable
+    ) || matches!(
+        e.raw_os_error(),
+        Some(libc::EMFILE | libc::ENFILE | libc::ENOBUFS | libc::ENOMEM | libc::EADDRNOTAVAIL)
+    )
 }
 
 /// Races connections to `addrs`: each `delay` after the previous attempt (or at once when one
@@ -78,6 +81,10 @@ pub async fn connect_any(addrs: Vec<SocketAddr>, delay: Duration) -> io::Result<
         tokio::select! {
             done = attempts.join_next() => match done {
                 Some(Ok((_, Ok(stream)))) => return Ok(stream), // dropping the set aborts the rest
+                // This node cannot dial (no descriptor, port or memory): the whole dial fails at
+                // once with that error, which no health check counts, rather than dropping the
+                // address from the rotation and running into a timeout that would count.
+                Some(Ok((_, Err(e)))) if is_local_shortage(&e) => return Err(e),
                 Some(Ok((addr, Err(e)))) => {
                     last_error = Some(e);
                     schedule.failed(addr);
@@ -212,6 +219,28 @@ mod tests {
         assert!(!s.can_start());
     }
 
+    #[test]
+    fn shortages_of_this_node_are_told_apart_from_the_backends_failures() {
+        let os = io::Error::from_raw_os_error;
+        for local in [
+            libc::EMFILE,
+            libc::ENFILE,
+            libc::ENOBUFS,
+            libc::ENOMEM,
+            libc::EADDRNOTAVAIL,
+        ] {
+            assert!(is_local_shortage(&os(local)), "{}", os(local));
+        }
+        for remote in [
+            libc::ECONNREFUSED,
+            libc::ETIMEDOUT,
+            libc::EHOSTUNREACH,
+            libc::ECONNRESET,
+        ] {
+            assert!(!is_local_shortage(&os(remote)), "{}", os(remote));
+        }
+    }
+
     /// Accepts everything queued on `s` once `after` has passed, freeing its full queue.
     fn drain_after(s: &socket2::Socket, after: Duration) -> std::thread::JoinHandle<()> {
         let s = s.try_clone().expect("clone");
@@ -231,14 +260,13 @@ mod tests {
     #[tokio::test]
     async fn a_lost_syn_costs_an_attempt_delay_not_the_kernels_retransmission() {
         // The queue is full, so the listener drops SYNs (as a lossy link would) until it is
-        // drained at 1.1 s. Linux retransmits a SYN 1 s after the first and, at the earliest,
-        // 1 s after that (`tcp_syn_linear_timeouts`; older kernels wait 2 s), so the first
-        // attempt alone connects at 2 s at the earliest; a fresh attempt started after the drain
-        // connects within one attempt delay of it.
+        // drained at 300 ms. Linux retransmits a lost SYN after 1 s, past the 950 ms budget, so
+        // only an attempt started after the drain (at 400, 500, 600 or 700 ms, 100 ms apart)
+        // can connect in time; a single attempt never does.
         let (hole, _fillers, addr) = black_hole().await;
-        let drain = drain_after(&hole, Duration::from_millis(1100));
+        let drain = drain_after(&hole, Duration::from_millis(300));
         let dial = connect_any(vec![addr], Duration::from_millis(100));
-        let got = tokio::time::timeout(Duration::from_millis(1900), dial).await;
+        let got = tokio::time::timeout(Duration::from_millis(950), dial).await;
         assert!(
             matches!(got, Ok(Ok(_))),
             "a re-attempt connects before the kernel's second SYN retransmission: {got:?}"

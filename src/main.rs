@@ -194,10 +194,7 @@ fn dispatch(command: Command) -> anyhow::Result<ExitCode> {
 
 /// A start-up error, prefixed with the config file, line and field it is about.
 fn placed(source: &Source, config: &Config, e: StartError) -> anyhow::Error {
-    match e.field(config) {
-        Some(field) => anyhow::anyhow!("{}: {e}", source.place(&field)),
-        None => e.into(),
-    }
+    anyhow::anyhow!(e.placed(source, config))
 }
 
 /// Runs `fut` on a fresh single-threaded runtime. Afterwards, blocking work still running (a DNS

@@ -71,7 +71,7 @@ pub async fn relay(
             if timer.as_mut().poll(cx).is_ready() {
                 return Poll::Ready(Err(io::Error::new(
                     io::ErrorKind::TimedOut,
-                    "half-closed and silent for 60s",
+                    format!("half-closed and silent for {HALF_CLOSED_IDLE:?}"),
                 )));
             }
         }

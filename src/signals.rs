@@ -87,7 +87,10 @@ impl Signals {
 pub async fn reload(app: &mut App, source: &Source) {
     let metrics = app.metrics();
     let result = match source.load() {
-        Ok(config) => app.reload(config).await.map_err(|e| e.to_string()),
+        Ok(config) => app
+            .reload(config.clone())
+            .await
+            .map_err(|e| e.placed(source, &config)),
         Err(e) => Err(e.to_string()),
     };
     match result {

@@ -202,6 +202,28 @@ fn sighup_reloads_and_an_invalid_file_keeps_the_running_config() {
         err.contains(&format!("{}:2:", file.display())) && err.contains("backends[0].address"),
         "{err}"
     );
+    // A file the config names is placed at its field too.
+    let good = lab.yaml("dc-a", &[(addr(&a), "dc-a")], "");
+    std::fs::write(
+        &file,
+        good.replace(
+            &lab.path("ca.crt").display().to_string(),
+            "/nonexistent/ca.crt",
+        ),
+    )
+    .expect("write");
+    p.signal("HUP");
+    let rejected = p.wait_log("config reload rejected; the running config stays", |v| {
+        v["fields"]["error"]
+            .as_str()
+            .is_some_and(|e| e.contains("/nonexistent/ca.crt"))
+    });
+    let err = rejected["fields"]["error"].as_str().expect("error field");
+    assert!(
+        err.starts_with(&format!("{}:", file.display()))
+            && err.contains(": tls.ca: /nonexistent/ca.crt: cannot read"),
+        "{err}"
+    );
     assert_eq!(status(&p)["backends"].as_array().map(Vec::len), Some(2));
 }
 
