@@ -62,44 +62,59 @@ pub async fn connect_any(addrs: Vec<SocketAddr>, delay: Duration) -> io::Result<
         next: 0,
         started: 0,
     };
+    let no_address = || io::Error::new(io::ErrorKind::NotFound, "the name has no address");
+    let first_addr = schedule.take().ok_or_else(no_address)?;
+    // The first attempt runs in this task: the common dial, which connects before the next
+    // attempt is due, spawns nothing. Later attempts are tasks in `attempts`.
+    let first = TcpStream::connect(first_addr);
+    tokio::pin!(first);
+    let mut first_pending = true;
     let mut attempts = JoinSet::new();
     let mut last_error = None;
     let start = |attempts: &mut JoinSet<_>, addr: SocketAddr| {
         attempts.spawn(async move { (addr, TcpStream::connect(addr).await) });
     };
     loop {
-        if attempts.is_empty() {
+        if !first_pending && attempts.is_empty() {
             match schedule.take() {
                 Some(a) => start(&mut attempts, a),
-                None => {
-                    return Err(last_error.unwrap_or_else(|| {
-                        io::Error::new(io::ErrorKind::NotFound, "the name has no address")
-                    }))
-                }
+                None => return Err(last_error.unwrap_or_else(no_address)),
             }
         }
-        tokio::select! {
-            done = attempts.join_next() => match done {
-                Some(Ok((_, Ok(stream)))) => return Ok(stream), // dropping the set aborts the rest
-                // This node cannot dial (no descriptor, port or memory): the whole dial fails at
-                // once with that error, which no health check counts, rather than dropping the
-                // address from the rotation and running into a timeout that would count.
-                Some(Ok((_, Err(e)))) if is_local_shortage(&e) => return Err(e),
-                Some(Ok((addr, Err(e)))) => {
-                    last_error = Some(e);
-                    schedule.failed(addr);
-                    if let Some(a) = schedule.take() {
-                        start(&mut attempts, a);
-                    }
+        let ended = tokio::select! {
+            r = &mut first, if first_pending => {
+                first_pending = false;
+                Some((first_addr, r))
+            }
+            done = attempts.join_next(), if !attempts.is_empty() => match done {
+                Some(Ok(ended)) => Some(ended),
+                Some(Err(join)) => {
+                    last_error = Some(io::Error::other(join));
+                    None
                 }
-                Some(Err(join)) => last_error = Some(io::Error::other(join)),
-                None => {}
+                None => None,
             },
             _ = tokio::time::sleep(delay), if schedule.can_start() => {
                 if let Some(a) = schedule.take() {
                     start(&mut attempts, a);
                 }
+                None
             }
+        };
+        match ended {
+            Some((_, Ok(stream))) => return Ok(stream), // dropping the set aborts the rest
+            // This node cannot dial (no descriptor, port or memory): the whole dial fails at once
+            // with that error, which no health check counts, rather than dropping the address
+            // from the rotation and running into a timeout that would count.
+            Some((_, Err(e))) if is_local_shortage(&e) => return Err(e),
+            Some((addr, Err(e))) => {
+                last_error = Some(e);
+                schedule.failed(addr);
+                if let Some(a) = schedule.take() {
+                    start(&mut attempts, a);
+                }
+            }
+            None => {}
         }
     }
 }
