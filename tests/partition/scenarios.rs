@@ -72,6 +72,17 @@ fn no_errors(p: &Phase, what: &str) {
     );
 }
 
+/// The fault phase of a scenario in which a ready apiserver stays reachable: kubectl answers
+/// before and during the fault, no client sees an error, and whether 7 s was met is printed.
+fn served_throughout<'a>(o: &'a Outcome, name: &str) -> &'a Phase {
+    let p = o.phase("fault");
+    kubectl_ok(o, "before the fault");
+    kubectl_ok(o, "during the fault");
+    no_errors(p, name);
+    report_target(p, name);
+    p
+}
+
 fn kubectl_ok(o: &Outcome, when: &str) {
     let r = o.kubectl(when);
     assert!(
@@ -101,11 +112,7 @@ fn partition_1_no_quorum_local_apiserver_is_left_for_a_ready_one() {
         &spec,
         |lab| vec![lab.block_tcp_port(DcB, PEER_PORT)],
         |o| {
-            let p = o.phase("fault");
-            kubectl_ok(o, "before the fault");
-            kubectl_ok(o, "during the fault");
-            no_errors(p, spec.name);
-            report_target(p, spec.name);
+            let p = served_throughout(o, spec.name);
             within(p, probe_bound(READ_BUDGET, 0.0), spec.name);
         },
     );
@@ -132,11 +139,7 @@ fn partition_2_cut_between_the_datacenters_ends_on_the_witness() {
         &spec,
         |lab| vec![lab.cut(DcA, DcB), lab.cut(DcA, Node)],
         |o| {
-            let p = o.phase("fault");
-            kubectl_ok(o, "before the fault");
-            kubectl_ok(o, "during the fault");
-            no_errors(p, spec.name);
-            report_target(p, spec.name);
+            let p = served_throughout(o, spec.name);
             // The stream's re-dial may first wait out a dial to dc-a (ranked before the witness
             // by /readyz latency until its own probes fail).
             within(p, probe_bound(READ_BUDGET, 1.0), spec.name);
@@ -165,11 +168,7 @@ fn partition_3_one_way_block_to_a_remote_site_costs_the_node_nothing() {
         &spec,
         |lab| vec![lab.drop_one_way(Node, DcA)],
         |o| {
-            let p = o.phase("fault");
-            kubectl_ok(o, "before the fault");
-            kubectl_ok(o, "during the fault");
-            no_errors(p, spec.name);
-            report_target(p, spec.name);
+            let p = served_throughout(o, spec.name);
             within(p, TARGET, spec.name);
             let dca = o
                 .timeline
@@ -273,11 +272,7 @@ fn partition_5_syn_black_hole_turns_a_ready_backend_unready_from_dial_failures()
         &spec,
         |lab| vec![lab.drop_syns(DcB, super::cast::APISERVER_PORT)],
         |o| {
-            let p = o.phase("fault");
-            kubectl_ok(o, "before the fault");
-            kubectl_ok(o, "during the fault");
-            no_errors(p, spec.name);
-            report_target(p, spec.name);
+            let p = served_throughout(o, spec.name);
             within(p, TARGET, spec.name);
             // Only the first `fall` requests pay the dial timeout, and no more than it.
             let round_trip = 0.5; // TLS + request through the balancer on a loaded machine
@@ -326,9 +321,7 @@ fn partition_6_lossy_link_to_the_witness_changes_its_state_at_most_once() {
         &spec,
         |lab| vec![lab.loss(Node, Witness, 20.0)],
         |o| {
-            let p = o.phase("fault");
-            kubectl_ok(o, "before the fault");
-            kubectl_ok(o, "during the fault");
+            let p = served_throughout(o, spec.name);
             let witness: Vec<_> = p
                 .changes
                 .iter()
@@ -339,8 +332,6 @@ fn partition_6_lossy_link_to_the_witness_changes_its_state_at_most_once() {
                 "the witness changed state {} times: {witness:?}",
                 witness.len()
             );
-            no_errors(p, spec.name);
-            report_target(p, spec.name);
             within(p, TARGET, spec.name);
         },
     );
