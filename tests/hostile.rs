@@ -197,7 +197,7 @@ async fn a_backend_that_stalls_mid_response_holds_only_its_own_connections() {
 fn running_out_of_descriptors_is_logged_once_per_burst_and_recovers() {
     let rt = tokio::runtime::Runtime::new().expect("runtime");
     let lab = Lab::new();
-    let (_a, file) = lab.fake_and_config(&rt, "fds.yaml");
+    let (_a, file) = lab.fake_and_config(&rt, "fds.yaml", "");
     // About 20 descriptors are in use after start; 48 leaves room for a dozen relayed connections.
     let p = support::process::Proc::start_under(&["prlimit", "--nofile=48:48", "--"], &file);
     let proxy = p.listen;
@@ -239,7 +239,7 @@ fn running_out_of_descriptors_is_logged_once_per_burst_and_recovers() {
 fn probes_that_meet_this_nodes_descriptor_shortage_leave_the_backend_ready() {
     let rt = tokio::runtime::Runtime::new().expect("runtime");
     let lab = Lab::new();
-    let (a, file) = lab.fake_and_config(&rt, "probe-fds.yaml");
+    let (a, file) = lab.fake_and_config(&rt, "probe-fds.yaml", "");
     let p = support::process::Proc::start_under(&["prlimit", "--nofile=48:48", "--"], &file);
     p.wait_log("backend state changed", |v| v["fields"]["to"] == "ready");
     // Admin connections that never send hold a descriptor each until the header timeout (5 s),

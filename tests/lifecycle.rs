@@ -234,13 +234,7 @@ fn sigterm_drains_within_the_grace_period_and_exits_zero() {
     use std::time::Instant;
     let rt = tokio::runtime::Runtime::new().expect("runtime");
     let lab = Lab::new();
-    let a = rt.block_on(lab.fake("a"));
-    let file = lab.path("term.yaml");
-    std::fs::write(
-        &file,
-        lab.yaml("dc-a", &[(addr(&a), "dc-a")], "shutdown_grace: 2s\n"),
-    )
-    .expect("write");
+    let (_a, file) = lab.fake_and_config(&rt, "term.yaml", "shutdown_grace: 2s\n");
     let mut p = Proc::start(&file);
     rt.block_on(poll("ready", || blocking_get(p.admin, "/readyz").0 == 200));
     let (mut held, _) = rt.block_on(raw(p.listen)).expect("relayed");
@@ -272,13 +266,7 @@ fn sigterm_drains_within_the_grace_period_and_exits_zero() {
 fn sigterm_without_connections_exits_at_once() {
     let rt = tokio::runtime::Runtime::new().expect("runtime");
     let lab = Lab::new();
-    let a = rt.block_on(lab.fake("a"));
-    let file = lab.path("term.yaml");
-    std::fs::write(
-        &file,
-        lab.yaml("dc-a", &[(addr(&a), "dc-a")], "shutdown_grace: 30s\n"),
-    )
-    .expect("write");
+    let (_a, file) = lab.fake_and_config(&rt, "term.yaml", "shutdown_grace: 30s\n");
     let mut p = Proc::start(&file);
     p.signal("INT");
     let (status, took) = p.wait_exit();
@@ -354,7 +342,7 @@ fn the_config_file_is_watched_and_reloaded_on_change_without_a_signal() {
 fn signals_right_after_start_reload_or_drain_and_never_kill() {
     let rt = tokio::runtime::Runtime::new().expect("runtime");
     let lab = Lab::new();
-    let (_a, file) = lab.fake_and_config(&rt, "early.yaml");
+    let (_a, file) = lab.fake_and_config(&rt, "early.yaml", "");
     for _ in 0..3 {
         // `start` returns as soon as "readyprism started" is logged: the moment clients may come.
         let p = Proc::start(&file);

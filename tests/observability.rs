@@ -163,7 +163,7 @@ async fn every_metric_is_exported_and_moves() {
 fn state_changes_are_logged_once_with_reason_and_no_ready_is_a_warning() {
     let rt = tokio::runtime::Runtime::new().expect("runtime");
     let lab = Lab::new();
-    let (a, file) = lab.fake_and_config(&rt, "run.yaml");
+    let (a, file) = lab.fake_and_config(&rt, "run.yaml", "");
     let p = Proc::start(&file);
     let is_a = |v: &serde_json::Value| v["fields"]["backend"] == addr(&a);
     p.wait_log("backend state changed", |v| {
@@ -278,7 +278,7 @@ fn a_client_key_readable_by_others_is_warned_about_at_start() {
     use std::os::unix::fs::PermissionsExt;
     let rt = tokio::runtime::Runtime::new().expect("runtime");
     let lab = Lab::new();
-    let (_a, file) = lab.fake_and_config(&rt, "run.yaml");
+    let (_a, file) = lab.fake_and_config(&rt, "run.yaml", "");
     let key = lab.path("kubelet-client-current.pem");
     let warning = "the client key is readable by group or others; it should be 0600";
     for (mode, warned) in [(0o644, true), (0o600, false)] {

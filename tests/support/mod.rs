@@ -124,15 +124,16 @@ impl Lab {
     }
 
     /// For tests of the real binary: a fake `a` started on `rt`, and a config file `name` in the
-    /// lab's directory that routes to it (zone dc-a, the lab's fast probes).
+    /// lab's directory that routes to it (zone dc-a, the lab's fast probes, then `extra`).
     pub fn fake_and_config(
         &self,
         rt: &tokio::runtime::Runtime,
         name: &str,
+        extra: &str,
     ) -> (FakeApiserver, PathBuf) {
         let a = rt.block_on(self.fake("a"));
         let file = self.path(name);
-        std::fs::write(&file, self.yaml("dc-a", &[(addr(&a), "dc-a")], "")).expect("write");
+        std::fs::write(&file, self.yaml("dc-a", &[(addr(&a), "dc-a")], extra)).expect("write");
         (a, file)
     }
 
