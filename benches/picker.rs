@@ -5,7 +5,7 @@ use std::hint::black_box;
 use std::time::Duration;
 
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion};
-use readyprism::health::state::State;
+use readyprism::health::verdict::State;
 use readyprism::pick::{fallback, pick, Candidate, WhenNoneReady};
 
 /// `n` backends as a stretched cluster shows them: a third local, latencies spread over 1–40 ms

@@ -331,23 +331,7 @@ impl App {
         for l in &self.listeners {
             l.stop.cancel();
         }
-        let conns = &self.proxy.conns;
-        conns.close();
-        let open = conns.len();
-        if open > 0 {
-            tracing::info!(open, grace = ?self.config.shutdown_grace, "draining connections");
-        }
-        if tokio::time::timeout(self.config.shutdown_grace, conns.wait())
-            .await
-            .is_err()
-        {
-            tracing::info!(
-                open = conns.len(),
-                "grace period over; closing remaining connections"
-            );
-            self.proxy.cut.cancel();
-            conns.wait().await;
-        }
+        self.proxy.drain(self.config.shutdown_grace).await;
         for m in &self.monitors {
             m.stop.cancel();
         }

@@ -1,5 +1,6 @@
-//! A backend's identity, its live per-backend state (active count, eviction), and the immutable
-//! [`Snapshot`] that holds every backend with its health and the routing settings.
+//! A backend's identity, its live per-backend state (active count, eviction, failed client
+//! dials), and the immutable [`Snapshot`] that holds every backend with its health and the
+//! routing settings.
 //!
 //! Does not own how health is measured (`health/`), how snapshots are published (`table`), or how a
 //! backend is chosen (`pick`).
@@ -11,9 +12,11 @@ use std::time::Duration;
 
 use arc_swap::ArcSwapOption;
 use rustls_pki_types::ServerName;
-use tokio::sync::{watch, Notify};
+use tokio::sync::Notify;
 
-use crate::health::state::{Health, State};
+pub use crate::eviction::Eviction;
+
+use crate::health::verdict::{Health, State};
 use crate::metrics::BackendMetrics;
 use crate::pick::{self, Candidate, Pick, WhenNoneReady};
 
@@ -75,71 +78,6 @@ impl Default for Routing {
             when_none_ready: WhenNoneReady::FailOpen,
             connect_timeout: Duration::from_secs(1),
         }
-    }
-}
-
-/// Closes the connections relayed to one backend, without a race against the snapshot a
-/// connection was picked from.
-///
-/// The protocol, in one place: **publish, then bump.** The table writer stamps the snapshot that
-/// stops offering the backend with [`Eviction::next`], publishes it, and only then calls
-/// [`Eviction::bump_to`]. A connection calls [`Eviction::watch_from`] with the epoch of the
-/// snapshot it picked from, before dialing: `None` means the backend was evicted since (or the
-/// snapshot already knew it would be), so it skips the backend and, having lost candidates, plans
-/// again on the newer snapshot; `Some` fires on the next bump. No eviction can slip between
-/// reading a snapshot and watching.
-#[derive(Debug)]
-pub struct Eviction(watch::Sender<u64>);
-
-impl Default for Eviction {
-    fn default() -> Self {
-        Eviction(watch::Sender::new(0))
-    }
-}
-
-impl Eviction {
-    /// The current epoch: what a snapshot made now is stamped with.
-    pub fn epoch(&self) -> u64 {
-        *self.0.borrow()
-    }
-
-    /// The epoch to stamp on a snapshot that evicts this backend, and to bump to once published.
-    pub fn next(&self) -> u64 {
-        self.epoch().wrapping_add(1)
-    }
-
-    /// Fires every watch: call after publishing the snapshot stamped with `epoch`.
-    pub fn bump_to(&self, epoch: u64) {
-        self.0.send_replace(epoch);
-    }
-
-    /// Closes every connection of a backend no snapshot offers any more (removed by a reload).
-    pub fn evict_now(&self) {
-        self.0.send_modify(|n| *n = n.wrapping_add(1));
-    }
-
-    /// A watch for a connection picked from a snapshot stamped `epoch`; `None` if already evicted.
-    pub fn watch_from(&self, epoch: u64) -> Option<EvictionWatch> {
-        let mut rx = self.0.subscribe();
-        let current = *rx.borrow_and_update();
-        (current == epoch).then_some(EvictionWatch(rx))
-    }
-}
-
-/// One connection's view of its backend's [`Eviction`].
-#[derive(Debug)]
-pub struct EvictionWatch(watch::Receiver<u64>);
-
-impl EvictionWatch {
-    /// True once the backend was evicted after the watch was made.
-    pub fn fired(&self) -> bool {
-        self.0.has_changed().unwrap_or(true)
-    }
-
-    /// Completes when the backend is evicted.
-    pub async fn wait(&mut self) {
-        // A closed channel cannot happen while the backend lives; treat it as an eviction.
-        let _ = self.0.changed().await;
     }
 }
 
@@ -286,41 +224,6 @@ impl Snapshot {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn a_watch_made_from_the_current_epoch_fires_on_the_next_bump() {
-        let e = Eviction::default();
-        let w = e.watch_from(e.epoch()).expect("not evicted");
-        assert!(!w.fired());
-        e.bump_to(e.next());
-        assert!(w.fired());
-    }
-
-    #[test]
-    fn publish_then_bump_leaves_no_window() {
-        let e = Eviction::default();
-        let old_snapshot_epoch = e.epoch();
-        let new_snapshot_epoch = e.next(); // stamped on the snapshot that stops offering it
-                                           // Published, not yet bumped: neither reader may connect.
-        assert!(e.watch_from(new_snapshot_epoch).is_none());
-        let early = e.watch_from(old_snapshot_epoch).expect("bump not sent yet");
-        e.bump_to(new_snapshot_epoch);
-        assert!(early.fired(), "a watch made before the bump fires");
-        assert!(
-            e.watch_from(old_snapshot_epoch).is_none(),
-            "a reader of the old snapshot after the bump skips the backend"
-        );
-    }
-
-    #[test]
-    fn evict_now_fires_and_stales_every_earlier_epoch() {
-        let e = Eviction::default();
-        let before = e.epoch();
-        let w = e.watch_from(before).expect("fresh");
-        e.evict_now();
-        assert!(w.fired());
-        assert!(e.watch_from(before).is_none());
-    }
 
     #[tokio::test]
     async fn dial_reports_wake_the_monitor_and_drain_with_the_latest_reason() {

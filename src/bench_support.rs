@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::backend::{Backend, BackendId, BackendLive, BackendSpec, Routing, Snapshot};
-use crate::health::state::{Health, State};
+use crate::health::verdict::{Health, State};
 use crate::metrics::Metrics;
 use crate::table::Table;
 

@@ -16,7 +16,7 @@
 //! `/status` type), [`metrics`], [`tls`], [`app`] (wiring), [`signals`].
 //! Operator tools: [`cli`] (`status`, `demo`). Simulation for the demo and tests: `sim`.
 //!
-//! Dependencies point one way: `health::state` ← `pick` ← `backend` ← `table` ← `health`
+//! Dependencies point one way: `health::verdict` ← `pick` ← `backend` ← `table` ← `health`
 //! (monitor) / `proxy` / `admin` ← `app` ← `signals` ← `main`; `config` reads `backend` and `pick`.
 
 #![forbid(unsafe_code)]
@@ -32,6 +32,7 @@ pub mod bench_support;
 pub mod cli;
 pub mod config;
 pub(crate) mod dial;
+pub(crate) mod eviction;
 pub mod health;
 pub(crate) mod metrics;
 pub mod pick;

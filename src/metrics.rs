@@ -11,6 +11,7 @@ use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
 use prometheus_client::registry::Registry;
 
 use crate::backend::BackendId;
+use crate::eviction::CloseReason;
 
 /// `Content-Type` of [`Metrics::encode`]'s output.
 pub const CONTENT_TYPE: &str = prometheus_client::encoding::prometheus_text::CONTENT_TYPE;
@@ -36,6 +37,12 @@ struct BackendTo {
 struct BackendResult {
     backend: String,
     result: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct BackendReason {
+    backend: String,
+    reason: &'static str,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -75,7 +82,8 @@ pub struct Metrics {
     connections: Family<BackendLabel, Counter>,
     connections_active: Family<BackendLabel, Gauge>,
     dial_failures: Family<BackendLabel, Counter>,
-    closed_unready: Family<BackendLabel, Counter>,
+    closes: Family<BackendReason, Counter>,
+    local_dial_failures: Family<ReasonLabel, Counter>,
     bytes: Family<BackendDirection, Counter>,
     /// 1 from the moment every backend has answered and none is ready (failing open or
     /// refusing) until one is ready again.
@@ -107,10 +115,10 @@ pub struct BackendMetrics {
     pub connections: Counter,
     /// Connections relayed now: mirrors [`crate::backend::BackendLive::active`].
     pub active: Gauge,
-    /// Dials that failed (timeout, refused).
+    /// Dials that failed for the backend's fault (timeout, refused, unreachable, ...).
     pub dial_failures: Counter,
-    /// Connections closed because the backend turned unready or was removed.
-    pub closed_unready: Counter,
+    /// Connections we closed because of the backend's state, by [`CloseReason::index`].
+    pub closes: [Counter; CloseReason::ALL.len()],
     /// Bytes from client to backend.
     pub bytes_to_backend: Counter,
     /// Bytes from backend to client.
@@ -139,7 +147,8 @@ impl Metrics {
             connections: Family::default(),
             connections_active: Family::default(),
             dial_failures: Family::default(),
-            closed_unready: Family::default(),
+            closes: Family::default(),
+            local_dial_failures: Family::default(),
             bytes: Family::default(),
             no_ready_backends: Gauge::default(),
             rejected_no_backend: rejected.get_or_create_owned(&ReasonLabel {
@@ -189,9 +198,14 @@ impl Metrics {
             m.dial_failures.clone(),
         );
         registry.register(
-            "connections_closed_unready",
-            "Connections closed because the backend turned unready or was removed",
-            m.closed_unready.clone(),
+            "unready_closes",
+            "Connections closed because of the backend's state, by reason (turned_unready, left_none_ready, refusing, silent, removed)",
+            m.closes.clone(),
+        );
+        registry.register(
+            "local_dial_failures",
+            "Dials that failed for want of something on this node (descriptors, ports, memory), by reason; never counted against a backend",
+            m.local_dial_failures.clone(),
         );
         registry.register("bytes", "Bytes relayed by direction", m.bytes.clone());
         registry.register(
@@ -230,6 +244,12 @@ impl Metrics {
         for result in ["success", "failure"] {
             drop(m.reloads.get_or_create_owned(&ResultLabel { result }));
         }
+        for reason in ["descriptors", "ports", "memory", "interrupted"] {
+            drop(
+                m.local_dial_failures
+                    .get_or_create_owned(&ReasonLabel { reason }),
+            );
+        }
         Metrics { registry, ..m }
     }
 
@@ -260,7 +280,12 @@ impl Metrics {
             connections: self.connections.get_or_create_owned(&b()),
             active: self.connections_active.get_or_create_owned(&b()),
             dial_failures: self.dial_failures.get_or_create_owned(&b()),
-            closed_unready: self.closed_unready.get_or_create_owned(&b()),
+            closes: CloseReason::ALL.map(|r| {
+                self.closes.get_or_create_owned(&BackendReason {
+                    backend: address.to_string(),
+                    reason: r.as_str(),
+                })
+            }),
             bytes_to_backend: self.bytes.get_or_create_owned(&dir("to_backend")),
             bytes_to_client: self.bytes.get_or_create_owned(&dir("to_client")),
         }
@@ -292,6 +317,13 @@ impl Metrics {
             backend: id.to_string(),
             zone: zone.unwrap_or("").to_string(),
         });
+    }
+
+    /// Counts a dial this node could not make (`label`: a [`crate::dial::DialError::label`]).
+    pub fn local_dial_failure(&self, label: &'static str) {
+        self.local_dial_failures
+            .get_or_create(&ReasonLabel { reason: label })
+            .inc();
     }
 
     /// Counts a config reload.

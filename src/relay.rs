@@ -13,6 +13,7 @@ use std::future::{poll_fn, Future};
 use std::io;
 use std::net::Shutdown;
 use std::pin::Pin;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::task::{ready, Context, Poll};
 use std::time::Duration;
 
@@ -38,14 +39,38 @@ pub const IDLE_RELEASE: Duration = Duration::from_millis(100);
 /// (`tcp_fin_timeout`). A connection open both ways has no idle timeout (a quiet watch is normal).
 pub const HALF_CLOSED_IDLE: Duration = Duration::from_secs(60);
 
+/// How a relay that did not fail ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Ended {
+    /// Both ways ended; the client's EOF came first.
+    ClientFirst,
+    /// Both ways ended; the backend's EOF came first.
+    BackendFirst,
+    /// One way ended and the other stayed silent for [`HALF_CLOSED_IDLE`].
+    HalfClosedIdle,
+}
+
+/// Bytes one connection moved, per direction, for its record. Updated as bytes are written, so
+/// they are right also when the relay is dropped (evicted, cut).
+#[derive(Debug, Default)]
+pub struct Moved {
+    /// Client → backend.
+    pub to_backend: AtomicU64,
+    /// Backend → client.
+    pub to_client: AtomicU64,
+}
+
 /// Relays until both directions have ended (EOF each way), either fails, or one has ended and
-/// the other stays silent for [`HALF_CLOSED_IDLE`] (then `TimedOut`).
+/// the other stays silent for [`HALF_CLOSED_IDLE`]. Bytes are added to `moved` and to the
+/// backend's totals (`to_backend`, `to_client`).
 pub async fn relay(
     client: &TcpStream,
     backend: &TcpStream,
+    moved: &Moved,
     to_backend: &Counter,
     to_client: &Counter,
-) -> io::Result<()> {
+) -> io::Result<Ended> {
+    let mut first_done = None;
     let mut up = Half::default();
     let mut down = Half::default();
     // Armed only while a direction keeps a buffer above the smallest tier.
@@ -54,10 +79,17 @@ pub async fn relay(
     // Armed once one direction has ended.
     let mut half_closed: Option<Pin<Box<Sleep>>> = None;
     poll_fn(|cx| {
-        let a = up.poll(cx, client, backend, to_backend)?;
-        let b = down.poll(cx, backend, client, to_client)?;
+        let a = up.poll(cx, client, backend, (&moved.to_backend, to_backend))?;
+        let b = down.poll(cx, backend, client, (&moved.to_client, to_client))?;
+        if first_done.is_none() {
+            if a.is_ready() {
+                first_done = Some(Ended::ClientFirst);
+            } else if b.is_ready() {
+                first_done = Some(Ended::BackendFirst);
+            }
+        }
         if a.is_ready() && b.is_ready() {
-            return Poll::Ready(Ok(()));
+            return Poll::Ready(Ok(first_done.unwrap_or(Ended::ClientFirst)));
         }
         let moved = up.moved || down.moved;
         if a.is_ready() || b.is_ready() {
@@ -69,10 +101,7 @@ pub async fn relay(
                     .reset(tokio::time::Instant::now() + HALF_CLOSED_IDLE);
             }
             if timer.as_mut().poll(cx).is_ready() {
-                return Poll::Ready(Err(io::Error::new(
-                    io::ErrorKind::TimedOut,
-                    format!("half-closed and silent for {HALF_CLOSED_IDLE:?}"),
-                )));
+                return Poll::Ready(Ok(Ended::HalfClosedIdle));
             }
         }
         active |= moved;
@@ -123,7 +152,7 @@ impl Half {
         cx: &mut Context<'_>,
         from: &TcpStream,
         to: &TcpStream,
-        counter: &Counter,
+        (conn, total): (&AtomicU64, &Counter),
     ) -> Poll<io::Result<()>> {
         if self.done {
             return Poll::Ready(Ok(()));
@@ -135,7 +164,8 @@ impl Half {
                     Ok(n) => {
                         self.start += n;
                         self.moved = true;
-                        counter.inc_by(n as u64);
+                        conn.fetch_add(n as u64, Ordering::Relaxed);
+                        total.inc_by(n as u64);
                     }
                     Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
                     Err(e) => return Poll::Ready(Err(e)),
@@ -273,7 +303,7 @@ mod tests {
     async fn relayed() -> (
         TcpStream,
         TcpStream,
-        tokio::task::JoinHandle<(io::Result<()>, u64, u64)>,
+        tokio::task::JoinHandle<(io::Result<Ended>, u64, u64)>,
     ) {
         let l1 = TcpListener::bind("127.0.0.1:0").await.expect("bind");
         let l2 = TcpListener::bind("127.0.0.1:0").await.expect("bind");
@@ -287,7 +317,11 @@ mod tests {
         let (backend, _) = l2.accept().await.expect("accept");
         let task = tokio::spawn(async move {
             let (up, down) = (Counter::default(), Counter::default());
-            let r = relay(&proxy_client, &proxy_backend, &up, &down).await;
+            let moved = Moved::default();
+            let r = relay(&proxy_client, &proxy_backend, &moved, &up, &down).await;
+            // The connection's own tally agrees with the backend's totals.
+            assert_eq!(moved.to_backend.load(Ordering::Relaxed), up.get());
+            assert_eq!(moved.to_client.load(Ordering::Relaxed), down.get());
             (r, up.get(), down.get())
         });
         (client, backend, task)
@@ -316,7 +350,11 @@ mod tests {
         backend.shutdown().await.expect("backend half-close");
         assert_eq!(send_up.await.expect("client task"), down);
         let (r, counted_up, counted_down) = task.await.expect("relay task");
-        r.expect("relay ends cleanly");
+        assert_eq!(
+            r.expect("relay ends cleanly"),
+            Ended::ClientFirst,
+            "the client half-closed first"
+        );
         assert_eq!(
             (counted_up, counted_down),
             (up.len() as u64, down.len() as u64)
@@ -366,7 +404,7 @@ mod tests {
         client.read_to_end(&mut rest).await.expect("EOF");
         assert!(rest.is_empty());
         let (r, _, _) = task.await.expect("relay task");
-        assert_eq!(r.expect_err("given up").kind(), io::ErrorKind::TimedOut);
+        assert_eq!(r.expect("given up"), Ended::HalfClosedIdle);
         let took = started.elapsed();
         assert!(
             took >= (HALF_CLOSED_IDLE - Duration::from_secs(10)) * 3 + HALF_CLOSED_IDLE,

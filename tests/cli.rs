@@ -3,7 +3,7 @@
 
 use std::process::Command;
 
-use readyprism::health::state::State::{Ready, Unready};
+use readyprism::health::verdict::State::{Ready, Unready};
 
 use crate::support::*;
 

@@ -4,7 +4,7 @@ use std::sync::atomic::Ordering::SeqCst;
 use std::time::Duration;
 
 use readyprism::admin::status::CertStatus;
-use readyprism::health::state::State::{Ready, Unready};
+use readyprism::health::verdict::State::{Ready, Unready};
 use readyprism::sim::apiserver::Mode;
 
 use crate::support::*;
@@ -64,7 +64,7 @@ async fn failure_reasons_name_the_cause() {
         .iter()
         .map(|b| b.last_error.clone().unwrap_or_default())
         .collect();
-    assert_eq!(reasons[0], "connection refused");
+    assert_eq!(reasons[0], "dial: connection refused");
     assert!(reasons[1].starts_with("TLS: "), "{reasons:?}");
     assert_eq!(reasons[2], "TLS: unknown issuer");
     app.shutdown().await;

@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use readyprism::health::state::State::{Ready, Unready};
+use readyprism::health::verdict::State::{Ready, Unready};
 use tokio::io::AsyncWriteExt;
 
 use crate::support::process::Proc;
@@ -112,12 +112,7 @@ async fn every_metric_is_exported_and_moves() {
     a.control.set_ready(false);
     wait_states(&app, &[Unready, Ready]).await;
     poll("connection closed as unready", || {
-        backend_metric(
-            &app,
-            "readyprism_connections_closed_unready_total",
-            &addr(&a),
-            "",
-        ) == 1
+        unready_closes(&app, &addr(&a), Some("turned_unready")) == 1
     })
     .await;
     let t = scrape().await;
@@ -138,9 +133,25 @@ async fn every_metric_is_exported_and_moves() {
         ) >= 2.0
     );
     assert_eq!(
-        m(&t, "readyprism_connections_closed_unready_total", &aa_l),
+        m(
+            &t,
+            "readyprism_unready_closes_total",
+            &format!("{aa_l},reason=\"turned_unready\"")
+        ),
         1.0
     );
+    for reason in ["left_none_ready", "refusing", "silent", "removed"] {
+        let labels = format!("{aa_l},reason=\"{reason}\"");
+        assert_eq!(
+            m(&t, "readyprism_unready_closes_total", &labels),
+            0.0,
+            "every reason is exported from the start: {reason}"
+        );
+    }
+    for reason in ["descriptors", "ports", "memory", "interrupted"] {
+        let labels = format!("reason=\"{reason}\"");
+        assert_eq!(m(&t, "readyprism_local_dial_failures_total", &labels), 0.0);
+    }
 
     // Nothing ready: the no-ready gauge.
     b.control.set_ready(false);

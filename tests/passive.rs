@@ -2,7 +2,7 @@
 //! checks, a connection goes on to the not-ready backends before it is given up, and failing open
 //! prefers backends that answer.
 
-use readyprism::health::state::State::{Ready, Unready};
+use readyprism::health::verdict::State::{Ready, Unready};
 
 use crate::support::*;
 

@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use proptest::prelude::*;
 use readyprism::config::Config;
-use readyprism::health::state::State;
+use readyprism::health::verdict::State;
 use readyprism::pick::{fallback, pick, Candidate, Pick, WhenNoneReady};
 
 fn candidate() -> impl Strategy<Value = Candidate> {

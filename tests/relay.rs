@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use readyprism::health::state::State::{Ready, Unready};
+use readyprism::health::verdict::State::{Ready, Unready};
 use tokio::io::AsyncWriteExt;
 
 use crate::support::*;
@@ -45,12 +45,7 @@ async fn connections_to_a_backend_are_closed_within_a_second_of_it_turning_unrea
     let (mut on_remote, name) = raw(proxy).await.expect("relayed");
     assert_eq!(name, "remote");
     assert_eq!(
-        backend_metric(
-            &app,
-            "readyprism_connections_closed_unready_total",
-            &addr(&local),
-            ""
-        ),
+        unready_closes(&app, &addr(&local), Some("turned_unready")),
         5
     );
 
@@ -74,14 +69,7 @@ async fn while_nothing_is_ready_connections_stay_and_move_once_a_backend_is_read
     let (local, remote, app) = lab.local_and_remote("").await;
     let (mut on_local, name) = raw(app.listen_addrs()[0]).await.expect("relayed");
     assert_eq!(name, "local");
-    let closed = || {
-        backend_metric(
-            &app,
-            "readyprism_connections_closed_unready_total",
-            &addr(&local),
-            "",
-        )
-    };
+    let closed = || unready_closes(&app, &addr(&local), None);
 
     // A cluster-wide outage: remote first, then local. Closing would only re-dial the same set.
     remote.control.set_ready(false);
@@ -106,5 +94,10 @@ async fn while_nothing_is_ready_connections_stay_and_move_once_a_backend_is_read
         "closed to re-dial a ready backend"
     );
     assert_eq!(closed(), 1);
+    assert_eq!(
+        unready_closes(&app, &addr(&local), Some("left_none_ready")),
+        1,
+        "closed because a backend is ready again"
+    );
     app.shutdown().await;
 }

@@ -14,4 +14,5 @@ mod partition;
 mod passive;
 mod picking;
 mod properties;
+mod records;
 mod relay;

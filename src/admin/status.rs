@@ -8,7 +8,7 @@ use std::sync::atomic::Ordering;
 use serde::{Deserialize, Serialize};
 
 use crate::backend::Snapshot;
-use crate::health::state::State;
+use crate::health::verdict::State;
 use crate::pick::Pick;
 use crate::tls::ClientCert;
 
@@ -141,7 +141,7 @@ mod tests {
 
     use super::*;
     use crate::backend::{Backend, BackendId, BackendLive, BackendSpec, Routing};
-    use crate::health::state::Health;
+    use crate::health::verdict::Health;
     use crate::metrics::Metrics;
     use crate::pick::WhenNoneReady;
 

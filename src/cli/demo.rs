@@ -22,7 +22,7 @@ use tokio_util::task::TaskTracker;
 
 use crate::app::{self, App, StartError};
 use crate::config::{Config, ConfigError};
-use crate::health::state::State;
+use crate::health::verdict::State;
 use crate::signals::Termination;
 use crate::sim::apiserver::FakeApiserver;
 use crate::sim::pki::Ca;

@@ -171,7 +171,7 @@ fn format_ms(ms: f64) -> String {
 /// A document with three backends (unready local, ready remote, unchecked) for tests of readers.
 #[cfg(test)]
 pub(crate) fn sample() -> StatusDoc {
-    use crate::health::state::State;
+    use crate::health::verdict::State;
     let b = |address: &str,
              zone: Option<&str>,
              state,

@@ -6,7 +6,7 @@
 
 pub(crate) mod probe;
 pub(crate) mod rise_fall;
-pub mod state;
+pub mod verdict;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -23,7 +23,7 @@ use crate::table::TableCmd;
 use crate::tls::TlsSource;
 use probe::{HttpsProbe, Inconclusive, Probe};
 use rise_fall::{Outcome, RiseFall, Step};
-use state::{Health, State};
+use verdict::{Health, State};
 
 /// What [`Monitor::count_dials`] did.
 enum Dials {
@@ -173,12 +173,12 @@ impl Monitor {
 }
 
 fn record(metrics: &BackendMetrics, outcome: &Outcome) {
-    if outcome.pass {
+    if outcome.passed() {
         metrics.checks_pass.inc();
     } else {
         metrics.checks_fail.inc();
     }
-    if let Some(l) = outcome.latency {
+    if let Some(l) = outcome.latency() {
         metrics.check_duration.observe(l.as_secs_f64());
     }
 }

@@ -2,7 +2,7 @@
 //! keeping its connection alive between probes so steady state costs no TLS handshake.
 //!
 //! Owns dialing, the request, bounded reading of the answer and the failure reason. Does not own
-//! the schedule (`health`) or the state (`health::state`).
+//! the schedule (`health`) or the state (`health::verdict`).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -19,6 +19,7 @@ use tokio_rustls::TlsConnector;
 use super::rise_fall::Outcome;
 use crate::backend::BackendSpec;
 use crate::config::DurationValue;
+use crate::dial::Blame;
 use crate::tls::{TlsSource, TlsState};
 
 /// Most of an answer we read. A `/readyz?verbose` body is ~2 KiB; anything longer is cut off and the
@@ -61,22 +62,28 @@ impl Drop for Conn {
     }
 }
 
-struct Failure {
-    reason: String,
-    latency: Option<Duration>,
-    /// Failed before any answer on a reused connection: the server may just have closed it idle.
-    stale: bool,
-    /// Failed for want of something on this node (descriptors, memory): no news of the backend.
-    local: bool,
+/// Why one probe attempt failed; each kind is handled differently by [`HttpsProbe::probe`].
+#[derive(Debug)]
+enum Failure {
+    /// Failed before any answer on a reused connection: the server may just have closed it
+    /// idle, so the probe retries once on a fresh connection before it counts.
+    Stale(String),
+    /// Could not be made for want of something on this node (descriptors, memory): no news of
+    /// the backend.
+    ThisNode(String),
+    /// The backend failed the check; `latency` is set when an HTTP answer (not 200) arrived.
+    Backend {
+        reason: String,
+        latency: Option<Duration>,
+    },
 }
 
 impl Failure {
-    fn new(reason: String) -> Self {
-        Failure {
+    /// A failure of the backend with no HTTP answer (dial, TLS, a broken connection).
+    fn unanswered(reason: String) -> Self {
+        Failure::Backend {
             reason,
             latency: None,
-            stale: false,
-            local: false,
         }
     }
 }
@@ -124,38 +131,29 @@ impl HttpsProbe {
 
     /// One probe, bounded by `timeout` end to end. Any failure drops the connection.
     pub async fn probe(&mut self, timeout: Duration) -> Result<Outcome, Inconclusive> {
-        let result = match tokio::time::timeout(timeout, self.attempt()).await {
+        let result = match tokio::time::timeout(timeout, self.attempt(timeout)).await {
             Ok(r) => r,
-            Err(_) => Err(Failure::new(format!(
+            Err(_) => Err(Failure::unanswered(format!(
                 "timeout after {}",
                 DurationValue(timeout)
             ))),
         };
+        if result.is_err() {
+            self.conn = None;
+        }
         match result {
-            Ok(latency) => Ok(Outcome {
-                pass: true,
-                latency: Some(latency),
-                reason: None,
-                answered: true,
+            Ok(latency) => Ok(Outcome::Pass { latency }),
+            Err(Failure::ThisNode(reason)) => Err(Inconclusive(reason)),
+            // A second stale failure (on the fresh connection) is the backend's.
+            Err(Failure::Stale(reason)) => Ok(Outcome::dial_failed(reason.into())),
+            Err(Failure::Backend { reason, latency }) => Ok(Outcome::Fail {
+                reason: reason.into(),
+                latency,
             }),
-            Err(f) if f.local => {
-                self.conn = None;
-                Err(Inconclusive(f.reason))
-            }
-            Err(f) => {
-                self.conn = None;
-                Ok(Outcome {
-                    pass: false,
-                    // Only an HTTP answer carries a latency: that is what "answered" means.
-                    answered: f.latency.is_some(),
-                    latency: f.latency,
-                    reason: Some(f.reason.into()),
-                })
-            }
         }
     }
 
-    async fn attempt(&mut self) -> Result<Duration, Failure> {
+    async fn attempt(&mut self, timeout: Duration) -> Result<Duration, Failure> {
         let tls = self.tls.current();
         let now = Instant::now();
         let reusable = self
@@ -164,23 +162,24 @@ impl HttpsProbe {
             .is_some_and(|c| c.reusable(tls.generation, now));
         if !reusable {
             self.conn = None;
-            self.conn = Some(self.dial(&tls).await?);
+            self.conn = Some(self.dial(&tls, timeout).await?);
         }
         match self.request(reusable).await {
-            Err(f) if f.stale => {
-                self.conn = Some(self.dial(&tls).await?);
+            Err(Failure::Stale(_)) => {
+                self.conn = Some(self.dial(&tls, timeout).await?);
                 self.request(false).await
             }
             r => r,
         }
     }
 
-    async fn dial(&self, tls: &TlsState) -> Result<Conn, Failure> {
-        let tcp = crate::dial::connect(&self.spec.host, self.spec.port)
+    async fn dial(&self, tls: &TlsState, budget: Duration) -> Result<Conn, Failure> {
+        let attempts = std::sync::atomic::AtomicU32::new(0);
+        let tcp = crate::dial::connect(&self.spec.host, self.spec.port, budget, &attempts)
             .await
-            .map_err(|e| Failure {
-                local: crate::dial::is_local_shortage(&e),
-                ..Failure::new(connect_reason(&e))
+            .map_err(|e| match e.blame() {
+                Blame::ThisNode => Failure::ThisNode(e.to_string()),
+                Blame::Backend => Failure::unanswered(e.to_string()),
             })?;
         if let Err(e) = tcp.set_nodelay(true) {
             tracing::debug!(error = %e, "probe: cannot set TCP_NODELAY");
@@ -188,10 +187,10 @@ impl HttpsProbe {
         let stream = TlsConnector::from(tls.client.clone())
             .connect(self.spec.server_name.clone(), tcp)
             .await
-            .map_err(|e| Failure::new(tls_reason(&e)))?;
+            .map_err(|e| Failure::unanswered(tls_reason(&e)))?;
         let (sender, connection) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
             .await
-            .map_err(|e| Failure::new(http_reason(&e)))?;
+            .map_err(|e| Failure::unanswered(http_reason(&e)))?;
         let driver = tokio::spawn(async move {
             // Ends when the connection closes; errors surface on the next request instead.
             let _ = connection.await;
@@ -208,10 +207,13 @@ impl HttpsProbe {
         let conn = self
             .conn
             .as_mut()
-            .ok_or_else(|| Failure::new("HTTP: no connection".to_string()))?;
-        let stale = |e: hyper::Error| Failure {
-            stale: reused,
-            ..Failure::new(http_reason(&e))
+            .ok_or_else(|| Failure::unanswered("HTTP: no connection".to_string()))?;
+        let stale = |e: hyper::Error| {
+            if reused {
+                Failure::Stale(http_reason(&e))
+            } else {
+                Failure::unanswered(http_reason(&e))
+            }
         };
         conn.sender.ready().await.map_err(stale)?;
         let req = Request::get(self.path.as_str())
@@ -222,7 +224,7 @@ impl HttpsProbe {
             )
             .header(header::ACCEPT, "*/*")
             .body(Empty::<Bytes>::new())
-            .map_err(|e| Failure::new(format!("HTTP: bad request: {e}")))?;
+            .map_err(|e| Failure::unanswered(format!("HTTP: bad request: {e}")))?;
         let start = Instant::now();
         let resp = conn.sender.send_request(req).await.map_err(stale)?;
         let latency = start.elapsed();
@@ -238,9 +240,9 @@ impl HttpsProbe {
             Some(line) => format!("HTTP {}: {line}", status.as_u16()),
             None => format!("HTTP {}", status.as_u16()),
         };
-        Err(Failure {
+        Err(Failure::Backend {
+            reason,
             latency: Some(latency),
-            ..Failure::new(reason)
         })
     }
 }
@@ -281,13 +283,6 @@ fn first_line(body: &[u8]) -> Option<String> {
         .find(|l| l.starts_with("[-]"))
         .or_else(|| lines.next())?;
     Some(line.chars().take(200).collect())
-}
-
-fn connect_reason(e: &std::io::Error) -> String {
-    match e.kind() {
-        std::io::ErrorKind::ConnectionRefused => "connection refused".to_string(),
-        _ => format!("connect: {e}"),
-    }
 }
 
 fn tls_reason(e: &std::io::Error) -> String {

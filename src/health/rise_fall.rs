@@ -6,7 +6,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::state::{Health, State};
+use super::verdict::{Health, State};
 
 /// Weight of a new latency sample. 0.3 follows a real change within a few probes while one slow
 /// answer moves the average by less than a third.
@@ -14,26 +14,47 @@ pub const EWMA_ALPHA: f64 = 0.3;
 
 /// One check's result as the state machine sees it.
 #[derive(Debug, Clone, PartialEq)]
-pub struct Outcome {
-    /// HTTP 200.
-    pub pass: bool,
-    /// Request→response time on an established connection, when a response arrived.
-    pub latency: Option<Duration>,
-    /// Why it failed (`None` on pass).
-    pub reason: Option<Arc<str>>,
-    /// An HTTP answer arrived (any status); false for timeouts, refused dials, TLS failures.
-    pub answered: bool,
+pub enum Outcome {
+    /// HTTP 200, answered in `latency` (request→response on an established connection).
+    Pass {
+        /// Request→response time.
+        latency: Duration,
+    },
+    /// Anything else.
+    Fail {
+        /// Why, for status and logs (`HTTP 500: [-]etcd failed`, `dial: connection refused`).
+        reason: Arc<str>,
+        /// Set when an HTTP answer arrived (any status other than 200): the apiserver is alive,
+        /// only not ready. `None` for timeouts, failed dials, TLS failures.
+        latency: Option<Duration>,
+    },
 }
 
 impl Outcome {
     /// A client dial to the backend failed: a failed check with no answer (passive health).
     pub fn dial_failed(reason: Arc<str>) -> Outcome {
-        Outcome {
-            pass: false,
+        Outcome::Fail {
+            reason,
             latency: None,
-            reason: Some(reason),
-            answered: false,
         }
+    }
+
+    /// Whether the check passed.
+    pub fn passed(&self) -> bool {
+        matches!(self, Outcome::Pass { .. })
+    }
+
+    /// The measured request→response time, when an HTTP answer arrived.
+    pub fn latency(&self) -> Option<Duration> {
+        match self {
+            Outcome::Pass { latency } => Some(*latency),
+            Outcome::Fail { latency, .. } => *latency,
+        }
+    }
+
+    /// An HTTP answer arrived, whatever its status.
+    pub fn answered(&self) -> bool {
+        self.latency().is_some()
     }
 }
 
@@ -90,30 +111,23 @@ impl RiseFall {
 
     /// Folds in one probe result.
     pub fn observe(&mut self, outcome: &Outcome) -> Step {
-        if let Some(sample) = outcome.latency {
+        if let Some(sample) = outcome.latency() {
             self.health.latency = Some(match self.health.latency {
                 Some(old) => old.mul_f64(1.0 - EWMA_ALPHA) + sample.mul_f64(EWMA_ALPHA),
                 None => sample,
             });
         }
-        self.health.answering = outcome.answered;
-        self.health.last_error = if outcome.pass {
-            None
-        } else {
-            outcome.reason.clone()
+        self.health.answering = outcome.answered();
+        self.health.last_error = match outcome {
+            Outcome::Pass { .. } => None,
+            Outcome::Fail { reason, .. } => Some(reason.clone()),
         };
+        let pass = outcome.passed();
         let from = self.health.state;
-        let agrees = matches!(
-            (from, outcome.pass),
-            (State::Ready, true) | (State::Unready, false)
-        );
+        let agrees = matches!((from, pass), (State::Ready, true) | (State::Unready, false));
         let to = match from {
             // The first result decides at once: start-up must be fast.
-            State::Unknown => Some(if outcome.pass {
-                State::Ready
-            } else {
-                State::Unready
-            }),
+            State::Unknown => Some(if pass { State::Ready } else { State::Unready }),
             _ if agrees => {
                 self.streak = 0;
                 None
@@ -125,11 +139,7 @@ impl RiseFall {
                 } else {
                     self.rise
                 };
-                (self.streak >= needed).then_some(if outcome.pass {
-                    State::Ready
-                } else {
-                    State::Unready
-                })
+                (self.streak >= needed).then_some(if pass { State::Ready } else { State::Unready })
             }
         };
         if let Some(to) = to {
@@ -159,20 +169,15 @@ mod tests {
     };
 
     fn pass(ms: u64) -> Outcome {
-        Outcome {
-            pass: true,
-            latency: Some(Duration::from_millis(ms)),
-            reason: None,
-            answered: true,
+        Outcome::Pass {
+            latency: Duration::from_millis(ms),
         }
     }
 
     fn fail() -> Outcome {
-        Outcome {
-            pass: false,
-            latency: None,
-            reason: Some("HTTP 500: [-]etcd failed".into()),
-            answered: true,
+        Outcome::Fail {
+            reason: "HTTP 500: [-]etcd failed".into(),
+            latency: Some(Duration::from_millis(2)),
         }
     }
 
@@ -231,7 +236,7 @@ mod tests {
         c.observe(&pass(20));
         let l = c.health().latency.expect("measured").as_secs_f64();
         assert!((l - 0.013).abs() < 1e-9, "{l}");
-        c.observe(&fail()); // no response: latency unchanged
+        c.observe(&Outcome::dial_failed("dial: connection refused".into())); // no answer: unchanged
         assert!((c.health().latency.expect("kept").as_secs_f64() - 0.013).abs() < 1e-9);
     }
 }

@@ -36,11 +36,14 @@ impl Probe for Scripted {
         async move {
             tokio::time::sleep(takes).await; // probes take time too
             let pass = next.ok_or_else(|| Inconclusive("Too many open files".into()))?;
-            Ok(Outcome {
-                pass,
-                latency: Some(Duration::from_millis(1)),
-                reason: (!pass).then(|| "HTTP 500".into()),
-                answered: true,
+            let latency = Duration::from_millis(1);
+            Ok(if pass {
+                Outcome::Pass { latency }
+            } else {
+                Outcome::Fail {
+                    reason: "HTTP 500".into(),
+                    latency: Some(latency),
+                }
             })
         }
     }

@@ -14,10 +14,10 @@ use tokio::sync::{mpsc, oneshot, watch};
 use tokio_util::sync::CancellationToken;
 
 use crate::backend::{Backend, BackendId, BackendLive, BackendSpec, Routing, Snapshot};
-use crate::health::state::Health;
+use crate::health::verdict::Health;
 use crate::metrics::Metrics;
 use crate::pick::WhenNoneReady;
-use transitions::{Alarm, Step};
+use transitions::{Alarm, Change, Scene};
 
 /// The published snapshot and its generation counter.
 #[derive(Debug)]
@@ -181,12 +181,12 @@ fn apply(
     announced: bool,
 ) -> bool {
     next.generation = old.generation + 1;
-    let steps: Vec<Step> = next
+    let changes: Vec<Change> = next
         .backends
         .iter()
         .map(|b| {
             let before = old.position(&b.spec.id).map(|i| &old.backends[i].health);
-            Step {
+            Change {
                 before: before.map(|h| h.state),
                 after: b.health.state,
                 was_answering: before.is_some_and(|h| h.answering),
@@ -197,16 +197,25 @@ fn apply(
     let policy = next.routing.when_none_ready;
     let became_refusing =
         policy == WhenNoneReady::Refuse && old.routing.when_none_ready != WhenNoneReady::Refuse;
-    let decision =
-        transitions::transitions(old.any_ready(), &steps, policy, announced, became_refusing);
+    let scene = Scene {
+        was_any_ready: old.any_ready(),
+        policy,
+        became_refusing,
+        announced,
+    };
+    let decision = transitions::transitions(scene, &changes);
     let mut bumps = Vec::with_capacity(decision.evict.len());
-    for &i in &decision.evict {
+    for &(i, reason) in &decision.evict {
         let b = &mut next.backends[i];
         b.evict_epoch = b.live.eviction.next();
-        bumps.push((b.live.clone(), b.evict_epoch));
+        let active = b.live.active.load(std::sync::atomic::Ordering::Relaxed);
+        if active > 0 {
+            tracing::info!(backend = %b.spec.id, reason = reason.as_str(), active, "closing the backend's connections");
+        }
+        bumps.push((b.live.clone(), b.evict_epoch, reason));
     }
     for b in &next.backends {
-        let ready = b.health.state == crate::health::state::State::Ready;
+        let ready = b.health.state == crate::health::verdict::State::Ready;
         metrics.set_backend_ready(&b.spec.id, b.spec.zone.as_deref(), ready);
     }
     match decision.alarm {
@@ -226,8 +235,8 @@ fn apply(
         .no_ready_backends
         .set(i64::from(decision.no_ready_gauge));
     table.publish(next);
-    for (live, epoch) in bumps {
-        live.eviction.bump_to(epoch);
+    for (live, epoch, reason) in bumps {
+        live.eviction.bump_to(epoch, reason);
     }
     decision.announced
 }

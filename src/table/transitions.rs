@@ -3,12 +3,13 @@
 //!
 //! Does not own applying it (stamping epochs, publishing, bumping, logging): `table` does.
 
-use crate::health::state::State;
+use crate::eviction::CloseReason;
+use crate::health::verdict::State;
 use crate::pick::WhenNoneReady;
 
 /// One backend of the new snapshot, with its state in the old one (`None`: just added).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Step {
+pub struct Change {
     /// State in the previous snapshot.
     pub before: Option<State>,
     /// State in the new snapshot.
@@ -17,6 +18,16 @@ pub struct Step {
     pub was_answering: bool,
     /// ... and as of the new one.
     pub answering: bool,
+}
+
+impl Change {
+    fn just_failed(&self) -> bool {
+        self.after == State::Unready && self.before != Some(State::Unready)
+    }
+
+    fn long_unready(&self) -> bool {
+        self.after == State::Unready && self.before == Some(State::Unready)
+    }
 }
 
 /// Whether "no backend is ready" is announced (WARN log, `readyprism_no_ready_backends` = 1).
@@ -33,8 +44,8 @@ pub enum Alarm {
 /// The decision for one new snapshot.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Transitions {
-    /// Indices (into the new snapshot) of backends whose connections must be closed.
-    pub evict: Vec<usize>,
+    /// Backends (indices into the new snapshot) whose connections must be closed, and why.
+    pub evict: Vec<(usize, CloseReason)>,
     /// What happens to the no-ready alarm.
     pub alarm: Alarm,
     /// Whether the alarm is up after this snapshot (the value to carry to the next decision).
@@ -43,56 +54,98 @@ pub struct Transitions {
     pub no_ready_gauge: bool,
 }
 
-/// Decides evictions and the alarm.
+/// What the whole table looks like across the change: the facts every rule reads.
+#[derive(Debug, Clone, Copy)]
+pub struct Scene {
+    /// Some backend was ready in the previous snapshot.
+    pub was_any_ready: bool,
+    /// The no-ready policy now.
+    pub policy: WhenNoneReady,
+    /// A reload just switched the policy from `fail_open` to `refuse`.
+    pub became_refusing: bool,
+    /// Whether the no-ready alarm was up.
+    pub announced: bool,
+}
+
+/// Facts derived once from the scene and every change.
+struct Facts {
+    scene: Scene,
+    none_ready: bool,
+    /// Failing open, some unready backend answers HTTP now ...
+    answers_now: bool,
+    /// ... and some long-unready one answered as of the previous snapshot, while nothing was ready.
+    answered_before: bool,
+}
+
+/// A rule: the reason to close `c`'s connections, if it applies.
+type Rule = fn(&Facts, &Change) -> Option<CloseReason>;
+
+/// The rules, first match wins; each names its reason.
+const RULES: [Rule; 4] = [turned_unready, left_none_ready, refusing, silent];
+
+/// It turned unready while another backend is ready: its clients re-dial a ready one.
+fn turned_unready(f: &Facts, c: &Change) -> Option<CloseReason> {
+    (c.just_failed() && !f.none_ready).then_some(CloseReason::TurnedUnready)
+}
+
+/// A backend became ready after a spell with none: every unready backend's connections (those
+/// that failed open to it) go to the ready one.
+fn left_none_ready(f: &Facts, c: &Change) -> Option<CloseReason> {
+    let left = !f.scene.was_any_ready && !f.none_ready;
+    (left && c.after == State::Unready).then_some(CloseReason::LeftNoneReady)
+}
+
+/// With `refuse`, nothing may relay to an unready backend: one that just failed is closed at
+/// once, ready backends or not, and when a reload switches to `refuse`, every unready one is.
+fn refusing(f: &Facts, c: &Change) -> Option<CloseReason> {
+    let refuse = f.scene.policy == WhenNoneReady::Refuse;
+    let applies =
+        (refuse && c.just_failed()) || (f.scene.became_refusing && c.after == State::Unready);
+    applies.then_some(CloseReason::Refusing)
+}
+
+/// Failing open, a backend that does not answer at all (timeout, refused, TLS failure) is closed
+/// as soon as some backend answers HTTP — once: not again while it stays silent.
+fn silent(f: &Facts, c: &Change) -> Option<CloseReason> {
+    let failing_open = f.none_ready && f.scene.policy == WhenNoneReady::FailOpen;
+    let silent_now = failing_open && c.after == State::Unready && !c.answering && f.answers_now;
+    let silent_before =
+        !f.scene.was_any_ready && c.long_unready() && !c.was_answering && f.answered_before;
+    (silent_now && !silent_before).then_some(CloseReason::Silent)
+}
+
+/// Decides evictions (each rule above, with its reason) and the alarm.
 ///
-/// - A backend that turns unready while another is ready is evicted.
-/// - While nothing is ready and we fail open, nothing is evicted: re-dialling would only land on
-///   the same backends. Leaving that state evicts every unready backend (connections that failed
-///   open to them).
-/// - With `refuse`, an unready backend is evicted at once, ready backends or not; and when a
-///   reload switches `fail_open` to `refuse`, every unready backend is (the connections that
-///   failed open to them must not outlive the policy).
-/// - While nothing is ready and we fail open, a backend that does not answer at all (timeout,
-///   refused, TLS failure) is evicted as soon as some backend answers HTTP: its connections
-///   re-dial, and failing open prefers the answering ones.
-/// - The alarm is raised only once every backend has answered ("settled"): at start-up the local
-///   apiserver without quorum answers its 500 before the remote ones answer their 200.
-pub fn transitions(
-    was_any_ready: bool,
-    steps: &[Step],
-    policy: WhenNoneReady,
-    announced: bool,
-    became_refusing: bool,
-) -> Transitions {
-    let none_ready = !steps.iter().any(|s| s.after == State::Ready);
-    let left_none_ready = !was_any_ready && !none_ready;
-    let refusing = policy == WhenNoneReady::Refuse;
-    let answers_now = steps
-        .iter()
-        .any(|s| s.after == State::Unready && s.answering);
-    let answered_before = !was_any_ready
-        && steps
+/// While nothing is ready and we fail open, nothing else is evicted: re-dialling would only land
+/// on the same backends. The alarm is raised only once every backend has answered ("settled"):
+/// at start-up the local apiserver without quorum answers its 500 before the remote ones answer
+/// their 200.
+pub fn transitions(scene: Scene, changes: &[Change]) -> Transitions {
+    let none_ready = !changes.iter().any(|c| c.after == State::Ready);
+    let facts = Facts {
+        scene,
+        none_ready,
+        answers_now: changes
             .iter()
-            .any(|s| s.before == Some(State::Unready) && s.was_answering);
-    let failing_open = none_ready && policy == WhenNoneReady::FailOpen;
-    let evict = steps
+            .any(|c| c.after == State::Unready && c.answering),
+        answered_before: !scene.was_any_ready
+            && changes
+                .iter()
+                .any(|c| c.before == Some(State::Unready) && c.was_answering),
+    };
+    let evict = changes
         .iter()
         .enumerate()
-        .filter(|(_, s)| {
-            let unready = s.after == State::Unready;
-            let just_failed = s.before != Some(State::Unready);
-            let closes = (!none_ready || refusing) && (just_failed || left_none_ready);
-            let silent_now = failing_open && !s.answering && answers_now;
-            let silent_before = !was_any_ready
-                && s.before == Some(State::Unready)
-                && !s.was_answering
-                && answered_before;
-            unready && (closes || became_refusing || (silent_now && !silent_before))
+        .filter_map(|(i, c)| {
+            RULES
+                .iter()
+                .find_map(|rule| rule(&facts, c))
+                .map(|r| (i, r))
         })
-        .map(|(i, _)| i)
         .collect();
-    let settled = steps.iter().all(|s| s.after != State::Unknown);
-    let alarm = if none_ready && settled && !steps.is_empty() && !announced {
+    let settled = changes.iter().all(|c| c.after != State::Unknown);
+    let announced = scene.announced;
+    let alarm = if none_ready && settled && !changes.is_empty() && !announced {
         Alarm::Raise
     } else if announced && !none_ready {
         Alarm::Clear
@@ -119,9 +172,11 @@ mod tests {
     use State::*;
     use WhenNoneReady::*;
 
+    use CloseReason::*;
+
     /// A backend that answers HTTP before and after (the usual case).
-    fn step(before: Option<State>, after: State) -> Step {
-        Step {
+    fn step(before: Option<State>, after: State) -> Change {
+        Change {
             before,
             after,
             was_answering: true,
@@ -130,13 +185,40 @@ mod tests {
     }
 
     /// A backend whose checks got no HTTP answer before / after (timeouts, refused, TLS).
-    fn silent(before: Option<State>, after: State, was_answering: bool, answering: bool) -> Step {
-        Step {
+    fn quiet(before: Option<State>, after: State, was_answering: bool, answering: bool) -> Change {
+        Change {
             before,
             after,
             was_answering,
             answering,
         }
+    }
+
+    fn scene(
+        was_any_ready: bool,
+        policy: WhenNoneReady,
+        announced: bool,
+        became_refusing: bool,
+    ) -> Scene {
+        Scene {
+            was_any_ready,
+            policy,
+            became_refusing,
+            announced,
+        }
+    }
+
+    #[test]
+    fn with_refuse_a_backend_that_turns_unready_while_others_are_ready_is_turned_unready() {
+        let t = transitions(
+            scene(true, Refuse, false, false),
+            &[step(Some(Ready), Unready), step(Some(Ready), Ready)],
+        );
+        assert_eq!(
+            t.evict,
+            vec![(0, TurnedUnready)],
+            "the first rule that applies names it"
+        );
     }
 
     #[test]
@@ -145,10 +227,10 @@ mod tests {
         type Case = (
             &'static str,
             bool,
-            Vec<Step>,
+            Vec<Change>,
             WhenNoneReady,
             bool,
-            Vec<usize>,
+            Vec<(usize, CloseReason)>,
             Alarm,
         );
         let cases: Vec<Case> = vec![
@@ -158,7 +240,7 @@ mod tests {
                 vec![step(Some(Ready), Unready), step(Some(Ready), Ready)],
                 FailOpen,
                 false,
-                vec![0],
+                vec![(0, TurnedUnready)],
                 Alarm::Unchanged,
             ),
             (
@@ -185,7 +267,7 @@ mod tests {
                 vec![step(Some(Unready), Unready), step(Some(Unready), Ready)],
                 FailOpen,
                 true,
-                vec![0],
+                vec![(0, LeftNoneReady)],
                 Alarm::Clear,
             ),
             (
@@ -194,7 +276,7 @@ mod tests {
                 vec![step(Some(Ready), Unready)],
                 Refuse,
                 false,
-                vec![0],
+                vec![(0, Refusing)],
                 Alarm::Raise,
             ),
             (
@@ -219,19 +301,19 @@ mod tests {
                 "failing open: a backend stops answering while another answers: evict it",
                 false,
                 vec![
-                    silent(Some(Unready), Unready, true, false),
+                    quiet(Some(Unready), Unready, true, false),
                     step(Some(Unready), Unready),
                 ],
                 FailOpen,
                 true,
-                vec![0],
+                vec![(0, Silent)],
                 Alarm::Unchanged,
             ),
             (
                 "failing open: already silent and evicted: not again",
                 false,
                 vec![
-                    silent(Some(Unready), Unready, false, false),
+                    quiet(Some(Unready), Unready, false, false),
                     step(Some(Unready), Unready),
                 ],
                 FailOpen,
@@ -243,8 +325,8 @@ mod tests {
                 "failing open: silent while nobody answers: keep (nowhere better)",
                 false,
                 vec![
-                    silent(Some(Unready), Unready, true, false),
-                    silent(Some(Unready), Unready, false, false),
+                    quiet(Some(Unready), Unready, true, false),
+                    quiet(Some(Unready), Unready, false, false),
                 ],
                 FailOpen,
                 true,
@@ -255,12 +337,12 @@ mod tests {
                 "failing open: someone starts answering: evict the silent ones",
                 false,
                 vec![
-                    silent(Some(Unready), Unready, false, false),
-                    silent(Some(Unready), Unready, false, true),
+                    quiet(Some(Unready), Unready, false, false),
+                    quiet(Some(Unready), Unready, false, true),
                 ],
                 FailOpen,
                 true,
-                vec![0],
+                vec![(0, Silent)],
                 Alarm::Unchanged,
             ),
             (
@@ -278,12 +360,12 @@ mod tests {
                 vec![step(Some(Ready), Ready), step(None, Unready)],
                 FailOpen,
                 false,
-                vec![1],
+                vec![(1, TurnedUnready)],
                 Alarm::Unchanged,
             ),
         ];
         for (name, was_any_ready, steps, policy, announced, evict, alarm) in cases {
-            let t = transitions(was_any_ready, &steps, policy, announced, false);
+            let t = transitions(scene(was_any_ready, policy, announced, false), &steps);
             assert_eq!(t.evict, evict, "{name}: evict");
             assert_eq!(t.alarm, alarm, "{name}: alarm");
         }
@@ -293,10 +375,10 @@ mod tests {
     fn switching_to_refuse_evicts_every_unready_backend_even_long_unready_ones() {
         let steps = [step(Some(Unready), Unready), step(Some(Ready), Ready)];
         assert_eq!(
-            transitions(true, &steps, Refuse, false, true).evict,
-            vec![0]
+            transitions(scene(true, Refuse, false, true), &steps).evict,
+            vec![(0, Refusing)]
         );
-        assert!(transitions(true, &steps, Refuse, false, false)
+        assert!(transitions(scene(true, Refuse, false, false), &steps)
             .evict
             .is_empty());
     }
@@ -304,11 +386,8 @@ mod tests {
     #[test]
     fn gauge_stays_up_while_a_just_added_backend_is_unchecked() {
         let t = transitions(
-            false,
+            scene(false, FailOpen, true, false),
             &[step(Some(Unready), Unready), step(None, Unknown)],
-            FailOpen,
-            true,
-            false,
         );
         assert_eq!(
             (t.alarm, t.announced, t.no_ready_gauge),
@@ -319,11 +398,8 @@ mod tests {
     #[test]
     fn gauge_is_down_before_the_alarm_is_raised() {
         let t = transitions(
-            false,
+            scene(false, FailOpen, false, false),
             &[step(None, Unready), step(None, Unknown)],
-            FailOpen,
-            false,
-            false,
         );
         assert!(!t.no_ready_gauge && !t.announced);
     }

@@ -11,7 +11,7 @@ use std::time::Duration;
 use readyprism::admin::StatusDoc;
 use readyprism::app::App;
 use readyprism::config::Config;
-use readyprism::health::state::State;
+use readyprism::health::verdict::State;
 use readyprism::sim::apiserver::FakeApiserver;
 use readyprism::sim::pki::{Ca, Issued};
 pub mod process;
@@ -353,4 +353,24 @@ pub fn metric(text: &str, name: &str, labels: &str) -> Option<f64> {
             n == name && rest.contains(labels)
         })
         .and_then(|l| l.rsplit_once(' ')?.1.parse().ok())
+}
+
+/// Connections to the backend at `address` closed for its state (`readyprism_unready_closes_total`),
+/// for one `reason`, or over every reason with `None`.
+pub fn unready_closes(app: &App, address: &str, reason: Option<&str>) -> u64 {
+    let reasons = [
+        "turned_unready",
+        "left_none_ready",
+        "refusing",
+        "silent",
+        "removed",
+    ];
+    reasons
+        .iter()
+        .filter(|r| reason.is_none_or(|want| want == **r))
+        .map(|r| {
+            let extra = format!(",reason=\"{r}\"");
+            backend_metric(app, "readyprism_unready_closes_total", address, &extra)
+        })
+        .sum()
 }

@@ -10,14 +10,19 @@
 //!   every attempt in the budget lost a packet, and passive health (a failed dial is a failed
 //!   check) does not mistake loss for a black hole.
 //!
-//! Owns resolution order and the race; the caller bounds the whole dial with its own timeout.
+//! Owns resolution order, the race and the budget; [`DialError`] owns what a failure means.
+
+mod error;
 
 use std::io;
 use std::net::{IpAddr, SocketAddr};
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
 use tokio::net::TcpStream;
 use tokio::task::JoinSet;
+
+pub use error::{Blame, DialError};
 
 /// The next attempt starts this long after the previous one, if nothing has connected or failed
 /// by then. RFC 8305 allows 100 ms to 2 s and recommends 250 ms between addresses; 150 ms gives
@@ -29,92 +34,110 @@ pub const ATTEMPT_DELAY: Duration = Duration::from_millis(150);
 /// of SYNs per dial, not a flood.
 pub const MAX_ATTEMPTS: usize = 8;
 
-/// Connects to `host:port`: an IP literal directly, a name through the system resolver with
-/// every address raced.
-pub async fn connect(host: &str, port: u16) -> io::Result<TcpStream> {
-    let addrs = match host.parse::<IpAddr>() {
-        Ok(ip) => vec![SocketAddr::new(ip, port)],
-        Err(_) => interleave(tokio::net::lookup_host((host, port)).await?.collect()),
+/// Connects to `host:port` within `budget`: an IP literal directly, a name through the system
+/// resolver with every address raced. `attempts` counts the connection attempts started (the
+/// SYNs this dial sent, retransmissions aside), also when the budget runs out.
+pub async fn connect(
+    host: &str,
+    port: u16,
+    budget: Duration,
+    attempts: &AtomicU32,
+) -> Result<TcpStream, DialError> {
+    let dial = async {
+        let addrs = match host.parse::<IpAddr>() {
+            Ok(ip) => vec![SocketAddr::new(ip, port)],
+            Err(_) => interleave(
+                tokio::net::lookup_host((host, port))
+                    .await
+                    .map_err(DialError::Resolve)?
+                    .collect(),
+            ),
+        };
+        connect_any(addrs, ATTEMPT_DELAY, attempts)
+            .await
+            .map(|(stream, _)| stream)
     };
-    connect_any(addrs, ATTEMPT_DELAY).await
-}
-
-/// The dial failed for want of something on this node — file descriptors, local ports, socket
-/// buffers, memory — which says nothing about the backend (neither passive nor active health
-/// counts it).
-pub fn is_local_shortage(e: &io::Error) -> bool {
-    matches!(
-        e.kind(),
-        io::ErrorKind::OutOfMemory | io::ErrorKind::AddrNotAvailable
-    ) || matches!(
-        e.raw_os_error(),
-        Some(libc::EMFILE | libc::ENFILE | libc::ENOBUFS | libc::ENOMEM | libc::EADDRNOTAVAIL)
-    )
+    tokio::time::timeout(budget, dial)
+        .await
+        .unwrap_or(Err(DialError::Timeout(budget)))
 }
 
 /// Races connections to `addrs`: each `delay` after the previous attempt (or at once when one
 /// failed) the next attempt starts, to the next address in order and, once all have had one,
 /// again to those whose attempts have not failed, up to [`MAX_ATTEMPTS`]. The first to connect
-/// wins and the others are dropped; when every address has failed, the last error is returned.
-pub async fn connect_any(addrs: Vec<SocketAddr>, delay: Duration) -> io::Result<TcpStream> {
+/// wins (returned with its attempt number, 0 for the first) and the others are dropped; when
+/// every address has failed, the last error is returned. A shortage of this node fails the dial
+/// at once.
+async fn connect_any(
+    addrs: Vec<SocketAddr>,
+    delay: Duration,
+    attempts: &AtomicU32,
+) -> Result<(TcpStream, u32), DialError> {
     let mut schedule = Schedule {
         live: addrs,
         next: 0,
         started: 0,
     };
-    let no_address = || io::Error::new(io::ErrorKind::NotFound, "the name has no address");
-    let first_addr = schedule.take().ok_or_else(no_address)?;
+    let take = |schedule: &mut Schedule| {
+        let next = schedule.take()?;
+        let n = attempts.fetch_add(1, Ordering::Relaxed);
+        Some((next, n))
+    };
+    let (first_addr, _) = take(&mut schedule).ok_or(DialError::NoAddress)?;
     // The first attempt runs in this task: the common dial, which connects before the next
     // attempt is due, spawns nothing. Later attempts are tasks in `attempts`.
     let first = TcpStream::connect(first_addr);
     tokio::pin!(first);
     let mut first_pending = true;
-    let mut attempts = JoinSet::new();
+    let mut running = JoinSet::new();
     let mut last_error = None;
-    let start = |attempts: &mut JoinSet<_>, addr: SocketAddr| {
-        attempts.spawn(async move { (addr, TcpStream::connect(addr).await) });
+    let start = |running: &mut JoinSet<_>, (addr, n): (SocketAddr, u32)| {
+        running.spawn(async move { (addr, n, TcpStream::connect(addr).await) });
     };
     loop {
-        if !first_pending && attempts.is_empty() {
-            match schedule.take() {
-                Some(a) => start(&mut attempts, a),
-                None => return Err(last_error.unwrap_or_else(no_address)),
+        if !first_pending && running.is_empty() {
+            match take(&mut schedule) {
+                Some(a) => start(&mut running, a),
+                None => return Err(last_error.unwrap_or(DialError::NoAddress)),
             }
         }
         let ended = tokio::select! {
             r = &mut first, if first_pending => {
                 first_pending = false;
-                Some((first_addr, r))
+                Some((first_addr, 0, r))
             }
-            done = attempts.join_next(), if !attempts.is_empty() => match done {
+            done = running.join_next(), if !running.is_empty() => match done {
                 Some(Ok(ended)) => Some(ended),
                 Some(Err(join)) => {
-                    last_error = Some(io::Error::other(join));
+                    last_error = Some(DialError::Connect(io::Error::other(join)));
                     None
                 }
                 None => None,
             },
             _ = tokio::time::sleep(delay), if schedule.can_start() => {
-                if let Some(a) = schedule.take() {
-                    start(&mut attempts, a);
+                if let Some(a) = take(&mut schedule) {
+                    start(&mut running, a);
                 }
                 None
             }
         };
-        match ended {
-            Some((_, Ok(stream))) => return Ok(stream), // dropping the set aborts the rest
-            // This node cannot dial (no descriptor, port or memory): the whole dial fails at once
-            // with that error, which no health check counts, rather than dropping the address
-            // from the rotation and running into a timeout that would count.
-            Some((_, Err(e))) if is_local_shortage(&e) => return Err(e),
-            Some((addr, Err(e))) => {
-                last_error = Some(e);
-                schedule.failed(addr);
-                if let Some(a) = schedule.take() {
-                    start(&mut attempts, a);
-                }
-            }
-            None => {}
+        let Some((addr, n, result)) = ended else {
+            continue;
+        };
+        let e = match result {
+            Ok(stream) => return Ok((stream, n)), // dropping the set aborts the rest
+            Err(e) => DialError::Connect(e),
+        };
+        // This node cannot dial (no descriptor, port or memory): the whole dial fails at once
+        // with that error, which no health check counts, rather than dropping the address from
+        // the rotation and running into a timeout that would count.
+        if e.blame() == Blame::ThisNode {
+            return Err(e);
+        }
+        last_error = Some(e);
+        schedule.failed(addr);
+        if let Some(a) = take(&mut schedule) {
+            start(&mut running, a);
         }
     }
 }
@@ -234,28 +257,6 @@ mod tests {
         assert!(!s.can_start());
     }
 
-    #[test]
-    fn shortages_of_this_node_are_told_apart_from_the_backends_failures() {
-        let os = io::Error::from_raw_os_error;
-        for local in [
-            libc::EMFILE,
-            libc::ENFILE,
-            libc::ENOBUFS,
-            libc::ENOMEM,
-            libc::EADDRNOTAVAIL,
-        ] {
-            assert!(is_local_shortage(&os(local)), "{}", os(local));
-        }
-        for remote in [
-            libc::ECONNREFUSED,
-            libc::ETIMEDOUT,
-            libc::EHOSTUNREACH,
-            libc::ECONNRESET,
-        ] {
-            assert!(!is_local_shortage(&os(remote)), "{}", os(remote));
-        }
-    }
-
     /// Accepts everything queued on `s` once `after` has passed, freeing its full queue.
     fn drain_after(s: &socket2::Socket, after: Duration) -> std::thread::JoinHandle<()> {
         let s = s.try_clone().expect("clone");
@@ -275,17 +276,20 @@ mod tests {
     #[tokio::test]
     async fn a_lost_syn_costs_an_attempt_delay_not_the_kernels_retransmission() {
         // The queue is full, so the listener drops SYNs (as a lossy link would) until it is
-        // drained at 300 ms. Linux retransmits a lost SYN after 1 s, past the 950 ms budget, so
-        // only an attempt started after the drain (at 400, 500, 600 or 700 ms, 100 ms apart)
-        // can connect in time; a single attempt never does.
+        // drained at 300 ms. Linux retransmits the first attempt's SYN only after 1 s; attempts
+        // start every 100 ms, so one started after the drain connects first: the winner is a
+        // fresh attempt, not the first one's retransmission.
         let (hole, _fillers, addr) = black_hole().await;
         let drain = drain_after(&hole, Duration::from_millis(300));
-        let dial = connect_any(vec![addr], Duration::from_millis(100));
-        let got = tokio::time::timeout(Duration::from_millis(950), dial).await;
+        let attempts = AtomicU32::new(0);
+        let (_stream, winner) = connect_any(vec![addr], Duration::from_millis(100), &attempts)
+            .await
+            .expect("connected");
         assert!(
-            matches!(got, Ok(Ok(_))),
-            "a re-attempt connects before the kernel's second SYN retransmission: {got:?}"
+            winner >= 1,
+            "a re-attempt connected, not the first attempt (won by attempt {winner})"
         );
+        assert!(attempts.load(Ordering::Relaxed) > winner);
         drain.join().expect("drain");
     }
 
@@ -297,8 +301,9 @@ mod tests {
             .expect("bind");
         let good_addr = good.local_addr().expect("addr");
         // Sequentially, the first attempt would hang until the caller's budget is gone.
-        let dial = connect_any(vec![hole, good_addr], Duration::from_millis(50));
-        let stream = tokio::time::timeout(Duration::from_secs(10), dial)
+        let n = AtomicU32::new(0);
+        let dial = connect_any(vec![hole, good_addr], Duration::from_millis(50), &n);
+        let (stream, _) = tokio::time::timeout(Duration::from_secs(10), dial)
             .await
             .expect("the second address answers within the budget")
             .expect("connected");
@@ -322,13 +327,15 @@ mod tests {
             .expect("bind");
         let good_addr = good.local_addr().expect("addr");
         // A long delay: only a failure can start the next attempt before it.
-        let s = connect_any(vec![refused, good_addr], Duration::from_secs(3600))
+        let n = AtomicU32::new(0);
+        let (s, _) = connect_any(vec![refused, good_addr], Duration::from_secs(3600), &n)
             .await
             .expect("connected");
         assert_eq!(s.peer_addr().expect("peer"), good_addr);
-        let e = connect_any(vec![refused, refused], Duration::from_secs(3600))
+        let e = connect_any(vec![refused, refused], Duration::from_secs(3600), &n)
             .await
             .expect_err("nothing answers");
-        assert_eq!(e.kind(), io::ErrorKind::ConnectionRefused);
+        assert_eq!(e.to_string(), "dial: connection refused");
+        assert_eq!(e.blame(), Blame::Backend);
     }
 }

@@ -1,11 +1,14 @@
-//! The client side: accept, pick, dial with retry, relay, and close when the backend turns unready.
+//! The client side: accept, pick, dial with retry, relay, close when the backend turns unready,
+//! and one record per connection at its end.
 //!
 //! The accept path takes no lock: one snapshot load per connection, released before the first
 //! await. Each connection's errors end in its own task. Does not own the order (`pick`), the byte
-//! pump (`relay`) or the eviction protocol (`backend::Eviction`).
+//! pump (`relay`), the dial (`dial`) or the eviction protocol (`eviction`).
+
+mod record;
 
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -15,10 +18,14 @@ use tokio_util::task::TaskTracker;
 use tracing::Instrument;
 
 use crate::accept::Acceptor;
-use crate::backend::{BackendLive, BackendSpec, EvictionWatch};
-use crate::health::state::State;
+use crate::backend::{BackendLive, BackendSpec};
+use crate::dial::Blame;
+use crate::eviction::EvictionWatch;
+use crate::health::verdict::State;
 use crate::metrics::Metrics;
+use crate::relay::Moved;
 use crate::table::Table;
+use record::{End, Record};
 
 /// Connections of an unready backend are closed spread over this window, so thousands of watch
 /// clients do not re-dial the next apiserver in the same millisecond; well inside the 1 s promise.
@@ -33,9 +40,9 @@ pub struct Proxy {
     table: Arc<Table>,
     metrics: Arc<Metrics>,
     /// Connection tasks, for draining at shutdown.
-    pub conns: TaskTracker,
+    conns: TaskTracker,
     /// Cancelled when connections still open after the grace period must be cut.
-    pub cut: CancellationToken,
+    cut: CancellationToken,
     rr: AtomicUsize,
 }
 
@@ -52,7 +59,7 @@ impl Proxy {
     }
 
     /// Accepts on `listener` until `stop` is cancelled. Established connections are not affected by
-    /// `stop`; they end on their own, by eviction, or by [`Proxy::cut`].
+    /// `stop`; they end on their own, by eviction, or by [`Proxy::drain`].
     pub async fn serve(self: Arc<Self>, listener: TcpListener, stop: CancellationToken) {
         let mut acceptor = Acceptor::new("listen", listener, stop);
         while let Some((client, peer)) = acceptor.next().await {
@@ -62,43 +69,73 @@ impl Proxy {
         }
     }
 
+    /// Waits up to `grace` for every connection to end, then cuts the rest and waits for them.
+    /// Call once the listeners have stopped.
+    pub async fn drain(&self, grace: Duration) {
+        self.conns.close();
+        let open = self.conns.len();
+        if open > 0 {
+            tracing::info!(open, ?grace, "draining connections");
+        }
+        if tokio::time::timeout(grace, self.conns.wait())
+            .await
+            .is_err()
+        {
+            tracing::info!(
+                open = self.conns.len(),
+                "grace period over; closing remaining connections"
+            );
+            self.cut.cancel();
+            self.conns.wait().await;
+        }
+    }
+
     async fn handle(self: Arc<Self>, client: TcpStream, peer: SocketAddr) {
         tune(&client);
+        let mut record = Record::new(peer);
+        let moved = Moved::default();
+        let end = self.route(&client, &mut record, &moved).await;
+        record.log(&end, &moved);
+    }
+
+    /// Picks, dials and relays one client connection; returns how it ended.
+    async fn route(&self, client: &TcpStream, record: &mut Record, moved: &Moved) -> End {
         let seq = self.rr.fetch_add(1, Ordering::Relaxed);
-        // A second plan only if the first lost candidates to an eviction while we dialed: the new
+        // A second plan only if the first lost targets to an eviction while we dialed: the new
         // snapshot then has the backends that replaced them.
         for _ in 0..2 {
             let plan = self.plan(seq);
-            if plan.candidates.is_empty() {
+            if plan.targets.is_empty() {
                 self.metrics.rejected_no_backend.inc();
-                tracing::debug!("no ready backend; refusing");
-                return;
+                return End::NoReadyBackend;
             }
-            match self.dial_first(&plan).await {
+            match self.dial_first(&plan, record).await {
                 Dialed::Connected(backend, i, evict) => {
-                    let target = &plan.candidates[i];
+                    let target = &plan.targets[i];
                     tune(&backend);
                     if target.state == State::Unready {
                         self.metrics.failed_open.inc();
                     }
-                    self.relay(&client, backend, &target.spec, &target.live, evict, seq)
+                    record.connected(target.spec.clone(), i);
+                    return self
+                        .relay(client, backend, &target.live, evict, seq, moved)
                         .await;
-                    return;
                 }
-                Dialed::Cut => return,
+                Dialed::Cut => return End::Shutdown,
+                Dialed::ThisNodeShort => return End::ThisNodeShort,
                 Dialed::Exhausted { evicted: true } => continue,
                 Dialed::Exhausted { evicted: false } => break,
             }
         }
         self.metrics.rejected_all_dials_failed.inc();
-        tracing::debug!(%peer, "every backend failed to dial; closing client connection");
+        End::AllDialsFailed
     }
 
     /// The only snapshot access on this path: copy out what to dial, then let the snapshot go.
     fn plan(&self, seq: usize) -> Plan {
         let snap = self.table.load();
         let (pick, fallback) = snap.pick(seq);
-        let candidates = pick
+        let targets = pick
             .order()
             .iter()
             .chain(&fallback)
@@ -113,44 +150,45 @@ impl Proxy {
             })
             .collect();
         Plan {
-            candidates,
+            targets,
             connect_timeout: snap.routing.connect_timeout,
         }
     }
 
-    /// Dials the candidates in order until one connects, before any byte is relayed. A refused or
-    /// timed-out dial is reported to the backend's monitor as a failed check.
-    async fn dial_first(&self, plan: &Plan) -> Dialed {
+    /// Dials the targets in order until one connects, before any byte is relayed. A dial that
+    /// fails for the backend's fault is reported to its monitor as a failed check; one that fails
+    /// for this node's shortage ends the connection at once (every other backend would fail
+    /// the same way) and is counted apart, against no backend.
+    async fn dial_first(&self, plan: &Plan, record: &mut Record) -> Dialed {
         let mut evicted = false;
-        for (i, t) in plan.candidates.iter().enumerate() {
+        for (i, t) in plan.targets.iter().enumerate() {
             // Watch before dialing, from the snapshot's epoch: an eviction between the snapshot
-            // and now, or during the dial, moves us to the next candidate.
+            // and now, or during the dial, moves us to the next target.
             let Some(evict) = t.live.eviction.watch_from(t.epoch) else {
                 evicted = true;
                 continue;
             };
-            let dial = crate::dial::connect(&t.spec.host, t.spec.port);
+            record.dials += 1;
+            let attempts = AtomicU32::new(0);
+            let dial =
+                crate::dial::connect(&t.spec.host, t.spec.port, plan.connect_timeout, &attempts);
             let dialed = tokio::select! {
                 _ = self.cut.cancelled() => return Dialed::Cut,
-                r = tokio::time::timeout(plan.connect_timeout, dial) => r,
+                r = dial => r,
             };
+            record.attempts += attempts.load(Ordering::Relaxed);
             match dialed {
-                Ok(Ok(_)) if evict.fired() => evicted = true,
-                Ok(Ok(backend)) => return Dialed::Connected(backend, i, evict),
-                Ok(Err(e)) => {
+                Ok(_) if evict.fired() => evicted = true,
+                Ok(backend) => return Dialed::Connected(backend, i, evict),
+                Err(e) if e.blame() == Blame::ThisNode => {
+                    self.metrics.local_dial_failure(e.label());
+                    tracing::debug!(backend = %t.spec.id, error = %e, "this node cannot dial; closing the client connection");
+                    return Dialed::ThisNodeShort;
+                }
+                Err(e) => {
                     t.live.metrics.dial_failures.inc();
                     tracing::debug!(backend = %t.spec.id, error = %e, "dial failed; trying the next backend");
-                    if let Some(reason) = dial_reason(&e) {
-                        t.live.dials.report(reason);
-                    }
-                }
-                Err(_) => {
-                    t.live.metrics.dial_failures.inc();
-                    tracing::debug!(backend = %t.spec.id, "dial timed out; trying the next backend");
-                    let timeout = crate::config::DurationValue(plan.connect_timeout);
-                    t.live
-                        .dials
-                        .report(format!("dial: timeout after {timeout}"));
+                    t.live.dials.report(e.to_string());
                 }
             }
         }
@@ -162,38 +200,44 @@ impl Proxy {
         &self,
         client: &TcpStream,
         backend: TcpStream,
-        spec: &BackendSpec,
         live: &BackendLive,
         mut evict: EvictionWatch,
         seq: usize,
-    ) {
+        moved: &Moved,
+    ) -> End {
         let m = &live.metrics;
         m.connections.inc();
         let _active = live.count_active();
-        tracing::debug!(backend = %spec.id, "relaying");
         let evicted = async {
-            evict.wait().await;
+            let why = evict.wait().await;
             tokio::time::sleep(spread(seq)).await;
+            why
         };
+        let relay = crate::relay::relay(
+            client,
+            &backend,
+            moved,
+            &m.bytes_to_backend,
+            &m.bytes_to_client,
+        );
         tokio::select! {
-            r = crate::relay::relay(client, &backend, &m.bytes_to_backend, &m.bytes_to_client) => {
-                if let Err(e) = r {
-                    tracing::debug!(backend = %spec.id, error = %e, "connection ended with error");
-                }
+            r = relay => match r {
+                Ok(ended) => End::from(ended),
+                Err(e) => End::Error(e.to_string()),
+            },
+            why = evicted => {
+                m.closes[why.index()].inc();
+                End::Evicted(why)
             }
-            _ = evicted => {
-                m.closed_unready.inc();
-                tracing::debug!(backend = %spec.id, "backend turned unready; closing connection");
-            }
-            _ = self.cut.cancelled() => {}
+            _ = self.cut.cancelled() => End::Shutdown,
         }
     }
 }
 
 /// What to dial for one client connection, copied out of a snapshot.
 struct Plan {
-    /// Backends in pick order.
-    candidates: Vec<Target>,
+    /// Backends in pick order (the picker's order, then the fail-open fallback).
+    targets: Vec<Target>,
     connect_timeout: Duration,
 }
 
@@ -208,25 +252,14 @@ struct Target {
 }
 
 enum Dialed {
-    /// Connected to `candidates[index]`, with its eviction watch.
+    /// Connected to `targets[index]`, with its eviction watch.
     Connected(TcpStream, usize, EvictionWatch),
-    /// Every candidate failed; `evicted` if some were skipped as evicted since the snapshot.
+    /// Every target failed; `evicted` if some were skipped as evicted since the snapshot.
     Exhausted { evicted: bool },
+    /// This node could not dial (descriptors, ports, memory).
+    ThisNodeShort,
     /// Shutdown cut the connection while dialing.
     Cut,
-}
-
-/// The failed-check reason for a dial error that says something about the backend; `None` for
-/// errors of this node (out of descriptors or ports), which must not turn a backend unready.
-fn dial_reason(e: &std::io::Error) -> Option<String> {
-    use std::io::ErrorKind::*;
-    match e.kind() {
-        ConnectionRefused => Some("dial: connection refused".to_string()),
-        ConnectionReset | HostUnreachable | NetworkUnreachable | TimedOut => {
-            Some(format!("dial: {}", e.kind()))
-        }
-        _ => None,
-    }
 }
 
 /// TCP_NODELAY (kubelet's requests are small and latency-bound) and keepalive, best effort.
@@ -253,7 +286,7 @@ fn spread(seq: usize) -> Duration {
 mod tests {
     use super::*;
     use crate::backend::{Backend, BackendId, Routing, Snapshot};
-    use crate::health::state::Health;
+    use crate::health::verdict::Health;
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
     /// A plain TCP backend that writes `name` to every connection.

@@ -1,0 +1,212 @@
+//! One record per client connection, logged once when it ends (as HAProxy's and Envoy's access
+//! logs do): who it was, where it went, what it cost to get there, what it moved, and who ended
+//! it and why. Nothing is logged per packet.
+//!
+//! Evictions and failures are logged at `info`, ordinary ends at `debug`, so a node's log is
+//! not flooded by kubelet's short requests. The field names are stable (the README lists them).
+//! Does not own the connection's lifecycle (`proxy`).
+
+use std::net::SocketAddr;
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use crate::backend::BackendSpec;
+use crate::eviction::CloseReason;
+use crate::relay::{Ended, Moved};
+
+/// How a client connection ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum End {
+    /// The client closed first (both ways then ended).
+    ClientClosed,
+    /// The backend closed first (both ways then ended).
+    BackendClosed,
+    /// One way ended and the other stayed silent for 60 s.
+    HalfClosedIdle,
+    /// The relay failed (a reset, a broken pipe): the error as the kernel said it.
+    Error(String),
+    /// Closed by us because its backend was evicted, with why.
+    Evicted(CloseReason),
+    /// Cut at shutdown after the grace period.
+    Shutdown,
+    /// Never relayed: no backend was ready and the policy is `refuse`.
+    NoReadyBackend,
+    /// Never relayed: every candidate's dial failed.
+    AllDialsFailed,
+    /// Never relayed: this node could not dial (out of descriptors, ports or memory).
+    ThisNodeShort,
+}
+
+impl End {
+    /// Who ended it: `client`, `backend`, `balancer`, or `unknown` for a relay error (a reset
+    /// or broken pipe may come from either side).
+    pub fn ended_by(&self) -> &'static str {
+        match self {
+            End::ClientClosed => "client",
+            End::BackendClosed => "backend",
+            End::Error(_) => "unknown",
+            _ => "balancer",
+        }
+    }
+
+    /// Why, as one stable word (an eviction's reason is its [`CloseReason`] name).
+    pub fn reason(&self) -> &'static str {
+        match self {
+            End::ClientClosed | End::BackendClosed => "closed",
+            End::HalfClosedIdle => "half_closed_idle",
+            End::Error(_) => "error",
+            End::Evicted(r) => r.as_str(),
+            End::Shutdown => "shutdown",
+            End::NoReadyBackend => "no_ready_backend",
+            End::AllDialsFailed => "all_dials_failed",
+            End::ThisNodeShort => "this_node_short",
+        }
+    }
+
+    /// Whether the record is worth `info`: evictions and failures are, ordinary ends are not.
+    fn notable(&self) -> bool {
+        !matches!(self, End::ClientClosed | End::BackendClosed)
+    }
+}
+
+impl From<Ended> for End {
+    fn from(e: Ended) -> Self {
+        match e {
+            Ended::ClientFirst => End::ClientClosed,
+            Ended::BackendFirst => End::BackendClosed,
+            Ended::HalfClosedIdle => End::HalfClosedIdle,
+        }
+    }
+}
+
+/// What is known of one client connection so far.
+#[derive(Debug)]
+pub struct Record {
+    client: SocketAddr,
+    started: Instant,
+    /// Candidates dialed (1 when the first pick connected).
+    pub dials: u32,
+    /// TCP connection attempts over all dials (each a SYN, retransmissions aside).
+    pub attempts: u32,
+    relayed: Option<Relayed>,
+}
+
+#[derive(Debug)]
+struct Relayed {
+    backend: std::sync::Arc<BackendSpec>,
+    rank: usize,
+    connect: Duration,
+}
+
+impl Record {
+    /// A connection accepted now from `client`.
+    pub fn new(client: SocketAddr) -> Self {
+        Record {
+            client,
+            started: Instant::now(),
+            dials: 0,
+            attempts: 0,
+            relayed: None,
+        }
+    }
+
+    /// Connected to `backend`, candidate number `rank` (0: the first pick), `connect` after the
+    /// client was accepted.
+    pub fn connected(&mut self, backend: std::sync::Arc<BackendSpec>, rank: usize) {
+        self.relayed = Some(Relayed {
+            backend,
+            rank,
+            connect: self.started.elapsed(),
+        });
+    }
+
+    /// Logs the record: once, at the connection's end.
+    pub fn log(self, end: &End, moved: &Moved) {
+        let relayed = self.relayed.as_ref();
+        let backend = relayed.map_or("", |r| r.backend.id.as_str());
+        let zone = relayed
+            .and_then(|r| r.backend.zone.as_deref())
+            .unwrap_or("");
+        let rank = relayed.map_or(-1, |r| r.rank as i64);
+        let connect_ms = relayed.map_or(0.0, |r| ms(r.connect));
+        let duration_ms = ms(self.started.elapsed());
+        let to_backend_bytes = moved.to_backend.load(Ordering::Relaxed);
+        let to_client_bytes = moved.to_client.load(Ordering::Relaxed);
+        let error = match end {
+            End::Error(e) => e.as_str(),
+            _ => "",
+        };
+        let (client, dials, attempts) = (self.client.to_string(), self.dials, self.attempts);
+        let (ended_by, reason) = (end.ended_by(), end.reason());
+        macro_rules! emit {
+            ($level:ident) => {
+                tracing::$level!(
+                    client,
+                    backend,
+                    zone,
+                    rank,
+                    dials,
+                    attempts,
+                    connect_ms,
+                    to_backend_bytes,
+                    to_client_bytes,
+                    duration_ms,
+                    ended_by,
+                    reason,
+                    error,
+                    "connection ended"
+                )
+            };
+        }
+        if end.notable() {
+            emit!(info);
+        } else {
+            emit!(debug);
+        }
+    }
+}
+
+/// Milliseconds with microsecond resolution, for a log field.
+fn ms(d: Duration) -> f64 {
+    (d.as_micros() as f64) / 1000.0
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_end_names_who_and_why_and_only_ordinary_ends_are_quiet() {
+        let cases = [
+            (End::ClientClosed, "client", "closed", false),
+            (End::BackendClosed, "backend", "closed", false),
+            (End::HalfClosedIdle, "balancer", "half_closed_idle", true),
+            (End::Error("reset".into()), "unknown", "error", true),
+            (
+                End::Evicted(CloseReason::TurnedUnready),
+                "balancer",
+                "turned_unready",
+                true,
+            ),
+            (
+                End::Evicted(CloseReason::Removed),
+                "balancer",
+                "removed",
+                true,
+            ),
+            (End::Shutdown, "balancer", "shutdown", true),
+            (End::NoReadyBackend, "balancer", "no_ready_backend", true),
+            (End::AllDialsFailed, "balancer", "all_dials_failed", true),
+            (End::ThisNodeShort, "balancer", "this_node_short", true),
+        ];
+        for (end, by, why, notable) in cases {
+            assert_eq!(
+                (end.ended_by(), end.reason(), end.notable()),
+                (by, why, notable),
+                "{end:?}"
+            );
+        }
+    }
+}
