@@ -149,10 +149,11 @@ impl App {
         }
         let (admin_l, admin_bound) = bind("admin", config.admin).await?;
 
-        let metrics = Arc::new(Metrics::new());
+        let table = Table::new();
+        let snapshots = table.clone();
+        let metrics = Arc::new(Metrics::new(Box::new(move || snapshots.load())));
         tls::publish_expiry(&metrics, &tls_state.client_cert);
         let tls = TlsSource::new(config.tls.clone(), tls_state);
-        let table = Table::new();
         let (writer, rx) = mpsc::channel(256);
         let tasks = TaskTracker::new();
         let background = CancellationToken::new();
@@ -380,6 +381,7 @@ impl App {
                 initial: b.health.clone(),
                 table: self.writer.clone(),
                 live: b.live.clone(),
+                metrics: self.metrics.health(&b.spec.id),
             };
             let probe = monitor.https_probe(self.tls.clone());
             self.tasks.spawn(monitor.run(probe, stop.clone()));

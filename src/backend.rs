@@ -6,7 +6,7 @@
 //! backend is chosen (`pick`).
 
 use std::fmt;
-use std::sync::atomic::{AtomicU32, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -16,9 +16,10 @@ use tokio::sync::Notify;
 
 pub use crate::eviction::Eviction;
 
+use crate::eviction::CloseReason;
 use crate::health::verdict::{Health, State};
-use crate::metrics::BackendMetrics;
 use crate::pick::{self, Candidate, Pick, WhenNoneReady};
+use crate::relay::Moved;
 
 /// A backend's identity: its address exactly as configured. Reloads, probes, status, logs and
 /// metrics all name a backend by it, so a backend whose zone or server name changes stays itself.
@@ -115,33 +116,38 @@ impl DialReports {
 }
 
 /// Per-backend state that outlives snapshots, shared by every connection to the backend.
-#[derive(Debug)]
+#[derive(Debug, Default)]
 pub struct BackendLive {
     /// Closes the backend's connections when it turns unready or is removed.
     pub eviction: Eviction,
-    /// Connections relayed to the backend now: the picker's "fewest active" input.
+    /// Connections relayed to the backend now: the picker's "fewest active" input, and the
+    /// `readyprism_connections_active` gauge.
     pub active: AtomicUsize,
-    /// Pre-resolved metric handles, so the relay path never looks up labels.
-    pub metrics: BackendMetrics,
+    /// What the proxy counts for this backend; `metrics` exports it at scrape time.
+    pub counters: ConnCounters,
     /// Failed client dials, for the backend's monitor.
     pub dials: DialReports,
 }
 
-impl BackendLive {
-    /// Fresh live state with the given metric handles.
-    pub fn new(metrics: BackendMetrics) -> Self {
-        BackendLive {
-            eviction: Eviction::default(),
-            active: AtomicUsize::new(0),
-            metrics,
-            dials: DialReports::default(),
-        }
-    }
+/// The proxy's per-backend counts: plain atomics (the relay path touches nothing else), read by
+/// `metrics` when `/metrics` is scraped.
+#[derive(Debug, Default)]
+pub struct ConnCounters {
+    /// Connections relayed, ever.
+    pub connections: AtomicU64,
+    /// Dials that failed for the backend's fault.
+    pub dial_failures: AtomicU64,
+    /// Connections closed because of the backend's state, by [`CloseReason::index`].
+    pub closes: [AtomicU64; CloseReason::ALL.len()],
+    /// Bytes relayed each way, over every connection.
+    pub bytes: Moved,
+}
 
+impl BackendLive {
     /// Counts one relayed connection for as long as the returned guard lives (also on panic).
     pub fn count_active(&self) -> ActiveGuard<'_> {
         self.active.fetch_add(1, Ordering::Relaxed);
-        self.metrics.active.inc();
+        self.counters.connections.fetch_add(1, Ordering::Relaxed);
         ActiveGuard(self)
     }
 }
@@ -153,7 +159,6 @@ pub struct ActiveGuard<'a>(&'a BackendLive);
 impl Drop for ActiveGuard<'_> {
     fn drop(&mut self) {
         self.0.active.fetch_sub(1, Ordering::Relaxed);
-        self.0.metrics.active.dec();
     }
 }
 
@@ -237,14 +242,13 @@ mod tests {
     }
 
     #[test]
-    fn active_guard_counts_for_the_picker_and_the_gauge() {
-        let m = crate::metrics::Metrics::new();
-        let live = BackendLive::new(m.backend(&BackendId::new("a:1")));
+    fn active_guard_counts_now_and_ever() {
+        let live = BackendLive::default();
         let g = live.count_active();
         assert_eq!(live.active.load(Ordering::Relaxed), 1);
-        assert_eq!(live.metrics.active.get(), 1);
         drop(g);
-        assert_eq!(live.active.load(Ordering::Relaxed), 0);
-        assert_eq!(live.metrics.active.get(), 0);
+        let _g = live.count_active();
+        assert_eq!(live.active.load(Ordering::Relaxed), 1);
+        assert_eq!(live.counters.connections.load(Ordering::Relaxed), 2);
     }
 }

@@ -8,7 +8,6 @@ use std::time::Duration;
 
 use crate::backend::{Backend, BackendId, BackendLive, BackendSpec, Routing, Snapshot};
 use crate::health::verdict::{Health, State};
-use crate::metrics::Metrics;
 use crate::table::Table;
 
 /// A table with `n` ready backends and a spare snapshot to swap in.
@@ -21,11 +20,10 @@ pub struct SnapshotBench {
 impl SnapshotBench {
     /// `n` backends, every third in the node's zone, latencies 1–40 ms.
     pub fn new(n: usize) -> SnapshotBench {
-        let metrics = Metrics::new();
         let backends = (0..n)
             .map(|i| {
                 let id = BackendId::new(&format!("10.0.{}.{}:6443", i / 250, i % 250));
-                let live = Arc::new(BackendLive::new(metrics.backend(&id)));
+                let live = Arc::new(BackendLive::default());
                 Backend {
                     spec: Arc::new(BackendSpec {
                         id,

@@ -5,19 +5,25 @@
 //! ```text
 //!  health::Monitor ─probe─▶ health::rise_fall ──TableCmd──▶ table writer ── transitions (pure)
 //!    (one per backend)                                          │ publish, then bump evictions
-//!                                                               ▼
+//!                                                               ▼          (with a CloseReason)
 //!  client ──▶ proxy (load Snapshot ─▶ pick (pure) ─▶ dial with retry ─▶ relay) ◀── admin /status
-//!                       ▲ backend::Eviction fires when a backend stops being ready ─┘
+//!               │       ▲ eviction::Eviction fires when a backend stops being ready ─┘
+//!               └─▶ one record per connection at its end; counts in backend::ConnCounters,
+//!                   which metrics reads at scrape time
 //! ```
 //!
-//! The daemon: [`config`] (YAML → typed), [`backend`] (identity, eviction, the snapshot),
-//! [`table`] (the one `ArcSwap`, its writer and its pure transitions), [`health`] (probe,
-//! rise/fall, monitor), [`pick`] (pure), [`proxy`] + [`relay`], [`dial`], [`accept`], [`admin`] (and the
-//! `/status` type), [`metrics`], [`tls`], [`app`] (wiring), [`signals`].
+//! The daemon: [`config`] (YAML → typed), [`backend`] (identity, live counts, the snapshot),
+//! [`eviction`] (closing a backend's connections, and why), [`table`] (the one `ArcSwap`, its
+//! writer and its pure transitions), [`health`] (probe, rise/fall, monitor), [`pick`] (pure),
+//! [`proxy`] (and its per-connection record) + [`relay`], [`dial`] (and what a failed dial
+//! means), [`accept`], [`admin`] (and the `/status` type), [`metrics`], [`tls`], [`app`]
+//! (wiring), [`signals`].
 //! Operator tools: [`cli`] (`status`, `demo`). Simulation for the demo and tests: `sim`.
 //!
-//! Dependencies point one way: `health::verdict` ← `pick` ← `backend` ← `table` ← `health`
-//! (monitor) / `proxy` / `admin` ← `app` ← `signals` ← `main`; `config` reads `backend` and `pick`.
+//! Dependencies point one way: `health::verdict`, `eviction`, `relay` ← `pick` ← `backend` ←
+//! `metrics` ← `table` ← `health` (monitor) / `proxy` / `admin` ← `app` ← `signals` ← `main`;
+//! `config` reads `backend` and `pick`; `dial` reads `config`; `proxy` and `health` read `dial`. Nothing below `metrics` holds a Prometheus
+//! handle: the domain keeps plain atomics, which `metrics` reads at scrape time.
 
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]

@@ -258,8 +258,8 @@ fn probes_that_meet_this_nodes_descriptor_shortage_leave_the_backend_ready() {
     assert!(
         short["fields"]["reason"]
             .as_str()
-            .is_some_and(|r| r.contains("Too many open files")),
-        "{short}"
+            .is_some_and(|r| r == "dial: this node: out of file descriptors (process limit)"),
+        "the same wording as a client dial's: {short}"
     );
     drop(held);
     p.wait_log("probing again after a shortage on this node", |_| true);
@@ -314,4 +314,74 @@ async fn a_readyz_that_trickles_its_answer_is_a_timeout_and_the_others_serve() {
     );
     assert_eq!(landed(app.listen_addrs()[0]).await, "remote");
     app.shutdown().await;
+}
+
+#[test]
+#[allow(clippy::disallowed_types)] // blocking code on this thread, not tokio's clock
+fn client_dials_that_meet_this_nodes_shortage_blame_no_backend_and_try_no_other() {
+    use std::io::{Read, Write};
+    let rt = tokio::runtime::Runtime::new().expect("runtime");
+    let lab = Lab::new();
+    let (a, b) = rt.block_on(async { (lab.fake("a").await, lab.fake("b").await) });
+    let file = lab.path("dial-fds.yaml");
+    let yaml = lab.yaml("dc-a", &[(addr(&a), "dc-a"), (addr(&b), "dc-b")], "");
+    std::fs::write(&file, yaml).expect("write");
+    let p = support::process::Proc::start_under(&["prlimit", "--nofile=48:48", "--"], &file);
+    rt.block_on(poll("both ready", || {
+        blocking_get(p.admin, "/status")
+            .1
+            .matches("\"ready\"")
+            .count()
+            >= 2
+    }));
+    let short = |p: &support::process::Proc| {
+        p.logs().into_iter().find(|v| {
+            v["fields"]["message"] == "connection ended"
+                && v["fields"]["reason"] == "this_node_short"
+        })
+    };
+    // Relayed connections take two descriptors each. Once one is left, a client is accepted and
+    // its dial meets EMFILE; once none is, clients wait in the accept queue, and a probe
+    // connection dropped by a failed check frees one for the next of them.
+    let mut held = Vec::new();
+    let deadline = std::time::Instant::now() + patience();
+    let record = loop {
+        if let Some(r) = short(&p) {
+            break r;
+        }
+        assert!(std::time::Instant::now() < deadline, "no dial met EMFILE");
+        let mut c = std::net::TcpStream::connect(p.listen).expect("connect");
+        c.set_read_timeout(Some(std::time::Duration::from_millis(300)))
+            .expect("timeout");
+        let _ = c.write_all(b"RAW\n");
+        let mut greeting = [0u8; 2];
+        if c.read_exact(&mut greeting).is_err() {
+            a.control.fail_next(1);
+        }
+        held.push(c);
+    };
+    assert_eq!(
+        record["fields"]["dials"].as_u64(),
+        Some(1),
+        "no other backend is tried for this node's shortage: {record}"
+    );
+    drop(held);
+    rt.block_on(poll("admin answers again", || {
+        blocking_get(p.admin, "/livez").0 == 200
+    }));
+    let text = blocking_get(p.admin, "/metrics").1;
+    for backend in [addr(&a), addr(&b)] {
+        let labels = format!("backend=\"{backend}\"");
+        assert_eq!(
+            metric(&text, "readyprism_dial_failures_total", &labels),
+            Some(0.0),
+            "this node's EMFILE is not the apiserver's failure: {backend}"
+        );
+    }
+    let local = metric(
+        &text,
+        "readyprism_local_dial_failures_total",
+        "reason=\"descriptors\"",
+    );
+    assert!(local >= Some(1.0), "counted apart: {local:?}");
 }

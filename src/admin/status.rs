@@ -142,18 +142,16 @@ mod tests {
     use super::*;
     use crate::backend::{Backend, BackendId, BackendLive, BackendSpec, Routing};
     use crate::health::verdict::Health;
-    use crate::metrics::Metrics;
     use crate::pick::WhenNoneReady;
 
     fn snapshot(states: &[State], policy: WhenNoneReady) -> Snapshot {
-        let metrics = Metrics::new();
         let backends = states
             .iter()
             .enumerate()
             .map(|(i, &state)| {
                 let id = BackendId::new(&format!("10.0.0.{i}:6443"));
                 Backend {
-                    live: Arc::new(BackendLive::new(metrics.backend(&id))),
+                    live: Arc::new(BackendLive::default()),
                     spec: Arc::new(BackendSpec {
                         id,
                         host: format!("10.0.0.{i}"),

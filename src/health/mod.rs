@@ -18,7 +18,7 @@ use tokio::time::Instant;
 
 use crate::backend::{BackendLive, BackendSpec};
 use crate::config::HealthConfig;
-use crate::metrics::BackendMetrics;
+use crate::metrics::HealthMetrics;
 use crate::table::TableCmd;
 use crate::tls::TlsSource;
 use probe::{HttpsProbe, Inconclusive, Probe};
@@ -46,8 +46,10 @@ pub(crate) struct Monitor {
     pub initial: Health,
     /// The table's writer.
     pub table: mpsc::Sender<TableCmd>,
-    /// The backend's live state: metric handles and the failed client dials the proxy reports.
+    /// The backend's live state: the failed client dials the proxy reports.
     pub live: Arc<BackendLive>,
+    /// This monitor's metric handles.
+    pub metrics: HealthMetrics,
 }
 
 impl Monitor {
@@ -93,7 +95,7 @@ impl Monitor {
                     if std::mem::take(&mut short) {
                         tracing::info!(backend = %self.spec.id, "probing again after a shortage on this node");
                     }
-                    record(&self.live.metrics, &outcome);
+                    record(&self.metrics, &outcome);
                     let step = rise_fall.observe(&outcome);
                     if !self.publish(&rise_fall, step, &cancel).await {
                         return;
@@ -157,8 +159,8 @@ impl Monitor {
         if let Some((from, to)) = step.changed {
             log_change(&self.spec, from, to, rise_fall.health());
             match to {
-                State::Ready => self.live.metrics.to_ready.inc(),
-                _ => self.live.metrics.to_unready.inc(),
+                State::Ready => self.metrics.to_ready.inc(),
+                _ => self.metrics.to_unready.inc(),
             };
         }
         let cmd = TableCmd::Health {
@@ -172,7 +174,7 @@ impl Monitor {
     }
 }
 
-fn record(metrics: &BackendMetrics, outcome: &Outcome) {
+fn record(metrics: &HealthMetrics, outcome: &Outcome) {
     if outcome.passed() {
         metrics.checks_pass.inc();
     } else {

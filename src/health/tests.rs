@@ -55,7 +55,7 @@ impl Probe for Scripted {
 }
 
 fn monitor(tx: mpsc::Sender<TableCmd>) -> Monitor {
-    let metrics = crate::metrics::Metrics::new();
+    let metrics = crate::metrics::Metrics::default();
     let spec = Arc::new(BackendSpec {
         id: crate::backend::BackendId::new("a:1"),
         host: "a".into(),
@@ -72,7 +72,8 @@ fn monitor(tx: mpsc::Sender<TableCmd>) -> Monitor {
             rise: 2,
             fall: 2,
         },
-        live: Arc::new(BackendLive::new(metrics.backend(&spec.id))),
+        live: Arc::new(BackendLive::default()),
+        metrics: metrics.health(&spec.id),
         spec,
         initial: Health::UNKNOWN,
         table: tx,

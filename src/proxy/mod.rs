@@ -186,7 +186,10 @@ impl Proxy {
                     return Dialed::ThisNodeShort;
                 }
                 Err(e) => {
-                    t.live.metrics.dial_failures.inc();
+                    t.live
+                        .counters
+                        .dial_failures
+                        .fetch_add(1, Ordering::Relaxed);
                     tracing::debug!(backend = %t.spec.id, error = %e, "dial failed; trying the next backend");
                     t.live.dials.report(e.to_string());
                 }
@@ -205,28 +208,20 @@ impl Proxy {
         seq: usize,
         moved: &Moved,
     ) -> End {
-        let m = &live.metrics;
-        m.connections.inc();
         let _active = live.count_active();
         let evicted = async {
             let why = evict.wait().await;
             tokio::time::sleep(spread(seq)).await;
             why
         };
-        let relay = crate::relay::relay(
-            client,
-            &backend,
-            moved,
-            &m.bytes_to_backend,
-            &m.bytes_to_client,
-        );
+        let relay = crate::relay::relay(client, &backend, moved, &live.counters.bytes);
         tokio::select! {
             r = relay => match r {
                 Ok(ended) => End::from(ended),
                 Err(e) => End::Error(e.to_string()),
             },
             why = evicted => {
-                m.closes[why.index()].inc();
+                live.counters.closes[why.index()].fetch_add(1, Ordering::Relaxed);
                 End::Evicted(why)
             }
             _ = self.cut.cancelled() => End::Shutdown,
@@ -303,10 +298,10 @@ mod tests {
 
     #[tokio::test]
     async fn a_backend_evicted_after_the_snapshot_was_read_is_not_connected() {
-        let metrics = Arc::new(Metrics::new());
+        let metrics = Arc::new(Metrics::default());
         let backend = |addr: SocketAddr| {
             let id = BackendId::new(&addr.to_string());
-            let live = Arc::new(BackendLive::new(metrics.backend(&id)));
+            let live = Arc::new(BackendLive::default());
             Backend {
                 spec: Arc::new(BackendSpec {
                     id,

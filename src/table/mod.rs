@@ -134,7 +134,7 @@ fn configure(
         .filter(|o| !specs.iter().any(|s| s.id == o.spec.id))
     {
         tracing::info!(backend = %gone.spec.id, "backend removed from config; closing its connections");
-        metrics.forget_backend(&gone.spec.id, gone.spec.zone.as_deref());
+        metrics.forget_ready_series(&gone.spec.id, gone.spec.zone.as_deref());
         removed.push(gone.live.clone());
     }
     let backends = specs
@@ -151,7 +151,7 @@ fn configure(
                 }
             }
             None => {
-                let live = Arc::new(BackendLive::new(metrics.backend(&spec.id)));
+                let live = Arc::new(BackendLive::default());
                 let evict_epoch = live.eviction.epoch();
                 Backend {
                     live,

@@ -1,7 +1,11 @@
-//! Prometheus metrics: the registry, every family registered once, and per-backend handles resolved
-//! once so that the relay path only touches atomics.
+//! Prometheus metrics: the registry, every family registered once, the health monitors' handles
+//! (resolved once per backend), and — through [`backends`] — the proxy's per-backend counts,
+//! which live as plain atomics in the backends and are read at scrape time.
 //!
 //! Does not own when metrics move: the owners of the events (probe, table, proxy, reload) do.
+//! Reads the backends (`backend`); nothing in the domain depends on this module.
+
+mod backends;
 
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
@@ -10,8 +14,10 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
 use prometheus_client::registry::Registry;
 
-use crate::backend::BackendId;
-use crate::eviction::CloseReason;
+use crate::backend::{BackendId, Snapshot};
+
+/// Where the metrics read the current backends from at scrape time (the table's snapshot).
+pub type SnapshotSource = Box<dyn Fn() -> std::sync::Arc<Snapshot> + Send + Sync>;
 
 /// `Content-Type` of [`Metrics::encode`]'s output.
 pub const CONTENT_TYPE: &str = prometheus_client::encoding::prometheus_text::CONTENT_TYPE;
@@ -37,18 +43,6 @@ struct BackendTo {
 struct BackendResult {
     backend: String,
     result: &'static str,
-}
-
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-struct BackendReason {
-    backend: String,
-    reason: &'static str,
-}
-
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-struct BackendDirection {
-    backend: String,
-    direction: &'static str,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -79,12 +73,7 @@ pub struct Metrics {
     state_changes: Family<BackendTo, Counter>,
     health_checks: Family<BackendResult, Counter>,
     check_duration: HistogramFamily,
-    connections: Family<BackendLabel, Counter>,
-    connections_active: Family<BackendLabel, Gauge>,
-    dial_failures: Family<BackendLabel, Counter>,
-    closes: Family<BackendReason, Counter>,
     local_dial_failures: Family<ReasonLabel, Counter>,
-    bytes: Family<BackendDirection, Counter>,
     /// 1 from the moment every backend has answered and none is ready (failing open or
     /// refusing) until one is ready again.
     pub no_ready_backends: Gauge,
@@ -98,9 +87,9 @@ pub struct Metrics {
     cert_expiry: Family<NoLabels, Gauge>,
 }
 
-/// Handles for one backend, resolved once when the backend is added.
+/// A health monitor's handles for its backend, resolved once when the monitor starts.
 #[derive(Debug, Clone)]
-pub struct BackendMetrics {
+pub struct HealthMetrics {
     /// State changes to ready.
     pub to_ready: Counter,
     /// State changes to unready.
@@ -111,29 +100,18 @@ pub struct BackendMetrics {
     pub checks_fail: Counter,
     /// `/readyz` request→response seconds.
     pub check_duration: Histogram,
-    /// Connections relayed, ever.
-    pub connections: Counter,
-    /// Connections relayed now: mirrors [`crate::backend::BackendLive::active`].
-    pub active: Gauge,
-    /// Dials that failed for the backend's fault (timeout, refused, unreachable, ...).
-    pub dial_failures: Counter,
-    /// Connections we closed because of the backend's state, by [`CloseReason::index`].
-    pub closes: [Counter; CloseReason::ALL.len()],
-    /// Bytes from client to backend.
-    pub bytes_to_backend: Counter,
-    /// Bytes from backend to client.
-    pub bytes_to_client: Counter,
 }
 
 impl Default for Metrics {
     fn default() -> Self {
-        Self::new()
+        Self::new(Box::new(|| std::sync::Arc::new(Snapshot::default())))
     }
 }
 
 impl Metrics {
-    /// Registers every family under the `readyprism_` prefix.
-    pub fn new() -> Self {
+    /// Registers every family under the `readyprism_` prefix; the proxy's per-backend counts are
+    /// read from the snapshot `backends` returns, at every scrape.
+    pub fn new(backends: SnapshotSource) -> Self {
         let mut registry = Registry::with_prefix("readyprism");
         let rejected: Family<ReasonLabel, Counter> = Family::default();
         let m = Metrics {
@@ -144,12 +122,7 @@ impl Metrics {
             check_duration: Family::new_with_constructor(|| {
                 Histogram::new(exponential_buckets(0.001, 2.0, 15))
             }),
-            connections: Family::default(),
-            connections_active: Family::default(),
-            dial_failures: Family::default(),
-            closes: Family::default(),
             local_dial_failures: Family::default(),
-            bytes: Family::default(),
             no_ready_backends: Gauge::default(),
             rejected_no_backend: rejected.get_or_create_owned(&ReasonLabel {
                 reason: "no_ready_backend",
@@ -183,31 +156,10 @@ impl Metrics {
             m.check_duration.clone(),
         );
         registry.register(
-            "connections",
-            "Client connections relayed to the backend",
-            m.connections.clone(),
-        );
-        registry.register(
-            "connections_active",
-            "Client connections relayed now",
-            m.connections_active.clone(),
-        );
-        registry.register(
-            "dial_failures",
-            "Failed dials to the backend",
-            m.dial_failures.clone(),
-        );
-        registry.register(
-            "unready_closes",
-            "Connections closed because of the backend's state, by reason (turned_unready, left_none_ready, refusing, silent, removed)",
-            m.closes.clone(),
-        );
-        registry.register(
             "local_dial_failures",
             "Dials that failed for want of something on this node (descriptors, ports, memory), by reason; never counted against a backend",
             m.local_dial_failures.clone(),
         );
-        registry.register("bytes", "Bytes relayed by direction", m.bytes.clone());
         registry.register(
             "no_ready_backends",
             "1 while no backend is ready (failing open or refusing)",
@@ -240,6 +192,7 @@ impl Metrics {
             })
             .set(1);
         registry.register("build_info", "Build information", build_info);
+        registry.register_collector(Box::new(backends::Backends(backends)));
         // Every label value an alert uses exists from start-up, so `increase()` sees the first one.
         for result in ["success", "failure"] {
             drop(m.reloads.get_or_create_owned(&ResultLabel { result }));
@@ -253,12 +206,9 @@ impl Metrics {
         Metrics { registry, ..m }
     }
 
-    /// Resolves (creating if needed) every handle for one backend.
-    pub fn backend(&self, id: &BackendId) -> BackendMetrics {
+    /// Resolves (creating if needed) the health handles of one backend.
+    pub fn health(&self, id: &BackendId) -> HealthMetrics {
         let address = id.as_str();
-        let b = || BackendLabel {
-            backend: address.to_string(),
-        };
         let with = |to| BackendTo {
             backend: address.to_string(),
             to,
@@ -267,27 +217,14 @@ impl Metrics {
             backend: address.to_string(),
             result,
         };
-        let dir = |direction| BackendDirection {
-            backend: address.to_string(),
-            direction,
-        };
-        BackendMetrics {
+        HealthMetrics {
             to_ready: self.state_changes.get_or_create_owned(&with("ready")),
             to_unready: self.state_changes.get_or_create_owned(&with("unready")),
             checks_pass: self.health_checks.get_or_create_owned(&result("pass")),
             checks_fail: self.health_checks.get_or_create_owned(&result("fail")),
-            check_duration: self.check_duration.get_or_create_owned(&b()),
-            connections: self.connections.get_or_create_owned(&b()),
-            active: self.connections_active.get_or_create_owned(&b()),
-            dial_failures: self.dial_failures.get_or_create_owned(&b()),
-            closes: CloseReason::ALL.map(|r| {
-                self.closes.get_or_create_owned(&BackendReason {
-                    backend: address.to_string(),
-                    reason: r.as_str(),
-                })
+            check_duration: self.check_duration.get_or_create_owned(&BackendLabel {
+                backend: address.to_string(),
             }),
-            bytes_to_backend: self.bytes.get_or_create_owned(&dir("to_backend")),
-            bytes_to_client: self.bytes.get_or_create_owned(&dir("to_client")),
         }
     }
 
@@ -301,14 +238,6 @@ impl Metrics {
         self.backend_ready
             .get_or_create(&labels)
             .set(i64::from(ready));
-    }
-
-    /// Drops the gauges of a removed backend so it stops showing as ready/active; counters stay.
-    pub fn forget_backend(&self, id: &BackendId, zone: Option<&str>) {
-        self.forget_ready_series(id, zone);
-        self.connections_active.remove(&BackendLabel {
-            backend: id.to_string(),
-        });
     }
 
     /// Drops the `backend_ready` series of `address` in `zone` (its zone changed or it is gone).

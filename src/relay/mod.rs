@@ -11,16 +11,17 @@
 
 use std::future::{poll_fn, Future};
 use std::io;
-use std::net::Shutdown;
+mod half;
+
 use std::pin::Pin;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::task::{ready, Context, Poll};
+use std::sync::atomic::AtomicU64;
+use std::task::Poll;
 use std::time::Duration;
 
-use prometheus_client::metrics::counter::Counter;
-use tokio::io::Interest;
 use tokio::net::TcpStream;
 use tokio::time::Sleep;
+
+use half::Half;
 
 /// Buffer sizes by tier: 1 KiB holds a kubelet request or a watch event, 16 KiB a TCP segment
 /// burst, 256 KiB a socket buffer's worth of a bulk transfer per syscall pair.
@@ -61,14 +62,13 @@ pub struct Moved {
 }
 
 /// Relays until both directions have ended (EOF each way), either fails, or one has ended and
-/// the other stays silent for [`HALF_CLOSED_IDLE`]. Bytes are added to `moved` and to the
-/// backend's totals (`to_backend`, `to_client`).
+/// the other stays silent for [`HALF_CLOSED_IDLE`]. Bytes are added to the connection's tally
+/// `moved` and to the backend's `total`.
 pub async fn relay(
     client: &TcpStream,
     backend: &TcpStream,
     moved: &Moved,
-    to_backend: &Counter,
-    to_client: &Counter,
+    total: &Moved,
 ) -> io::Result<Ended> {
     let mut first_done = None;
     let mut up = Half::default();
@@ -79,8 +79,8 @@ pub async fn relay(
     // Armed once one direction has ended.
     let mut half_closed: Option<Pin<Box<Sleep>>> = None;
     poll_fn(|cx| {
-        let a = up.poll(cx, client, backend, (&moved.to_backend, to_backend))?;
-        let b = down.poll(cx, backend, client, (&moved.to_client, to_client))?;
+        let a = up.poll(cx, client, backend, [&moved.to_backend, &total.to_backend])?;
+        let b = down.poll(cx, backend, client, [&moved.to_client, &total.to_client])?;
         if first_done.is_none() {
             if a.is_ready() {
                 first_done = Some(Ended::ClientFirst);
@@ -130,174 +130,12 @@ pub async fn relay(
     .await
 }
 
-/// One direction's state.
-#[derive(Debug, Default)]
-struct Half {
-    /// Data read and not yet written is `buf[start..end]`; empty while released.
-    buf: Box<[u8]>,
-    start: usize,
-    end: usize,
-    /// Index into [`TIERS`] of the next buffer.
-    tier: usize,
-    /// EOF relayed: nothing more to do.
-    done: bool,
-    /// Moved bytes since the relay last looked.
-    moved: bool,
-}
-
-impl Half {
-    /// Moves bytes `from` → `to` until one of them is not ready; `Ready` once EOF is relayed.
-    fn poll(
-        &mut self,
-        cx: &mut Context<'_>,
-        from: &TcpStream,
-        to: &TcpStream,
-        (conn, total): (&AtomicU64, &Counter),
-    ) -> Poll<io::Result<()>> {
-        if self.done {
-            return Poll::Ready(Ok(()));
-        }
-        loop {
-            while self.start < self.end {
-                ready!(to.poll_write_ready(cx))?;
-                match to.try_write(&self.buf[self.start..self.end]) {
-                    Ok(n) => {
-                        self.start += n;
-                        self.moved = true;
-                        conn.fetch_add(n as u64, Ordering::Relaxed);
-                        total.inc_by(n as u64);
-                    }
-                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
-                    Err(e) => return Poll::Ready(Err(e)),
-                }
-            }
-            (self.start, self.end) = (0, 0);
-            if !self.buf.is_empty() && self.buf.len() < TIERS[self.tier] {
-                self.buf = Box::default(); // grown: the next read gets the bigger buffer
-            }
-            if from.poll_read_ready(cx)?.is_pending() {
-                if self.tier == 0 {
-                    self.buf = Box::default(); // nothing to read: an idle connection holds nothing
-                }
-                return Poll::Pending;
-            }
-            if self.buf.is_empty() {
-                self.buf = vec![0u8; TIERS[self.tier]].into_boxed_slice();
-            }
-            match read_drained(from, &mut self.buf) {
-                Ok(0) => {
-                    self.done = true;
-                    self.buf = Box::default();
-                    return Poll::Ready(
-                        match socket2::SockRef::from(to).shutdown(Shutdown::Write) {
-                            // The peer may already be gone; the other direction reports that.
-                            Err(e) if e.kind() != io::ErrorKind::NotConnected => Err(e),
-                            _ => Ok(()),
-                        },
-                    );
-                }
-                Ok(n) => {
-                    self.end = n;
-                    self.tier = grown(self.tier, n, self.buf.len());
-                }
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
-                Err(e) => return Poll::Ready(Err(e)),
-            }
-        }
-    }
-
-    /// Holds a buffer above the smallest tier while waiting to read.
-    fn holds_large(&self) -> bool {
-        self.buf.len() > TIERS[0] && self.start == self.end
-    }
-
-    /// The connection went quiet: give the buffer back (unless it holds unwritten data) and
-    /// start the next burst a tier lower.
-    fn release_idle(&mut self) {
-        if self.start == self.end && !self.done {
-            self.buf = Box::default();
-            (self.start, self.end) = (0, 0);
-            self.tier = self.tier.saturating_sub(1);
-        }
-    }
-}
-
-/// One read into `buf`. A read that does not fill the buffer emptied the socket's receive queue,
-/// so it also clears the socket's readiness, sparing the read that would only return EAGAIN (one
-/// syscall per direction per exchange). Safe against lost wake-ups: tokio takes the readiness
-/// tick before the read and clears only that one, so data (or a FIN) that arrives after the read
-/// raises a new event, and a closed read side is never cleared.
-fn read_drained(from: &TcpStream, buf: &mut [u8]) -> io::Result<usize> {
-    use std::io::Read;
-    let mut n = 0;
-    let r = from.try_io(Interest::READABLE, || {
-        n = (&*socket2::SockRef::from(from)).read(buf)?;
-        if n > 0 && n < buf.len() {
-            Err(io::ErrorKind::WouldBlock.into()) // drained: clear readiness, keep the bytes
-        } else {
-            Ok(())
-        }
-    });
-    match r {
-        Err(e) if e.kind() == io::ErrorKind::WouldBlock && n > 0 => Ok(n),
-        Err(e) => Err(e),
-        Ok(()) => Ok(n),
-    }
-}
-
-/// The tier after a read of `n` bytes into a buffer of `capacity`: up one if the read filled it.
-fn grown(tier: usize, n: usize, capacity: usize) -> usize {
-    if n >= capacity {
-        (tier + 1).min(TIERS.len() - 1)
-    } else {
-        tier
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::sync::atomic::Ordering;
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     use tokio::net::TcpListener;
-
-    #[test]
-    fn a_full_read_moves_up_a_tier_and_the_top_tier_stays() {
-        let cases = [
-            // (tier, read, capacity, next tier)
-            (0, 1024, 1024, 1),
-            (0, 1023, 1024, 0),
-            (1, 16 * 1024, 16 * 1024, 2),
-            (1, 100, 16 * 1024, 1),
-            (2, 256 * 1024, 256 * 1024, 2),
-        ];
-        for (tier, n, cap, want) in cases {
-            assert_eq!(grown(tier, n, cap), want, "tier {tier}, read {n} of {cap}");
-        }
-    }
-
-    #[test]
-    fn going_idle_releases_the_buffer_and_drops_a_tier_but_keeps_unwritten_data() {
-        let mut h = Half {
-            buf: vec![0; TIERS[2]].into(),
-            tier: 2,
-            ..Half::default()
-        };
-        assert!(h.holds_large());
-        h.release_idle();
-        assert_eq!((h.buf.len(), h.tier), (0, 1));
-        let mut pending = Half {
-            buf: vec![1, 2, 3].into(),
-            end: 3,
-            tier: 1,
-            ..Half::default()
-        };
-        pending.release_idle();
-        assert_eq!(
-            &pending.buf[..],
-            &[1, 2, 3],
-            "data in flight is never dropped"
-        );
-    }
 
     /// A connected pair through `relay`: (client end, backend end, relay task).
     async fn relayed() -> (
@@ -316,13 +154,15 @@ mod tests {
             .expect("connect");
         let (backend, _) = l2.accept().await.expect("accept");
         let task = tokio::spawn(async move {
-            let (up, down) = (Counter::default(), Counter::default());
-            let moved = Moved::default();
-            let r = relay(&proxy_client, &proxy_backend, &moved, &up, &down).await;
-            // The connection's own tally agrees with the backend's totals.
-            assert_eq!(moved.to_backend.load(Ordering::Relaxed), up.get());
-            assert_eq!(moved.to_client.load(Ordering::Relaxed), down.get());
-            (r, up.get(), down.get())
+            let (moved, total) = (Moved::default(), Moved::default());
+            total.to_client.store(1000, Ordering::Relaxed); // earlier connections' bytes
+            let r = relay(&proxy_client, &proxy_backend, &moved, &total).await;
+            let up = moved.to_backend.load(Ordering::Relaxed);
+            let down = moved.to_client.load(Ordering::Relaxed);
+            // The backend's totals grew by exactly the connection's own tally.
+            assert_eq!(total.to_backend.load(Ordering::Relaxed), up);
+            assert_eq!(total.to_client.load(Ordering::Relaxed), 1000 + down);
+            (r, up, down)
         });
         (client, backend, task)
     }

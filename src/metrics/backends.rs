@@ -1,0 +1,120 @@
+//! The proxy's per-backend metrics, read from the backends' plain atomics at scrape time: the
+//! relay path never touches a Prometheus handle or a label map, and a removed backend's series
+//! go with it.
+//!
+//! Does not own the counts (`backend::ConnCounters`, moved by `proxy`).
+
+use std::fmt;
+use std::sync::atomic::Ordering;
+
+use prometheus_client::collector::Collector;
+use prometheus_client::encoding::{DescriptorEncoder, EncodeLabelSet, EncodeMetric};
+use prometheus_client::metrics::counter::ConstCounter;
+use prometheus_client::metrics::gauge::ConstGauge;
+use prometheus_client::metrics::MetricType;
+
+use super::SnapshotSource;
+use crate::backend::Backend;
+use crate::eviction::CloseReason;
+
+/// The collector: the current snapshot's backends, encoded on every scrape.
+pub(super) struct Backends(pub(super) SnapshotSource);
+
+impl fmt::Debug for Backends {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("Backends")
+    }
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct Labels {
+    backend: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct WithReason {
+    backend: String,
+    reason: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct WithDirection {
+    backend: String,
+    direction: &'static str,
+}
+
+impl Collector for Backends {
+    fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), fmt::Error> {
+        let snap = (self.0)();
+        let backends = &snap.backends;
+        let id = |b: &Backend| b.spec.id.to_string();
+        let load = |n: &std::sync::atomic::AtomicU64| n.load(Ordering::Relaxed);
+
+        let mut m = encoder.encode_descriptor(
+            "connections",
+            "Client connections relayed to the backend",
+            None,
+            MetricType::Counter,
+        )?;
+        for b in backends {
+            let n = load(&b.live.counters.connections);
+            ConstCounter::new(n).encode(m.encode_family(&Labels { backend: id(b) })?)?;
+        }
+        let mut m = encoder.encode_descriptor(
+            "connections_active",
+            "Client connections relayed now",
+            None,
+            MetricType::Gauge,
+        )?;
+        for b in backends {
+            let n = b.live.active.load(Ordering::Relaxed) as i64;
+            ConstGauge::new(n).encode(m.encode_family(&Labels { backend: id(b) })?)?;
+        }
+        let mut m = encoder.encode_descriptor(
+            "dial_failures",
+            "Dials that failed for the backend's fault (refused, timed out, unreachable, reset, blocked)",
+            None,
+            MetricType::Counter,
+        )?;
+        for b in backends {
+            let n = load(&b.live.counters.dial_failures);
+            ConstCounter::new(n).encode(m.encode_family(&Labels { backend: id(b) })?)?;
+        }
+        let mut m = encoder.encode_descriptor(
+            "unready_closes",
+            "Connections closed because of the backend's state, by reason (turned_unready, left_none_ready, refusing, silent, removed)",
+            None,
+            MetricType::Counter,
+        )?;
+        for b in backends {
+            for r in CloseReason::ALL {
+                let n = load(&b.live.counters.closes[r.index()]);
+                let labels = WithReason {
+                    backend: id(b),
+                    reason: r.as_str(),
+                };
+                ConstCounter::new(n).encode(m.encode_family(&labels)?)?;
+            }
+        }
+        let mut m = encoder.encode_descriptor(
+            "bytes",
+            "Bytes relayed by direction",
+            None,
+            MetricType::Counter,
+        )?;
+        for b in backends {
+            let bytes = &b.live.counters.bytes;
+            for (direction, n) in [
+                ("to_backend", &bytes.to_backend),
+                ("to_client", &bytes.to_client),
+            ] {
+                let labels = WithDirection {
+                    backend: id(b),
+                    direction,
+                };
+                ConstCounter::new(load(n)).encode(m.encode_family(&labels)?)?;
+            }
+        }
+        Ok(())
+    }
+}
