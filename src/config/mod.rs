@@ -5,6 +5,7 @@
 //! `watch` notices when the file's content changes.
 
 mod locate;
+mod place;
 mod raw;
 mod resolve;
 pub mod watch;
