@@ -15,3 +15,4 @@ mod passive;
 mod picking;
 mod properties;
 mod relay;
+mod tls_files;
