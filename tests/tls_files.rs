@@ -29,14 +29,14 @@ fn a_ca_path_that_becomes_a_fifo_keeps_livez_answering_and_is_warned_about_once(
         format!("{}: cannot read: a FIFO, not a regular file", ca.display())
     );
     // The watcher retries every 5 s while the FIFO is there; until it has, /livez keeps answering.
-    let deadline = std::time::Instant::now() + patience();
+    let deadline = tokio::time::Instant::now() + patience();
     while !p
         .logs()
         .iter()
         .any(|v| v["fields"]["message"] == "TLS files still cannot be loaded")
     {
         assert_eq!(blocking_get(p.admin, "/livez").0, 200, "/livez answers");
-        assert!(std::time::Instant::now() < deadline, "no retry logged");
+        assert!(tokio::time::Instant::now() < deadline, "no retry logged");
         std::thread::sleep(std::time::Duration::from_millis(50));
     }
     assert_eq!(blocking_get(p.admin, "/livez").0, 200, "/livez answers");
