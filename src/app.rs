@@ -16,7 +16,7 @@ use tokio_util::task::TaskTracker;
 
 use crate::admin::{Admin, StatusDoc};
 use crate::backend::BackendSpec;
-use crate::config::Config;
+use crate::config::{Config, ListenField};
 use crate::health::Monitor;
 use crate::metrics::Metrics;
 use crate::proxy::Proxy;
@@ -30,8 +30,8 @@ pub enum ApplyError {
     /// A listener could not be bound (port in use, address not local, …).
     #[error("cannot listen on {addr}: {cause}")]
     Bind {
-        /// The admin listener (else a client listener).
-        admin: bool,
+        /// Which listener field the address comes from.
+        field: ListenField,
         /// The address.
         addr: SocketAddr,
         /// Why.
@@ -59,7 +59,7 @@ impl ApplyError {
     /// it; `None` when no field is to blame.
     pub fn field(&self, config: &Config) -> Option<String> {
         match self {
-            ApplyError::Bind { admin, addr, .. } => Some(config.listener_field(*admin, *addr)),
+            ApplyError::Bind { field, addr, .. } => Some(config.listener_field(*field, *addr)),
             ApplyError::Tls(e) => config
                 .tls
                 .field_of(e.path(), e.is_about_key())
@@ -104,8 +104,11 @@ pub struct App {
     admin_tasks: TaskTracker,
 }
 
-async fn bind(admin: bool, addr: SocketAddr) -> Result<(TcpListener, SocketAddr), ApplyError> {
-    let err = |cause| ApplyError::Bind { admin, addr, cause };
+async fn bind(
+    field: ListenField,
+    addr: SocketAddr,
+) -> Result<(TcpListener, SocketAddr), ApplyError> {
+    let err = |cause| ApplyError::Bind { field, addr, cause };
     let listener = TcpListener::bind(addr).await.map_err(err)?;
     let bound = listener.local_addr().map_err(err)?;
     Ok((listener, bound))
@@ -118,9 +121,9 @@ impl App {
         let tls_state = TlsSource::load(&config.tls)?;
         let mut bound = Vec::new();
         for &addr in &config.listen {
-            bound.push((addr, bind(false, addr).await?));
+            bound.push((addr, bind(ListenField::Listen, addr).await?));
         }
-        let (admin_l, admin_bound) = bind(true, config.admin).await?;
+        let (admin_l, admin_bound) = bind(ListenField::Admin, config.admin).await?;
 
         let metrics = Arc::new(Metrics::new());
         tls::publish_expiry(&metrics, &tls_state.client_cert);
@@ -239,10 +242,10 @@ impl App {
             .iter()
             .filter(|a| !self.config.listen.contains(a))
         {
-            fresh.push((addr, bind(false, addr).await?));
+            fresh.push((addr, bind(ListenField::Listen, addr).await?));
         }
         let new_admin = if new.admin != self.config.admin {
-            Some(bind(true, new.admin).await?)
+            Some(bind(ListenField::Admin, new.admin).await?)
         } else {
             None
         };

@@ -17,6 +17,7 @@ use std::time::Duration;
 use rustls_pki_types::ServerName;
 
 use crate::backend::{BackendSpec, Routing};
+pub use place::ListenField;
 pub use raw::DurationValue;
 use raw::{RawBackend, RawConfig, RawHealth, RawTls};
 

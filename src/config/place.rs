@@ -9,16 +9,25 @@ use std::path::Path;
 
 use super::{Config, TlsFiles};
 
+/// Which of the config's listener fields an address comes from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ListenField {
+    /// A client listener (`listen`).
+    Listen,
+    /// The admin listener (`admin`).
+    Admin,
+}
+
 impl Config {
-    /// The field of a listener address: `admin` for the admin listener, `listen[i]` for the
-    /// client listener at `addr`.
-    pub fn listener_field(&self, admin: bool, addr: SocketAddr) -> String {
-        if admin {
-            return "admin".to_string();
-        }
-        match self.listen.iter().position(|a| *a == addr) {
-            Some(i) => format!("listen[{i}]"),
-            None => "listen".to_string(),
+    /// The field of a listener address: `listen[i]` for the client listener at `addr`, `admin`
+    /// for the admin one.
+    pub fn listener_field(&self, field: ListenField, addr: SocketAddr) -> String {
+        match field {
+            ListenField::Admin => "admin".to_string(),
+            ListenField::Listen => match self.listen.iter().position(|a| *a == addr) {
+                Some(i) => format!("listen[{i}]"),
+                None => "listen".to_string(),
+            },
         }
     }
 }
@@ -78,5 +87,23 @@ mod tests {
         );
         assert_eq!(place(&split, "/key.pem", true), Some("tls.client_key"));
         assert_eq!(place(&split, "/key.pem", false), Some("tls.client_key"));
+    }
+
+    #[test]
+    fn a_listener_address_is_placed_at_its_listen_entry_or_admin() {
+        let config = Config::parse(
+            "listen: [\"127.0.0.1:7445\", \"[::1]:7445\"]\nbackends: [{ address: \"10.0.0.1:6443\" }]\ntls: { ca: /ca.crt }\n",
+            "c.yaml",
+        )
+        .expect("valid");
+        let second = "[::1]:7445".parse().expect("addr");
+        assert_eq!(
+            config.listener_field(ListenField::Listen, second),
+            "listen[1]"
+        );
+        assert_eq!(
+            config.listener_field(ListenField::Admin, config.admin),
+            "admin"
+        );
     }
 }
