@@ -60,7 +60,7 @@ impl TlsSource {
             };
             let outcome = loaded
                 .map_err(Refused::Load)
-                .and_then(|state| self.offer(&base, state, &metrics));
+                .and_then(|state| self.offer(&base, state, &metrics, retry.failed_since.is_some()));
             match outcome {
                 Ok(stamps) => {
                     retry = Retry::default();
@@ -79,11 +79,13 @@ impl TlsSource {
     }
 
     /// Applies what the watcher loaded from `base`'s files; returns the stamps it was loaded at.
+    /// `recovering`: the loads before failed, so even "unchanged" is news worth a line.
     fn offer(
         &self,
         base: &Arc<TlsState>,
         state: TlsState,
         metrics: &Metrics,
+        recovering: bool,
     ) -> Result<Stamps, Refused> {
         match self.apply_over(base, &state) {
             Some(Applied::Replaced {
@@ -98,7 +100,12 @@ impl TlsSource {
                 publish_expiry(metrics, &client_cert);
                 Ok(state.stamps)
             }
-            Some(Applied::Unchanged) => Ok(state.stamps),
+            Some(Applied::Unchanged) => {
+                if recovering {
+                    tracing::info!("TLS files can be loaded again; the ones in use are unchanged");
+                }
+                Ok(state.stamps)
+            }
             Some(Applied::Kept { gone }) => Err(Refused::Gone { gone }),
             // A reload replaced the material meanwhile; it wins, and the next tick looks at its files.
             None => Ok(state.stamps),
