@@ -123,6 +123,7 @@ fn regular(path: &Path, meta: &std::fs::Metadata) -> Result<(), TlsError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::time::Duration;
 
     #[test]
     fn only_regular_files_of_at_most_a_mebibyte_are_read() {
@@ -153,5 +154,44 @@ mod tests {
                 fifo.display()
             )
         );
+    }
+
+    #[test]
+    fn a_same_size_edit_that_keeps_the_mtime_moves_the_stamp() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let ca = dir.path().join("ca.crt");
+        std::fs::write(&ca, b"aaaa").expect("write");
+        let files = TlsFiles {
+            ca: ca.clone(),
+            client_cert: None,
+            client_key: None,
+        };
+        let before = Stamps::of(&files);
+        let mtime = std::fs::metadata(&ca)
+            .expect("stat")
+            .modified()
+            .expect("mtime");
+        // As `cp --preserve=timestamps` or `rsync --inplace -t` do: same size, mtime put back.
+        // The kernel's file clock is coarse (a tick), so edit until ctime has moved: only ctime
+        // can tell the stamps apart.
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+        loop {
+            std::fs::write(&ca, b"bbbb").expect("write");
+            let f = std::fs::File::options()
+                .write(true)
+                .open(&ca)
+                .expect("open");
+            f.set_modified(mtime).expect("set mtime");
+            let meta = std::fs::metadata(&ca).expect("stat");
+            assert_eq!(meta.modified().ok(), Some(mtime));
+            if Stamps::of(&files) != before {
+                break;
+            }
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "the stamp never moved"
+            );
+            std::thread::sleep(Duration::from_millis(1));
+        }
     }
 }
