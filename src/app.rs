@@ -16,21 +16,22 @@ use tokio_util::task::TaskTracker;
 
 use crate::admin::{Admin, StatusDoc};
 use crate::backend::BackendSpec;
-use crate::config::Config;
+use crate::config::{Config, ListenField};
 use crate::health::Monitor;
 use crate::metrics::Metrics;
 use crate::proxy::Proxy;
 use crate::table::{self, Table, TableCmd};
-use crate::tls::{self, TlsError, TlsSource};
+use crate::tls::{self, Applied, TlsError, TlsSource};
 
-/// Why the balancer could not start or a reload was rejected. One line each, naming the culprit.
+/// Why a config could not be applied: the balancer could not start, or a reload was rejected.
+/// One line each, naming the culprit.
 #[derive(Debug, thiserror::Error)]
-pub enum StartError {
+pub enum ApplyError {
     /// A listener could not be bound (port in use, address not local, …).
     #[error("cannot listen on {addr}: {cause}")]
     Bind {
-        /// `listen` or `admin`.
-        what: &'static str,
+        /// Which listener field the address comes from.
+        field: ListenField,
         /// The address.
         addr: SocketAddr,
         /// Why.
@@ -44,7 +45,7 @@ pub enum StartError {
     TableGone,
 }
 
-impl StartError {
+impl ApplyError {
     /// The error as one line prefixed with the config file, line, column and field it is about
     /// (`config.yaml:6:3: tls.ca: /ca.crt: cannot read: …`), when a field is to blame.
     pub fn placed(&self, source: &crate::config::Source, config: &Config) -> String {
@@ -54,48 +55,23 @@ impl StartError {
         }
     }
 
-    /// The config field the error is about (`tls.ca`, `listen[1]`, `admin`), for pointing at its
-    /// line; `None` when no field is to blame.
+    /// The config field the error is about (`tls.ca`, `listen[1]`, `admin`), as `config` places
+    /// it; `None` when no field is to blame.
     pub fn field(&self, config: &Config) -> Option<String> {
         match self {
-            StartError::Bind { what, addr, .. } => {
-                match config.listen.iter().position(|a| a == addr) {
-                    Some(i) if *what == "listen" => Some(format!("listen[{i}]")),
-                    _ => Some((*what).to_string()),
-                }
-            }
-            StartError::Tls(e) => {
-                let tls = &config.tls;
-                let path = Some(e.path());
-                let cert = tls.client_cert.as_deref();
-                let key = tls.client_key.as_deref().or(cert);
-                // The file named under `client_cert` may hold the key too (kubelet's does).
-                let key_field = if key == cert {
-                    "tls.client_cert"
-                } else {
-                    "tls.client_key"
-                };
-                let field = if e.is_about_key() && path == key {
-                    key_field
-                } else if path == Some(tls.ca.as_path()) {
-                    "tls.ca"
-                } else if path == cert {
-                    "tls.client_cert"
-                } else if path == key {
-                    key_field
-                } else {
-                    return None;
-                };
-                Some(field.to_string())
-            }
-            StartError::TableGone => None,
+            ApplyError::Bind { field, addr, .. } => Some(config.listener_field(*field, *addr)),
+            ApplyError::Tls(e) => config
+                .tls
+                .field_of(e.path(), e.is_about_key())
+                .map(str::to_string),
+            ApplyError::TableGone => None,
         }
     }
 }
 
-impl From<TlsError> for StartError {
+impl From<TlsError> for ApplyError {
     fn from(e: TlsError) -> Self {
-        StartError::Tls(e)
+        ApplyError::Tls(e)
     }
 }
 
@@ -129,10 +105,10 @@ pub struct App {
 }
 
 async fn bind(
-    what: &'static str,
+    field: ListenField,
     addr: SocketAddr,
-) -> Result<(TcpListener, SocketAddr), StartError> {
-    let err = |cause| StartError::Bind { what, addr, cause };
+) -> Result<(TcpListener, SocketAddr), ApplyError> {
+    let err = |cause| ApplyError::Bind { field, addr, cause };
     let listener = TcpListener::bind(addr).await.map_err(err)?;
     let bound = listener.local_addr().map_err(err)?;
     Ok((listener, bound))
@@ -141,19 +117,19 @@ async fn bind(
 impl App {
     /// Loads certificates, binds every address, then starts everything. Nothing is started if any
     /// step fails.
-    pub async fn start(config: Config) -> Result<App, StartError> {
+    pub async fn start(config: Config) -> Result<App, ApplyError> {
         let tls_state = TlsSource::load(&config.tls)?;
         let mut bound = Vec::new();
         for &addr in &config.listen {
-            bound.push((addr, bind("listen", addr).await?));
+            bound.push((addr, bind(ListenField::Listen, addr).await?));
         }
-        let (admin_l, admin_bound) = bind("admin", config.admin).await?;
+        let (admin_l, admin_bound) = bind(ListenField::Admin, config.admin).await?;
 
         let table = Table::new();
         let snapshots = table.clone();
         let metrics = Arc::new(Metrics::new(Box::new(move || snapshots.load())));
         tls::publish_expiry(&metrics, &tls_state.client_cert);
-        let tls = TlsSource::new(config.tls.clone(), tls_state);
+        let tls = TlsSource::new(tls_state);
         let (writer, rx) = mpsc::channel(256);
         let tasks = TaskTracker::new();
         let background = CancellationToken::new();
@@ -256,35 +232,35 @@ impl App {
 
     /// Applies a new config: certificates and listeners first (any failure leaves the running
     /// config untouched), then backends. Unchanged backends keep their state and connections.
-    pub async fn reload(&mut self, new: Config) -> Result<(), StartError> {
-        let tls_state = TlsSource::load(&new.tls)?;
-        // A client certificate that vanished after one was loaded stays in use (the watcher
-        // retries); only a node that never had one probes anonymously.
-        let keep_tls = matches!(
-            (&self.tls.current().client_cert, &tls_state.client_cert),
-            (tls::ClientCert::Loaded { path, .. }, tls::ClientCert::Absent(gone)) if path == gone
-        );
+    pub async fn reload(&mut self, new: Config) -> Result<(), ApplyError> {
+        let files = new.tls.clone();
+        let tls_state = tokio::task::spawn_blocking(move || TlsSource::load(&files))
+            .await
+            .expect("loading TLS files does not panic")?;
         let mut fresh = Vec::new();
         for &addr in new
             .listen
             .iter()
             .filter(|a| !self.config.listen.contains(a))
         {
-            fresh.push((addr, bind("listen", addr).await?));
+            fresh.push((addr, bind(ListenField::Listen, addr).await?));
         }
         let new_admin = if new.admin != self.config.admin {
-            Some(bind("admin", new.admin).await?)
+            Some(bind(ListenField::Admin, new.admin).await?)
         } else {
             None
         };
 
         self.configure_table(&new).await?;
-        let cert = tls_state.client_cert.clone();
-        if keep_tls {
-            tracing::warn!(client_cert = %new.tls.client_cert.as_deref().unwrap_or(std::path::Path::new("")).display(), "the client certificate file is gone; keeping the one loaded before");
-        } else if self.tls.replace(new.tls.clone(), tls_state) {
-            tracing::info!(client_cert = cert.as_str(), "certificates reloaded");
-            tls::publish_expiry(&self.metrics, &cert);
+        match self.tls.apply(tls_state) {
+            Applied::Replaced { client_cert, .. } => {
+                tracing::info!(client_cert = client_cert.as_str(), "certificates reloaded");
+                tls::publish_expiry(&self.metrics, &client_cert);
+            }
+            Applied::Kept { gone } => {
+                tracing::warn!(client_cert = %gone.display(), "the client certificate file is gone; keeping the one loaded before");
+            }
+            Applied::Unchanged => {}
         }
         let restart_all = new.health != self.config.health;
         self.reconcile_monitors(&new, restart_all);
@@ -345,7 +321,7 @@ impl App {
         tracing::info!("stopped");
     }
 
-    async fn configure_table(&self, config: &Config) -> Result<(), StartError> {
+    async fn configure_table(&self, config: &Config) -> Result<(), ApplyError> {
         let (done, wait) = oneshot::channel();
         self.writer
             .send(TableCmd::Configure {
@@ -354,8 +330,8 @@ impl App {
                 done,
             })
             .await
-            .map_err(|_| StartError::TableGone)?;
-        wait.await.map_err(|_| StartError::TableGone)
+            .map_err(|_| ApplyError::TableGone)?;
+        wait.await.map_err(|_| ApplyError::TableGone)
     }
 
     /// Stops the monitors of backends no longer configured or whose spec changed (all of them
@@ -407,7 +383,7 @@ impl App {
 /// Loads the CA, client certificate and key exactly as [`App::start`] does (a client certificate
 /// file that does not exist yet is fine: probes are anonymous), without binding or starting
 /// anything: what `readyprism check` verifies.
-pub fn check_files(config: &Config) -> Result<(), StartError> {
+pub fn check_files(config: &Config) -> Result<(), ApplyError> {
     TlsSource::load(&config.tls)?;
     Ok(())
 }

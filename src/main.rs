@@ -6,7 +6,7 @@ use std::process::ExitCode;
 use anyhow::Context;
 use clap::{Parser, Subcommand};
 use readyprism::app::App;
-use readyprism::app::StartError;
+use readyprism::app::ApplyError;
 use readyprism::cli::status;
 use readyprism::config::{Config, Source};
 use readyprism::signals::Signals;
@@ -193,7 +193,7 @@ fn dispatch(command: Command) -> anyhow::Result<ExitCode> {
 }
 
 /// A start-up error, prefixed with the config file, line and field it is about.
-fn placed(source: &Source, config: &Config, e: StartError) -> anyhow::Error {
+fn placed(source: &Source, config: &Config, e: ApplyError) -> anyhow::Error {
     anyhow::anyhow!(e.placed(source, config))
 }
 

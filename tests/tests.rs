@@ -16,3 +16,4 @@ mod picking;
 mod properties;
 mod records;
 mod relay;
+mod tls_files;

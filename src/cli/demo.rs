@@ -20,7 +20,7 @@ use tokio::time::{interval, sleep_until, timeout, Instant, MissedTickBehavior};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
-use crate::app::{self, App, StartError};
+use crate::app::{self, App, ApplyError};
 use crate::config::{Config, ConfigError};
 use crate::health::verdict::State;
 use crate::signals::Termination;
@@ -97,7 +97,7 @@ pub enum DemoError {
     Config(ConfigError),
     /// The balancer could not start, e.g. its port is in use.
     #[error("{0}")]
-    Start(StartError),
+    Start(ApplyError),
     /// SIGINT/SIGTERM handlers could not be installed.
     #[error("signal handling: {0}")]
     Signals(std::io::Error),

@@ -5,6 +5,7 @@
 //! `watch` notices when the file's content changes.
 
 mod locate;
+mod place;
 mod raw;
 mod resolve;
 pub mod watch;
@@ -16,6 +17,7 @@ use std::time::Duration;
 use rustls_pki_types::ServerName;
 
 use crate::backend::{BackendSpec, Routing};
+pub use place::ListenField;
 pub use raw::DurationValue;
 use raw::{RawBackend, RawConfig, RawHealth, RawTls};
 

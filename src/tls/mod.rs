@@ -1,32 +1,25 @@
 //! The probe's TLS client config, built from the CA and the (optional) client certificate files, and
 //! rebuilt when any of those files changes — kubelet rotates its client certificate in place.
 //!
-//! Owns file loading and change detection. Does not own the probe's connections (`health::probe`),
-//! which redial when they see a new [`TlsState::generation`].
+//! Owns the one cell holding the files and the material loaded from them, and the rule for
+//! replacing it ([`TlsSource::apply`]: a client certificate that vanished stays in use). `files`
+//! reads a file safely, `load` builds the rustls config from the files, `watch` notices changes. Does not own the probe's connections
+//! (`health::probe`), which redial when they see a new [`TlsState::generation`].
 
 mod expiry;
+mod files;
+mod load;
+mod watch;
 
-use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::path::PathBuf;
 use std::sync::Arc;
-use std::time::{Duration, SystemTime};
 
 use arc_swap::ArcSwap;
-use rustls::{ClientConfig, RootCertStore};
-use rustls_pki_types::pem::PemObject;
-use rustls_pki_types::{CertificateDer, PrivateKeyDer};
-use tokio_util::sync::CancellationToken;
+use rustls::ClientConfig;
 
 use crate::config::TlsFiles;
 use crate::metrics::Metrics;
-
-/// A load that failed (unreadable, garbage, a key that does not match) is retried this often,
-/// whether or not the files changed: a `chmod` or a fixed mount changes no content.
-pub const RETRY_INTERVAL: Duration = Duration::from_secs(5);
-
-/// How often certificate files are checked for changes. Kubelet rotates well before expiry, so a
-/// second of delay costs nothing; stat() of three files per second costs nothing either.
-pub const WATCH_INTERVAL: Duration = Duration::from_secs(1);
+use files::Stamps;
 
 /// A certificate file could not be used. Each variant names the file.
 #[derive(Debug, thiserror::Error)]
@@ -38,6 +31,20 @@ pub enum TlsError {
         path: PathBuf,
         /// Why.
         cause: std::io::Error,
+    },
+    /// The path is a FIFO, socket or device: never opened for reading, which could block.
+    #[error("{path}: cannot read: {what}, not a regular file")]
+    NotRegular {
+        /// The file.
+        path: PathBuf,
+        /// What it is instead (`a FIFO`).
+        what: &'static str,
+    },
+    /// The file is larger than 1 MiB (`files::MAX_FILE_BYTES`).
+    #[error("{path}: larger than 1 MiB")]
+    TooLarge {
+        /// The file.
+        path: PathBuf,
     },
     /// The file holds no usable PEM of the expected kind.
     #[error("{path}: {what}")]
@@ -55,12 +62,6 @@ pub enum TlsError {
         /// What is wrong.
         what: String,
     },
-    /// The client certificate file disappeared after one was loaded (the previous one stays).
-    #[error("{path}: the client certificate file disappeared; keeping the one loaded before")]
-    Gone {
-        /// The file.
-        path: PathBuf,
-    },
     /// rustls refused the material (e.g. key does not match certificate).
     #[error("{path}: {cause}")]
     Rustls {
@@ -76,9 +77,10 @@ impl TlsError {
     pub fn path(&self) -> &std::path::Path {
         match self {
             TlsError::Read { path, .. }
+            | TlsError::NotRegular { path, .. }
+            | TlsError::TooLarge { path }
             | TlsError::Pem { path, .. }
             | TlsError::Key { path, .. }
-            | TlsError::Gone { path }
             | TlsError::Rustls { path, .. } => path,
         }
     }
@@ -117,98 +119,57 @@ impl ClientCert {
     }
 }
 
-/// One loaded generation of TLS material.
-#[derive(Debug)]
+/// One loaded generation of TLS material, with the files it came from. Cheap to clone (the
+/// rustls config is shared).
+#[derive(Debug, Clone)]
 pub struct TlsState {
-    /// Bumped on every successful reload; probe connections made with an older one are redialled.
+    /// Bumped on every replacement; probe connections made with an older one are redialled.
     pub generation: u64,
     /// The rustls config for probes.
     pub client: Arc<ClientConfig>,
     /// What client certificate `client` presents.
     pub client_cert: ClientCert,
-    fingerprint: Fingerprint,
+    /// The paths it was loaded from.
+    files: TlsFiles,
+    /// The files' stat stamps, taken before reading them: the watcher reads again when they move.
+    stamps: Stamps,
+    /// Hashes of the CA, certificate and key content (`None`: absent): same paths and hashes
+    /// mean the same material, so probe connections are kept.
+    content: [Option<u64>; 3],
 }
 
-/// The current TLS material plus the files it came from; one watcher task keeps it fresh.
+/// What [`TlsSource::apply`] did with freshly loaded material.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Applied {
+    /// The new material is in use from now on.
+    Replaced {
+        /// Its generation.
+        generation: u64,
+        /// What client certificate it presents.
+        client_cert: ClientCert,
+    },
+    /// The client certificate file vanished after one was loaded: the material loaded before
+    /// stays in use, so that only a node that never had a certificate probes anonymously.
+    Kept {
+        /// The certificate file that is gone.
+        gone: PathBuf,
+    },
+    /// Same paths, same content: nothing changed, probe connections are kept.
+    Unchanged,
+}
+
+/// The current TLS material and the files it came from, in one cell; the watcher and reloads
+/// replace it through [`TlsSource::apply`].
 #[derive(Debug)]
 pub struct TlsSource {
-    files: ArcSwap<TlsFiles>,
     current: ArcSwap<TlsState>,
-    /// Source of unique generation numbers for the watcher and reloads alike.
-    generations: AtomicU64,
-}
-
-type FileStamp = Option<(SystemTime, u64, u64)>;
-
-#[derive(Debug, Clone, PartialEq, Eq)]
-struct Fingerprint([FileStamp; 3]);
-
-impl Fingerprint {
-    fn of(files: &TlsFiles) -> Fingerprint {
-        let stamp = |p: Option<&PathBuf>| -> FileStamp {
-            use std::os::unix::fs::MetadataExt;
-            let m = std::fs::metadata(p?).ok()?;
-            Some((m.modified().ok()?, m.len(), m.ino()))
-        };
-        Fingerprint([
-            stamp(Some(&files.ca)),
-            stamp(files.client_cert.as_ref()),
-            stamp(files.client_key.as_ref()),
-        ])
-    }
 }
 
 impl TlsSource {
-    /// Loads the files once; errors here stop start-up (or reject a reload).
-    pub fn load(files: &TlsFiles) -> Result<TlsState, TlsError> {
-        let fingerprint = Fingerprint::of(files);
-        let provider = Arc::new(rustls::crypto::ring::default_provider());
-        let builder = ClientConfig::builder_with_provider(provider)
-            .with_safe_default_protocol_versions()
-            .map_err(|cause| TlsError::Rustls {
-                path: files.ca.clone(),
-                cause,
-            })?
-            .with_root_certificates(load_roots(&files.ca)?);
-        let (client, client_cert) = match (&files.client_cert, &files.client_key) {
-            (Some(cert_path), Some(key_path)) if cert_path.exists() => {
-                let chain = load_certs(cert_path)?;
-                let not_after = chain.first().and_then(|c| expiry::not_after(c));
-                let key = load_key(key_path)?;
-                let config = builder.with_client_auth_cert(chain, key).map_err(|cause| {
-                    TlsError::Rustls {
-                        path: key_path.clone(),
-                        cause,
-                    }
-                })?;
-                (
-                    config,
-                    ClientCert::Loaded {
-                        path: cert_path.clone(),
-                        not_after,
-                    },
-                )
-            }
-            (Some(cert_path), _) => (
-                builder.with_no_client_auth(),
-                ClientCert::Absent(cert_path.clone()),
-            ),
-            (None, _) => (builder.with_no_client_auth(), ClientCert::NotConfigured),
-        };
-        Ok(TlsState {
-            generation: 0,
-            client: Arc::new(client),
-            client_cert,
-            fingerprint,
-        })
-    }
-
     /// A source starting from already loaded material.
-    pub fn new(files: TlsFiles, state: TlsState) -> Arc<TlsSource> {
+    pub fn new(state: TlsState) -> Arc<TlsSource> {
         Arc::new(TlsSource {
-            files: ArcSwap::from_pointee(files),
             current: ArcSwap::from_pointee(state),
-            generations: AtomicU64::new(0),
         })
     }
 
@@ -217,93 +178,62 @@ impl TlsSource {
         self.current.load_full()
     }
 
-    /// Switches to new files (config reload) with material the caller loaded from them. Returns
-    /// false, changing nothing, when neither the paths nor the files changed: probe connections
-    /// are then kept.
-    pub fn replace(&self, files: TlsFiles, mut state: TlsState) -> bool {
-        if *self.files.load_full() == files && self.current.load().fingerprint == state.fingerprint
-        {
-            return false;
-        }
-        state.generation = self.generations.fetch_add(1, Ordering::Relaxed) + 1;
-        self.files.store(Arc::new(files));
-        self.current.store(Arc::new(state));
-        true
-    }
-
-    /// Re-reads the files whenever their metadata changes, until cancelled. A load that fails
-    /// keeps the previous material in use (WARN) and is retried every [`RETRY_INTERVAL`]; so is a
-    /// client certificate file that disappeared after one was loaded: only a node that never had
-    /// one probes anonymously.
-    pub async fn watch(self: Arc<Self>, metrics: Arc<Metrics>, cancel: CancellationToken) {
-        let mut retry = Retry::default();
+    /// Offers material just loaded (a config reload, or the watcher) in place of whatever is in
+    /// use, and says what became of it: see [`decide`].
+    pub fn apply(&self, new: TlsState) -> Applied {
         loop {
-            tokio::select! {
-                _ = cancel.cancelled() => return,
-                _ = tokio::time::sleep(WATCH_INTERVAL) => {}
-            }
-            // Material first, then paths: a reload in between makes the swap below fail instead of
-            // storing material from the old paths over the reload's.
-            let current = self.current();
-            let files = self.files.load_full();
-            let now = Fingerprint::of(&files);
-            let changed = now != current.fingerprint;
-            if !retry.due(changed, &now, tokio::time::Instant::now()) {
-                continue;
-            }
-            let loaded = TlsSource::load(&files).and_then(|state| {
-                match (&current.client_cert, &state.client_cert) {
-                    (ClientCert::Loaded { .. }, ClientCert::Absent(path)) => {
-                        Err(TlsError::Gone { path: path.clone() })
-                    }
-                    _ => Ok(state),
-                }
-            });
-            match loaded {
-                Ok(mut state) => {
-                    retry = Retry::default();
-                    state.generation = self.generations.fetch_add(1, Ordering::Relaxed) + 1;
-                    let (generation, cert) = (state.generation, state.client_cert.clone());
-                    let prev = self.current.compare_and_swap(&current, Arc::new(state));
-                    if !Arc::ptr_eq(&*prev, &current) {
-                        continue; // a reload replaced the material meanwhile; it wins
-                    }
-                    tracing::info!(
-                        client_cert = cert.as_str(),
-                        generation,
-                        "TLS files changed; reloaded"
-                    );
-                    publish_expiry(&metrics, &cert);
-                }
-                Err(e) => {
-                    if retry.failed_since.is_none() {
-                        tracing::warn!(error = %e, "TLS files cannot be loaded; keeping the previous ones, retrying every 5s");
-                    }
-                    retry.failed(now, tokio::time::Instant::now());
-                }
+            // None: replaced meanwhile; decide again against that.
+            if let Some(applied) = self.apply_over(&self.current(), &new) {
+                return applied;
             }
         }
     }
+
+    /// Like [`TlsSource::apply`], but only over `base`: when the cell holds something else by
+    /// now (a reload stored material from other paths meanwhile), changes nothing: `None`.
+    fn apply_over(&self, base: &Arc<TlsState>, new: &TlsState) -> Option<Applied> {
+        match decide(base, new) {
+            Decision::Same => return Some(Applied::Unchanged),
+            Decision::Keep { gone } => return Some(Applied::Kept { gone }),
+            Decision::Replace => {}
+        }
+        let next = Arc::new(TlsState {
+            generation: base.generation + 1,
+            ..new.clone()
+        });
+        let applied = Applied::Replaced {
+            generation: next.generation,
+            client_cert: next.client_cert.clone(),
+        };
+        let prev = self.current.compare_and_swap(base, next);
+        Arc::ptr_eq(&*prev, base).then_some(applied)
+    }
 }
 
-/// When the watcher loads the files again: on a change, and while loads fail, every
-/// [`RETRY_INTERVAL`] even without one.
-#[derive(Debug, Default)]
-struct Retry {
-    /// The files as they were at the last failed load, and when that was.
-    failed_since: Option<(Fingerprint, tokio::time::Instant)>,
+/// What to do with `new` material given `current`.
+#[derive(Debug, PartialEq, Eq)]
+enum Decision {
+    Replace,
+    Keep { gone: PathBuf },
+    Same,
 }
 
-impl Retry {
-    fn due(&self, changed: bool, now: &Fingerprint, at: tokio::time::Instant) -> bool {
-        match &self.failed_since {
-            None => changed,
-            Some((seen, when)) => seen != now || at.duration_since(*when) >= RETRY_INTERVAL,
+/// The one rule for replacing TLS material: a client certificate file that vanished after one
+/// was loaded keeps the loaded one in use (kubelet replaces its file by rename; a moment without
+/// it must not make the probes anonymous and fail); otherwise new paths or new content replace
+/// it, and the same paths with the same content change nothing.
+fn decide(current: &TlsState, new: &TlsState) -> Decision {
+    if let (ClientCert::Loaded { path, .. }, ClientCert::Absent(gone)) =
+        (&current.client_cert, &new.client_cert)
+    {
+        if path == gone {
+            return Decision::Keep { gone: gone.clone() };
         }
     }
-
-    fn failed(&mut self, files: Fingerprint, at: tokio::time::Instant) {
-        self.failed_since = Some((files, at));
+    if current.files == new.files && current.content == new.content {
+        Decision::Same
+    } else {
+        Decision::Replace
     }
 }
 
@@ -331,66 +261,115 @@ pub fn publish_expiry(metrics: &Metrics, cert: &ClientCert) {
     metrics.set_client_cert_expiry(not_after);
 }
 
-fn read(path: &Path) -> Result<Vec<u8>, TlsError> {
-    std::fs::read(path).map_err(|cause| TlsError::Read {
-        path: path.to_path_buf(),
-        cause,
-    })
-}
-
-fn load_certs(path: &Path) -> Result<Vec<CertificateDer<'static>>, TlsError> {
-    let pem_error = |what: String| TlsError::Pem {
-        path: path.to_path_buf(),
-        what,
-    };
-    let certs = CertificateDer::pem_slice_iter(&read(path)?)
-        .collect::<Result<Vec<_>, _>>()
-        .map_err(|e| pem_error(format!("bad PEM: {e}")))?;
-    if certs.is_empty() {
-        return Err(pem_error("no CERTIFICATE block found".to_string()));
-    }
-    Ok(certs)
-}
-
-fn load_roots(path: &Path) -> Result<RootCertStore, TlsError> {
-    let mut roots = RootCertStore::empty();
-    for cert in load_certs(path)? {
-        roots.add(cert).map_err(|e| TlsError::Pem {
-            path: path.to_path_buf(),
-            what: format!("not a usable CA certificate: {e}"),
-        })?;
-    }
-    Ok(roots)
-}
-
-fn load_key(path: &Path) -> Result<PrivateKeyDer<'static>, TlsError> {
-    PrivateKeyDer::from_pem_slice(&read(path)?).map_err(|e| TlsError::Key {
-        path: path.to_path_buf(),
-        what: e.to_string(),
-    })
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use rustls::RootCertStore;
+
+    fn files(cert: &str) -> TlsFiles {
+        TlsFiles {
+            ca: "/ca.crt".into(),
+            client_cert: Some(cert.into()),
+            client_key: None,
+        }
+    }
+
+    /// Material as if loaded from `files`, presenting `cert`, with content hashes `content`.
+    fn state(files: TlsFiles, cert: ClientCert, content: [Option<u64>; 3]) -> TlsState {
+        let provider = Arc::new(rustls::crypto::ring::default_provider());
+        let client = ClientConfig::builder_with_provider(provider)
+            .with_safe_default_protocol_versions()
+            .expect("ring supports the default versions")
+            .with_root_certificates(RootCertStore::empty())
+            .with_no_client_auth();
+        TlsState {
+            generation: 0,
+            client: Arc::new(client),
+            client_cert: cert,
+            files,
+            stamps: Stamps::none(),
+            content,
+        }
+    }
+
+    fn loaded(path: &str) -> ClientCert {
+        ClientCert::Loaded {
+            path: path.into(),
+            not_after: None,
+        }
+    }
 
     #[test]
-    fn a_failed_load_is_retried_on_a_change_or_every_retry_interval() {
-        let t0 = tokio::time::Instant::now();
-        let files = Fingerprint([None, None, None]);
-        let other = Fingerprint([Some((SystemTime::UNIX_EPOCH, 1, 1)), None, None]);
-        let mut r = Retry::default();
-        assert!(!r.due(false, &files, t0), "nothing changed, nothing failed");
-        assert!(r.due(true, &files, t0));
-        r.failed(files.clone(), t0);
-        assert!(!r.due(false, &files, t0 + Duration::from_secs(1)));
-        assert!(
-            r.due(false, &files, t0 + RETRY_INTERVAL),
-            "retried though nothing changed"
+    fn a_vanished_client_certificate_is_kept_and_anything_else_new_replaces() {
+        let with = [Some(1), Some(2), Some(2)];
+        let cert = "/kubelet.pem";
+        let had = state(files(cert), loaded(cert), with);
+        let gone = state(
+            files(cert),
+            ClientCert::Absent(cert.into()),
+            [Some(1), None, None],
         );
-        assert!(
-            r.due(false, &other, t0 + Duration::from_secs(1)),
-            "and at once on a change"
+        assert_eq!(decide(&had, &gone), Decision::Keep { gone: cert.into() });
+        let same = state(files(cert), loaded(cert), with);
+        assert_eq!(decide(&had, &same), Decision::Same);
+        let rotated = state(files(cert), loaded(cert), [Some(1), Some(3), Some(3)]);
+        assert_eq!(decide(&had, &rotated), Decision::Replace);
+        // Pointed at another file that does not exist: the config says so, it is not a vanishing.
+        let elsewhere = state(
+            files("/new.pem"),
+            ClientCert::Absent("/new.pem".into()),
+            with,
         );
+        assert_eq!(decide(&had, &elsewhere), Decision::Replace);
+        // Never had one: the certificate appearing replaces, and it staying absent changes nothing.
+        let never = state(
+            files(cert),
+            ClientCert::Absent(cert.into()),
+            [Some(1), None, None],
+        );
+        assert_eq!(decide(&never, &had), Decision::Replace);
+        assert_eq!(decide(&never, &gone), Decision::Same);
+    }
+
+    #[test]
+    fn apply_says_what_it_did_and_only_a_replacement_bumps_the_generation() {
+        let cert = "/kubelet.pem";
+        let with = [Some(1), Some(2), Some(2)];
+        let source = TlsSource::new(state(files(cert), loaded(cert), with));
+        let gone = state(
+            files(cert),
+            ClientCert::Absent(cert.into()),
+            [Some(1), None, None],
+        );
+        assert_eq!(source.apply(gone), Applied::Kept { gone: cert.into() });
+        assert_eq!(source.current().client_cert, loaded(cert));
+        let same = state(files(cert), loaded(cert), with);
+        assert_eq!(source.apply(same), Applied::Unchanged);
+        assert_eq!(source.current().generation, 0);
+        let rotated = state(files(cert), loaded(cert), [Some(1), Some(3), Some(3)]);
+        assert_eq!(
+            source.apply(rotated),
+            Applied::Replaced {
+                generation: 1,
+                client_cert: loaded(cert)
+            }
+        );
+        assert_eq!(source.current().generation, 1);
+    }
+
+    #[test]
+    fn the_watcher_loses_to_a_reload_that_came_first() {
+        let cert = "/kubelet.pem";
+        let source = TlsSource::new(state(files(cert), loaded(cert), [Some(1), None, None]));
+        let base = source.current();
+        let reload = state(
+            files("/other.pem"),
+            loaded("/other.pem"),
+            [Some(9), None, None],
+        );
+        assert!(matches!(source.apply(reload), Applied::Replaced { .. }));
+        let watcher = state(files(cert), loaded(cert), [Some(2), None, None]);
+        assert_eq!(source.apply_over(&base, &watcher), None);
+        assert_eq!(source.current().files, files("/other.pem"));
     }
 }

@@ -1,0 +1,184 @@
+//! The certificate watcher: stats the files every [`WATCH_INTERVAL`], loads them again when their
+//! stamps move (and while loads fail, every [`RETRY_INTERVAL`]), and offers what it loaded to
+//! [`TlsSource::apply`]. Every stat and read runs on the blocking pool, never on the runtime
+//! thread that relays and probes: a file on a hung mount or a FIFO must not stop them.
+//!
+//! Does not own the rule for what replaces what ([`TlsSource::apply`]) nor reading a file safely
+//! (`files`).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+
+use super::files::Stamps;
+use super::{publish_expiry, Applied, TlsError, TlsSource, TlsState};
+use crate::metrics::Metrics;
+
+/// A load that failed (unreadable, garbage, a key that does not match, a vanished certificate)
+/// is retried this often, whether or not the files changed: a `chmod` or a fixed mount changes no
+/// content.
+pub const RETRY_INTERVAL: Duration = Duration::from_secs(5);
+
+/// How often certificate files are checked for changes. Kubelet rotates well before expiry, so a
+/// second of delay costs nothing; stat() of three files per second costs nothing either.
+pub const WATCH_INTERVAL: Duration = Duration::from_secs(1);
+
+/// Why a load by the watcher left the material in use as it was.
+#[derive(Debug, thiserror::Error)]
+enum Refused {
+    #[error("{0}")]
+    Load(TlsError),
+    #[error("{}: the client certificate file disappeared; keeping the one loaded before", gone.display())]
+    Gone { gone: std::path::PathBuf },
+}
+
+impl TlsSource {
+    /// Re-reads the files whenever their stamps change, until cancelled. A load that fails keeps
+    /// the previous material in use (one WARN per spell) and is retried every
+    /// [`RETRY_INTERVAL`]; so is a client certificate file that disappeared after one was loaded.
+    pub async fn watch(self: Arc<Self>, metrics: Arc<Metrics>, cancel: CancellationToken) {
+        let mut retry = Retry::default();
+        let mut seen = self.current().stamps.clone();
+        loop {
+            tokio::select! {
+                _ = cancel.cancelled() => return,
+                _ = tokio::time::sleep(WATCH_INTERVAL) => {}
+            }
+            let base = self.current();
+            let files = base.files.clone();
+            let Some(now) = blocking(&cancel, move || Stamps::of(&files)).await else {
+                return;
+            };
+            if !retry.due(now != seen, &now, Instant::now()) {
+                continue;
+            }
+            let files = base.files.clone();
+            let Some(loaded) = blocking(&cancel, move || TlsSource::load(&files)).await else {
+                return;
+            };
+            let outcome = loaded
+                .map_err(Refused::Load)
+                .and_then(|state| self.offer(&base, state, &metrics, retry.failed_since.is_some()));
+            match outcome {
+                Ok(stamps) => {
+                    retry = Retry::default();
+                    seen = stamps;
+                }
+                Err(e) => {
+                    if retry.failed_since.is_none() {
+                        tracing::warn!(error = %e, "TLS files cannot be loaded; keeping the previous ones, retrying every 5s");
+                    } else {
+                        tracing::debug!(error = %e, "TLS files still cannot be loaded");
+                    }
+                    retry.failed(now, Instant::now());
+                }
+            }
+        }
+    }
+
+    /// Applies what the watcher loaded from `base`'s files; returns the stamps it was loaded at.
+    /// `recovering`: the loads before failed, so even "unchanged" is news worth a line.
+    fn offer(
+        &self,
+        base: &Arc<TlsState>,
+        state: TlsState,
+        metrics: &Metrics,
+        recovering: bool,
+    ) -> Result<Stamps, Refused> {
+        match self.apply_over(base, &state) {
+            Some(Applied::Replaced {
+                generation,
+                client_cert,
+            }) => {
+                tracing::info!(
+                    client_cert = client_cert.as_str(),
+                    generation,
+                    "TLS files changed; reloaded"
+                );
+                publish_expiry(metrics, &client_cert);
+                Ok(state.stamps)
+            }
+            Some(Applied::Unchanged) => {
+                if recovering {
+                    tracing::info!("TLS files can be loaded again; the ones in use are unchanged");
+                }
+                Ok(state.stamps)
+            }
+            Some(Applied::Kept { gone }) => Err(Refused::Gone { gone }),
+            // A reload replaced the material meanwhile; it wins, and the next tick looks at its files.
+            None => Ok(state.stamps),
+        }
+    }
+}
+
+/// Runs `f` on the blocking pool; `None` when cancelled first.
+async fn blocking<T: Send + 'static>(
+    cancel: &CancellationToken,
+    f: impl FnOnce() -> T + Send + 'static,
+) -> Option<T> {
+    let task = tokio::task::spawn_blocking(f);
+    tokio::select! {
+        _ = cancel.cancelled() => None,
+        done = task => Some(done.expect("a TLS file read does not panic")),
+    }
+}
+
+/// When the watcher loads the files again: on a change, and while loads fail, every
+/// [`RETRY_INTERVAL`] even without one.
+#[derive(Debug, Default)]
+struct Retry {
+    /// The files as they were at the last failed load, and when that was.
+    failed_since: Option<(Stamps, Instant)>,
+}
+
+impl Retry {
+    fn due(&self, changed: bool, now: &Stamps, at: Instant) -> bool {
+        match &self.failed_since {
+            None => changed,
+            Some((seen, when)) => seen != now || at.duration_since(*when) >= RETRY_INTERVAL,
+        }
+    }
+
+    fn failed(&mut self, files: Stamps, at: Instant) {
+        self.failed_since = Some((files, at));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::TlsFiles;
+
+    #[test]
+    fn a_failed_load_is_retried_on_a_change_or_every_retry_interval() {
+        let t0 = Instant::now();
+        let dir = tempfile::tempdir().expect("tempdir");
+        let ca = dir.path().join("ca.crt");
+        let files = TlsFiles {
+            ca: ca.clone(),
+            client_cert: None,
+            client_key: None,
+        };
+        let before = Stamps::of(&files);
+        std::fs::write(&ca, "x").expect("write");
+        let other = Stamps::of(&files);
+        let mut r = Retry::default();
+        assert!(
+            !r.due(false, &before, t0),
+            "nothing changed, nothing failed"
+        );
+        assert!(r.due(true, &before, t0));
+        r.failed(before.clone(), t0);
+        assert!(!r.due(false, &before, t0 + Duration::from_secs(1)));
+        assert!(
+            r.due(false, &before, t0 + RETRY_INTERVAL),
+            "retried though nothing changed"
+        );
+        assert!(
+            r.due(false, &other, t0 + Duration::from_secs(1)),
+            "and at once on a change"
+        );
+    }
+}

@@ -1,0 +1,88 @@
+//! The certificate and CA files on the real binary: a path that turns into a FIFO never blocks
+//! the runtime thread, and a file over 1 MiB is refused with one line naming file and field.
+
+use crate::support::process::Proc;
+use crate::support::*;
+
+const CANNOT_LOAD: &str =
+    "TLS files cannot be loaded; keeping the previous ones, retrying every 5s";
+
+fn mkfifo(path: &std::path::Path) {
+    let made = std::process::Command::new("mkfifo").arg(path).status();
+    assert!(made.expect("run mkfifo").success(), "mkfifo {path:?}");
+}
+
+#[test]
+fn a_ca_path_that_becomes_a_fifo_keeps_livez_answering_and_is_warned_about_once() {
+    let rt = tokio::runtime::Runtime::new().expect("runtime");
+    let lab = Lab::new();
+    let (_a, file) = lab.fake_and_config(&rt, "fifo.yaml", "");
+    let p = Proc::start(&file);
+    p.wait_log("backend state changed", |v| v["fields"]["to"] == "ready");
+    let ca = lab.path("ca.crt");
+    std::fs::remove_file(&ca).expect("remove ca");
+    mkfifo(&ca); // no writer: opening it for reading would block until one comes
+    let warned = p.wait_log(CANNOT_LOAD, |_| true);
+    let error = warned["fields"]["error"].as_str().unwrap_or_default();
+    assert_eq!(
+        error,
+        format!("{}: cannot read: a FIFO, not a regular file", ca.display())
+    );
+    // The watcher retries every 5 s while the FIFO is there; until it has, /livez keeps answering.
+    let deadline = tokio::time::Instant::now() + patience();
+    while !p
+        .logs()
+        .iter()
+        .any(|v| v["fields"]["message"] == "TLS files still cannot be loaded")
+    {
+        assert_eq!(blocking_get(p.admin, "/livez").0, 200, "/livez answers");
+        assert!(tokio::time::Instant::now() < deadline, "no retry logged");
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    assert_eq!(blocking_get(p.admin, "/livez").0, 200, "/livez answers");
+    let warnings = p
+        .logs()
+        .iter()
+        .filter(|v| v["fields"]["message"] == CANNOT_LOAD)
+        .count();
+    assert_eq!(warnings, 1, "warned once, not at every retry");
+    // The CA comes back as it was: said so, and nothing else changes.
+    std::fs::remove_file(&ca).expect("remove fifo");
+    std::fs::write(&ca, &lab.ca.cert_pem).expect("write ca");
+    p.wait_log(
+        "TLS files can be loaded again; the ones in use are unchanged",
+        |_| true,
+    );
+}
+
+#[test]
+fn a_ca_file_over_a_mebibyte_or_a_fifo_is_refused_at_check_and_run_naming_file_and_field() {
+    let lab = Lab::new();
+    let ca = lab.path("ca.crt");
+    let file = lab.write(
+        "big.yaml",
+        &lab.yaml("dc-a", &[("127.0.0.1:1".to_string(), "dc-a")], ""),
+    );
+    // Valid certificates all the way: only the size is wrong.
+    let copies = (1 << 20) / lab.ca.cert_pem.len() + 1;
+    std::fs::write(&ca, lab.ca.cert_pem.repeat(copies)).expect("write big ca");
+    let big = format!("{file}:5:3: tls.ca: {}: larger than 1 MiB", ca.display());
+    for command in ["check", "run"] {
+        let o = readyprism(&[command, "--config", &file]);
+        let err = stderr(&o);
+        assert!(!o.status.success(), "{command} accepted a 1 MiB CA");
+        let lines: Vec<&str> = err.lines().filter(|l| l.contains("readyprism:")).collect();
+        assert_eq!(lines, [format!("readyprism: {big}")], "{command}: {err}");
+    }
+    std::fs::remove_file(&ca).expect("remove ca");
+    mkfifo(&ca);
+    let fifo = format!(
+        "{file}:5:3: tls.ca: {}: cannot read: a FIFO, not a regular file",
+        ca.display()
+    );
+    for command in ["check", "run"] {
+        let o = readyprism(&[command, "--config", &file]);
+        assert!(!o.status.success(), "{command} accepted a FIFO");
+        assert!(stderr(&o).contains(&fifo), "{command}: {}", stderr(&o));
+    }
+}
