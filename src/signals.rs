@@ -67,28 +67,28 @@ impl Signals {
         let mut tick = tokio::time::interval(WATCH_INTERVAL);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let ended = loop {
-            let hup = tokio::select! {
-                _ = self.hup.recv() => true,
-                _ = tick.tick() => false,
+            let trigger = tokio::select! {
+                _ = self.hup.recv() => Trigger::Hup,
+                _ = tick.tick() => Trigger::Tick,
                 name = self.end.recv() => break name,
             };
             // SIGHUP reads whatever the file holds; a tick reads when the stamp changed or a retry
             // is due.
-            let (seen, force) = if hup {
-                (None, true)
-            } else {
-                (watch.seen(), watch.retry_due(Instant::now()))
+            let (seen, force) = match trigger {
+                Trigger::Hup => (None, true),
+                Trigger::Tick => (watch.seen(), watch.retry_due(Instant::now())),
             };
             // File I/O runs on the blocking pool; a hung filesystem does not delay shutdown.
             let look = tokio::select! {
                 look = look_off_thread(&source, seen, force) => look,
                 name = self.end.recv() => break name,
             };
-            if hup {
-                on_hup(&mut app, &source, &mut watch, look).await;
-            } else {
-                let step = watch.decide(look, Instant::now());
-                on_step(&mut app, &source, &mut watch, step).await;
+            match trigger {
+                Trigger::Hup => on_hup(&mut app, &source, &mut watch, look).await,
+                Trigger::Tick => {
+                    let step = watch.decide(look, Instant::now());
+                    on_step(&mut app, &source, &mut watch, step).await;
+                }
             }
         };
         tracing::info!("{ended}: shutting down");
@@ -100,6 +100,12 @@ impl Signals {
             );
         }
     }
+}
+
+/// What woke the run loop.
+enum Trigger {
+    Hup,
+    Tick,
 }
 
 /// [`watch::look`] on the blocking pool.
@@ -115,35 +121,49 @@ async fn look_off_thread(source: &Source, seen: Option<Stamp>, force: bool) -> L
         })
 }
 
-/// SIGHUP: reload whatever the file holds (and so the certificates), counted and logged always.
+/// Reloads from `source` as SIGHUP does: whatever the file holds (and so the certificates); an
+/// invalid config is logged (file, field, line), counted, and ignored.
+pub async fn reload(app: &mut App, source: &Source) {
+    let look = look_off_thread(source, None, true).await;
+    hup(app, source, look).await;
+}
+
+/// SIGHUP in the run loop: [`hup`], and the watch learns what now runs or was rejected (so it
+/// neither reloads it again nor counts its failure a second time).
 async fn on_hup(app: &mut App, source: &Source, watch: &mut ConfigWatch, look: Look) {
+    match hup(app, source, look).await {
+        Some((digest, true)) => watch.applied(digest),
+        Some((digest, false)) => {
+            watch.rejected(digest, Instant::now());
+        }
+        None => {}
+    }
+}
+
+/// A reload that is counted and logged whatever it holds; answers the content's digest (when
+/// read) and whether it now runs.
+async fn hup(app: &mut App, source: &Source, look: Look) -> Option<(Digest, bool)> {
     let metrics = app.metrics();
-    let file = source.path.display();
     let (loaded, digest) = match look {
         Look::Read { loaded, digest, .. } => (loaded.map_err(|e| e.to_string()), Some(digest)),
         Look::Unusable(e) => (Err(e.to_string()), None),
-        Look::Unchanged => return,
+        Look::Unchanged => return None,
     };
     let result = match loaded {
         Ok(config) => apply(app, source, config).await,
         Err(e) => Err(e),
     };
-    match (result, digest) {
-        (Ok(()), Some(digest)) => {
-            watch.applied(digest);
+    match &result {
+        Ok(()) => {
             metrics.reload(true);
-            tracing::info!(file = %file, "config reloaded");
+            tracing::info!(file = %source.path.display(), "config reloaded");
         }
-        (Ok(()), None) => {}
-        (Err(e), digest) => {
-            // The watch takes this content as tried, so it does not count it a second time.
-            if let Some(d) = digest {
-                watch.rejected(d, Instant::now());
-            }
+        Err(e) => {
             metrics.reload(false);
             tracing::error!(error = %e, "config reload rejected; the running config stays");
         }
     }
+    digest.map(|d| (d, result.is_ok()))
 }
 
 /// A watch tick's decision carried out: each distinct failure counted and logged once, a retry
