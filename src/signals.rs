@@ -3,12 +3,12 @@
 //!
 //! Handlers are installed before anything is served ([`Signals::install`] comes before
 //! `App::start`), so a signal right after start never takes its default action and kills the
-//! process. Owns turning signals into actions; the ordered drain itself is `App::shutdown`.
+//! process. Owns turning signals and the config watch's decisions into actions (reload, count,
+//! log); what the watch decides is `config::watch`, the ordered drain itself is `App::shutdown`.
 
 use std::io;
 
 use tokio::signal::unix::{signal, Signal, SignalKind};
-
 use tokio::time::Instant;
 
 use crate::app::App;
