@@ -124,7 +124,7 @@ fn dispatch(command: Command) -> anyhow::Result<ExitCode> {
             skip_node_files,
         } => {
             let source = args.source();
-            let config = source.load()?;
+            let config = source.load()?.config;
             if !skip_node_files {
                 readyprism::app::check_files(&config).map_err(|e| placed(&source, &config, e))?;
             }
@@ -133,13 +133,14 @@ fn dispatch(command: Command) -> anyhow::Result<ExitCode> {
         }
         Command::Run(args) => {
             let source = args.source();
-            let config = source.load()?;
+            let loaded = source.load()?;
+            let config = loaded.config;
             block_on(async move {
                 let signals = Signals::install().context("signal handling")?;
                 let app = App::start(config.clone())
                     .await
                     .map_err(|e| placed(&source, &config, e))?;
-                signals.run(app, source).await;
+                signals.run(app, source, loaded.digest).await;
                 Ok(ExitCode::SUCCESS)
             })
         }

@@ -6,6 +6,7 @@ mod support;
 mod alerts;
 mod cli;
 mod config_errors;
+mod config_watch;
 mod health;
 mod hostile;
 mod lifecycle;

@@ -2,8 +2,9 @@
 //!
 //! Every error names the file, the field and the line (and column when the YAML parser knows it).
 //! `raw` owns the serde shape and scalar parsing, `locate` finds lines for cross-field errors,
-//! `watch` notices when the file's content changes.
+//! `file` reads the file safely, `watch` notices when its content changes.
 
+pub mod file;
 mod locate;
 mod place;
 mod raw;
@@ -29,14 +30,9 @@ pub const DEFAULT_ADMIN: &str = "127.0.0.1:7446";
 /// A config error, already formatted for the operator: `file:line[:column]: field: message`.
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
-    /// The file could not be read.
-    #[error("{file}: cannot read config: {cause}")]
-    Read {
-        /// Config file path.
-        file: String,
-        /// Underlying I/O error.
-        cause: std::io::Error,
-    },
+    /// The file could not be read, is not a regular file or is larger than 1 MiB.
+    #[error(transparent)]
+    File(#[from] file::ReadError),
     /// YAML syntax, an unknown key, a wrong type or a bad scalar; position from the parser.
     #[error("{file}:{line}:{column}: {message}")]
     Parse {
@@ -116,14 +112,19 @@ pub struct Config {
 }
 
 impl Config {
-    /// Reads and validates a config file.
+    /// Reads and validates a config file (blocks: see [`file::read`]).
     pub fn load(path: &Path) -> Result<Config, ConfigError> {
+        Config::parse_bytes(&file::read(path)?.bytes, path)
+    }
+
+    /// Validates the bytes of the config file at `path` (UTF-8 YAML).
+    fn parse_bytes(bytes: &[u8], path: &Path) -> Result<Config, ConfigError> {
         let file = path.display().to_string();
-        let src = std::fs::read_to_string(path).map_err(|cause| ConfigError::Read {
+        let src = std::str::from_utf8(bytes).map_err(|e| file::ReadError::Io {
             file: file.clone(),
-            cause,
+            cause: std::io::Error::new(std::io::ErrorKind::InvalidData, e),
         })?;
-        Config::parse(&src, &file)
+        Config::parse(src, &file)
     }
 
     /// Validates config text; `file` is only used to name the source in errors.
@@ -194,10 +195,29 @@ pub struct Source {
     pub zone: Option<String>,
 }
 
+/// A config as loaded, with the digest of the exact bytes it was parsed from: the baseline the
+/// watch compares the file with, so an edit made after the load is never taken as already running.
+#[derive(Debug)]
+pub struct Loaded {
+    /// The validated config.
+    pub config: Config,
+    /// Digest of the bytes `config` came from.
+    pub digest: file::Digest,
+}
+
 impl Source {
-    /// Reads and validates the file, then applies the zone override.
-    pub fn load(&self) -> Result<Config, ConfigError> {
-        let mut config = Config::load(&self.path)?;
+    /// Reads and validates the file, then applies the zone override (blocks: see [`file::read`]).
+    pub fn load(&self) -> Result<Loaded, ConfigError> {
+        let contents = file::read(&self.path)?;
+        Ok(Loaded {
+            config: self.parse(&contents.bytes)?,
+            digest: contents.digest,
+        })
+    }
+
+    /// Validates `bytes` read from the file, then applies the zone override.
+    pub fn parse(&self, bytes: &[u8]) -> Result<Config, ConfigError> {
+        let mut config = Config::parse_bytes(bytes, &self.path)?;
         if let Some(z) = &self.zone {
             if z.trim().is_empty() {
                 return Err(ConfigError::EmptyZoneOverride);
@@ -212,8 +232,10 @@ impl Source {
     /// binds); `file: field` when the file does not set it (a default).
     pub fn place(&self, field: &str) -> String {
         let file = self.path.display();
-        let at = std::fs::read_to_string(&self.path)
+        // The same careful read as a load: the path may have become a FIFO since.
+        let at = file::read(&self.path)
             .ok()
+            .and_then(|c| String::from_utf8(c.bytes).ok())
             .and_then(|src| locate::path_line(&src, field));
         match at {
             Some((line, column)) => format!("{file}:{line}:{column}: {field}"),

@@ -1,90 +1,232 @@
 //! Noticing that the config file's content changed, for a static pod's process that nobody can
 //! send SIGHUP: written in place or replaced by rename (as Talos and editors do).
 //!
-//! Owns only the change detection: a cheap `stat` every tick, and a read of the file only when the
-//! stat changed, compared by content so a `touch` is no reload. Does not own reloading (`signals`).
+//! Owns the change detection and its memory: [`look`] (a `stat` every tick, a read only when the
+//! stamp changed or a retry is due; blocking, run off the runtime thread) and [`ConfigWatch`] (a
+//! pure decision over what was seen: reload, retry, warn, or nothing). Does not own reloading,
+//! logging or counting (`signals`), nor reading the file (`file`).
+//!
+//! The guarantees: the baseline is the digest of the bytes the running config was parsed from;
+//! the seen stamp only advances after a successful read, so a failed read is retried next tick;
+//! a rejected config is retried every [`RETRY_INTERVAL`] while the file still holds it.
 
-use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime};
+
+use tokio::time::Instant;
+
+use super::file::{self, Digest, ReadError, Stamp};
+use super::{Config, ConfigError, Source};
 
 /// How often the file is checked. A config change reaches routing within this plus one probe.
 pub const WATCH_INTERVAL: Duration = Duration::from_secs(1);
 
-type Stamp = Option<(SystemTime, u64, u64)>;
+/// How often a rejected config that the file still holds is tried again (as certificates are):
+/// it may name a CA file that lands a moment later. Bounded, so a config that stays broken costs
+/// one read and parse every 5 s.
+pub const RETRY_INTERVAL: Duration = Duration::from_secs(5);
 
-/// The last seen state of one config file.
+/// What one look at the file found.
+// One per tick, moved once and never stored: boxing the config would buy nothing.
+#[allow(clippy::large_enum_variant)]
+#[derive(Debug)]
+pub enum Look {
+    /// The stamp is the one last read successfully: nothing to read.
+    Unchanged,
+    /// The file was read (or found too large): what it holds and the config it parses to.
+    Read {
+        /// The stamp it was read under; `None` when too fresh to trust (read again next tick).
+        stamp: Option<Stamp>,
+        /// Digest of the bytes (of the stamp, for a file too large to read).
+        digest: Digest,
+        /// The config they parse to, or why not.
+        loaded: Result<Config, ConfigError>,
+    },
+    /// Nothing usable is at the path now (missing, a directory, unreadable, out of descriptors).
+    Unusable(ReadError),
+}
+
+/// Looks at the config file: a `stat`, then a read and parse when the stamp differs from `seen`
+/// or `force` is set. Blocks: call it in `spawn_blocking`.
+pub fn look(source: &Source, seen: Option<Stamp>, force: bool) -> Look {
+    if !force {
+        match Stamp::now(&source.path) {
+            Ok(now) if Some(now) == seen => return Look::Unchanged,
+            Ok(_) => {}
+            Err(e) => return Look::Unusable(e),
+        }
+    }
+    let fresh = |stamp: Stamp| stamp.trusted(SystemTime::now()).then_some(stamp);
+    match file::read(&source.path) {
+        Ok(c) => Look::Read {
+            stamp: fresh(c.stamp),
+            digest: c.digest,
+            loaded: source.parse(&c.bytes),
+        },
+        Err(ReadError::TooLarge { file, stamp }) => Look::Read {
+            stamp: fresh(stamp),
+            digest: Digest::of_stamp(&stamp),
+            loaded: Err(ReadError::TooLarge { file, stamp }.into()),
+        },
+        Err(e) => Look::Unusable(e),
+    }
+}
+
+/// Whether a load is the first for its content or a retry of one rejected before.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Attempt {
+    /// New content.
+    First,
+    /// Content rejected before, tried again after [`RETRY_INTERVAL`].
+    Retry,
+}
+
+/// What to do after a look.
+#[allow(clippy::large_enum_variant)] // as `Look`
+#[derive(Debug)]
+pub enum Action {
+    /// Nothing.
+    Stay,
+    /// The file cannot be used (the first look of a spell, or another reason than before): WARN
+    /// once; the running config stays.
+    Warn(String),
+    /// Reload with this config (or reject it with its error).
+    Load {
+        /// The config, or why the content does not load.
+        loaded: Result<Config, ConfigError>,
+        /// Digest of the content, for [`ConfigWatch::applied`] / [`ConfigWatch::rejected`].
+        digest: Digest,
+        /// First attempt or a retry.
+        attempt: Attempt,
+    },
+}
+
+/// The decision for one look.
+#[derive(Debug)]
+pub struct Step {
+    /// The file is readable again after a spell of [`Action::Warn`] (INFO once).
+    pub recovered: bool,
+    /// What to do.
+    pub action: Action,
+}
+
+/// Whether a rejection is news.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Rejection {
+    /// Content not rejected just before: count it and log it.
+    New,
+    /// The same content rejected again (a retry): neither counted nor logged again.
+    Again,
+}
+
+/// What the watch remembers between ticks. Holds digests and stamps, never the file's content.
 #[derive(Debug)]
 pub struct ConfigWatch {
-    path: PathBuf,
-    stamp: Stamp,
-    /// Content as last seen (`None`: unreadable or absent then).
-    content: Option<Vec<u8>>,
+    /// Digest of the content the running config was parsed from (set at start-up and by every
+    /// successful reload).
+    running: Digest,
+    /// Stamp of the last successful read; `None` before the first, after a failed one and while
+    /// the stamp is too fresh to trust: the next tick reads.
+    seen: Option<Stamp>,
+    /// The last rejected content and when it was tried; cleared when the file holds the running
+    /// content again or another reload succeeds.
+    rejected: Option<(Digest, Instant)>,
+    /// Why the file cannot be used, during such a spell (so it is logged once).
+    unusable: Option<String>,
 }
 
 impl ConfigWatch {
-    /// Starts from the file as it is now (the content the running config came from).
-    pub fn new(path: &Path) -> ConfigWatch {
+    /// Starts from the content the running config was parsed from: a file that differs on the
+    /// first tick (an edit during start-up) is a change.
+    pub fn new(running: Digest) -> ConfigWatch {
         ConfigWatch {
-            path: path.to_path_buf(),
-            stamp: stamp(path),
-            content: std::fs::read(path).ok(),
+            running,
+            seen: None,
+            rejected: None,
+            unusable: None,
         }
     }
 
-    /// True once per change of content since the last call (or [`ConfigWatch::sync`]). A file
-    /// that disappears is no change: the running config stays, and its return is compared again.
-    pub fn changed(&mut self) -> bool {
-        let now = stamp(&self.path);
-        if now == self.stamp || now.is_none() {
-            return false;
-        }
-        self.stamp = now;
-        let content = std::fs::read(&self.path).ok();
-        if content.is_none() || content == self.content {
-            return false;
-        }
-        self.content = content;
-        true
+    /// The stamp to compare the next [`look`] with.
+    pub fn seen(&self) -> Option<Stamp> {
+        self.seen
     }
 
-    /// Takes the file as it is now as seen (after a reload triggered by something else).
-    pub fn sync(&mut self) {
-        *self = ConfigWatch::new(&self.path);
+    /// True when a rejected config is due for another attempt (the next look must read even if
+    /// the stamp is unchanged).
+    pub fn retry_due(&self, now: Instant) -> bool {
+        self.rejected
+            .is_some_and(|(_, at)| now.duration_since(at) >= RETRY_INTERVAL)
     }
-}
 
-fn stamp(path: &Path) -> Stamp {
-    use std::os::unix::fs::MetadataExt;
-    let m = std::fs::metadata(path).ok()?;
-    Some((m.modified().ok()?, m.len(), m.ino()))
+    /// Decides what a look means.
+    pub fn decide(&mut self, look: Look, now: Instant) -> Step {
+        let stay = |recovered| Step {
+            recovered,
+            action: Action::Stay,
+        };
+        match look {
+            Look::Unchanged => stay(false),
+            Look::Unusable(e) => {
+                self.seen = None;
+                let why = e.to_string();
+                if self.unusable.as_ref() == Some(&why) {
+                    return stay(false);
+                }
+                self.unusable = Some(why.clone());
+                Step {
+                    recovered: false,
+                    action: Action::Warn(why),
+                }
+            }
+            Look::Read {
+                stamp,
+                digest,
+                loaded,
+            } => {
+                let recovered = self.unusable.take().is_some();
+                self.seen = stamp;
+                if digest == self.running {
+                    self.rejected = None;
+                    return stay(recovered);
+                }
+                let attempt = match self.rejected {
+                    Some((d, at)) if d == digest => {
+                        if now.duration_since(at) < RETRY_INTERVAL {
+                            return stay(recovered);
+                        }
+                        Attempt::Retry
+                    }
+                    _ => Attempt::First,
+                };
+                Step {
+                    recovered,
+                    action: Action::Load {
+                        loaded,
+                        digest,
+                        attempt,
+                    },
+                }
+            }
+        }
+    }
+
+    /// The content with `digest` is running now.
+    pub fn applied(&mut self, digest: Digest) {
+        self.running = digest;
+        self.rejected = None;
+    }
+
+    /// The content with `digest` was rejected at `now`; retried after [`RETRY_INTERVAL`] while
+    /// the file still holds it.
+    pub fn rejected(&mut self, digest: Digest, now: Instant) -> Rejection {
+        let news = match self.rejected {
+            Some((d, _)) if d == digest => Rejection::Again,
+            _ => Rejection::New,
+        };
+        self.rejected = Some((digest, now));
+        news
+    }
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn content_changes_count_once_and_touches_or_removals_do_not() {
-        let dir = tempfile::tempdir().expect("tempdir");
-        let path = dir.path().join("c.yaml");
-        std::fs::write(&path, "a: 1\n").expect("write");
-        let mut w = ConfigWatch::new(&path);
-        assert!(!w.changed(), "nothing changed yet");
-        std::fs::write(&path, "a: 22\n").expect("write in place");
-        assert!(w.changed());
-        assert!(!w.changed(), "once per change");
-        // Same content, new inode: no reload.
-        let tmp = dir.path().join("c.yaml.tmp");
-        std::fs::write(&tmp, "a: 22\n").expect("write");
-        std::fs::rename(&tmp, &path).expect("rename");
-        assert!(!w.changed(), "same content");
-        // New content by rename, as Talos and editors write.
-        std::fs::write(&tmp, "a: 333\n").expect("write");
-        std::fs::rename(&tmp, &path).expect("rename");
-        assert!(w.changed());
-        std::fs::remove_file(&path).expect("remove");
-        assert!(!w.changed(), "a missing file keeps the running config");
-        std::fs::write(&path, "a: 333\n").expect("write back");
-        assert!(!w.changed(), "back with the content already running");
-    }
-}
+mod tests;
