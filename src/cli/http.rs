@@ -175,6 +175,21 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn an_endpoint_that_accepts_and_never_answers_is_not_called_unreachable() {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind");
+        let addr = listener.local_addr().expect("addr").to_string();
+        let held = tokio::spawn(async move { listener.accept().await });
+        let err = get(&addr, "/status").await.expect_err("no answer");
+        assert_eq!(
+            err.to_string(),
+            format!("admin endpoint {addr} accepted the connection but did not answer within 3s")
+        );
+        held.abort();
+    }
+
+    #[tokio::test]
     async fn an_endpoint_that_answers_but_not_http_or_too_much_is_not_called_unreachable() {
         let addr = answer_once(b"SSH-2.0-OpenSSH_9.6\r\n".to_vec()).await;
         let err = get(&addr, "/status").await.expect_err("not HTTP");
