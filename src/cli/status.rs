@@ -93,8 +93,8 @@ fn routable(doc: &StatusDoc) -> bool {
 /// BACKEND, ZONE, STATE, LATENCY, ACTIVE, RANK, LAST ERROR. RANK is the `/status` document's,
 /// 0-based (0 = dialed first), so the table and the JSON never disagree; `-` marks a missing
 /// value. Multi-line errors are folded onto one line. Every cell shows control characters as
-/// visible escapes and is cut (with `…`) at [`cell::MAX_CELL`] characters, LAST ERROR at
-/// [`cell::MAX_ERROR`].
+/// visible escapes and is cut (with `…`) at 80 characters (`cell::MAX_CELL`), LAST ERROR at 220
+/// (`cell::MAX_ERROR`).
 pub fn render_table(doc: &StatusDoc) -> String {
     let mut out = String::new();
     let mode = match doc.mode {
