@@ -23,7 +23,8 @@ async fn admin_answer(admin: std::net::SocketAddr) -> Option<String> {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_admin_server_caps_connections_and_cuts_clients_that_never_finish_a_request() {
+async fn the_admin_server_caps_connections_by_shedding_the_oldest_stalled_ones_and_cuts_the_rest() {
+    use readyprism::admin::MAX_CONNECTIONS;
     let lab = Lab::new();
     let (_a, app) = lab.one_ready("").await;
     let admin = app.admin_addr();
@@ -36,15 +37,27 @@ async fn the_admin_server_caps_connections_and_cuts_clients_that_never_finish_a_
             .expect("write");
         slow.push(s);
     }
-    // Every slot is held: a complete request is closed unanswered, not queued forever.
-    eventually("the cap turns new admin connections away", || async {
-        admin_answer(admin).await.is_none().then_some(())
-    })
-    .await;
+    // The cap holds: each one past it shed the oldest, so the first ones are closed at once.
+    for s in &mut slow[..100 - MAX_CONNECTIONS] {
+        let mut buf = Vec::new();
+        let closed = tokio::time::timeout(patience(), s.read_to_end(&mut buf)).await;
+        assert!(closed.is_ok(), "an old stalled connection was not shed");
+    }
+    // ... while the newer ones are all still held (their head timeout is far off).
+    for (i, s) in slow.iter().enumerate().skip(100 - MAX_CONNECTIONS) {
+        let r = s.try_read(&mut [0u8; 1]);
+        assert!(
+            matches!(&r, Err(e) if e.kind() == std::io::ErrorKind::WouldBlock),
+            "stalled connection {i} was closed, not one of the oldest: {r:?}"
+        );
+    }
+    // A complete request is answered, not turned away: it sheds the next oldest stalled one.
+    let answer = admin_answer(admin).await.expect("answered at the cap");
+    assert!(answer.starts_with("HTTP/1.0 200"), "{answer}");
     // The relay is untouched by the admin server's trouble.
     assert_eq!(landed(app.listen_addrs()[0]).await, "a");
-    // The header-read timeout closes every half-sent request...
-    for s in &mut slow {
+    // The header-read timeout closes every half-sent request left...
+    for s in &mut slow[100 - MAX_CONNECTIONS..] {
         let mut buf = Vec::new();
         let closed = tokio::time::timeout(patience(), s.read_to_end(&mut buf)).await;
         assert!(
@@ -52,7 +65,7 @@ async fn the_admin_server_caps_connections_and_cuts_clients_that_never_finish_a_
             "a half-sent request was held past the patience"
         );
     }
-    // ... and the admin server answers again.
+    // ... and the admin server answers as before.
     let answer = eventually("admin answers again", || admin_answer(admin)).await;
     assert!(answer.starts_with("HTTP/1.0 200"), "{answer}");
     app.shutdown().await;

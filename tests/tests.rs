@@ -3,6 +3,7 @@
 
 mod support;
 
+mod admin_hardening;
 mod alerts;
 mod cli;
 mod config_errors;

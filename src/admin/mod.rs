@@ -1,8 +1,9 @@
 //! The admin HTTP server: `/livez`, `/readyz`, `/status` (JSON) and `/metrics` (Prometheus text).
 //!
 //! Reads the same snapshot the proxy does; owns no state of its own beyond the shutting-down flag.
-//! `status` owns the `/status` document's type.
+//! `status` owns the `/status` document's type, `slots` the connection cap.
 
+mod slots;
 pub mod status;
 
 use std::convert::Infallible;
@@ -16,7 +17,6 @@ use hyper::service::service_fn;
 use hyper::{header, Method, Request, Response, StatusCode};
 use hyper_util::rt::{TokioIo, TokioTimer};
 use tokio::net::TcpListener;
-use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
@@ -33,10 +33,14 @@ pub const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(5);
 /// No admin connection lives longer than this, whatever it does.
 pub const MAX_CONNECTION_AGE: Duration = Duration::from_secs(60);
 
-/// At most this many admin connections at once; more are closed at accept. Kubelet probes, a
-/// scraper and an operator need a handful; the cap keeps a local process from spending the
-/// descriptors the proxy shares with the admin server.
+/// At most this many admin connections at once. Kubelet probes, a scraper and an operator need a
+/// handful; the cap keeps a local process from spending the descriptors the proxy shares with the
+/// admin server. At the cap a newcomer sheds the connection that has gone longest without
+/// starting a request, so stalled connections cannot lock kubelet's probes out.
 pub const MAX_CONNECTIONS: usize = 64;
+
+/// The methods the admin endpoints answer (the `Allow` header of a 405).
+const ALLOWED_METHODS: &str = "GET, HEAD";
 
 /// What the admin endpoints read.
 #[derive(Debug)]
@@ -55,18 +59,19 @@ impl Admin {
     /// Serves until `stop` is cancelled; open admin connections end with it.
     pub async fn serve(self: Arc<Self>, listener: TcpListener, stop: CancellationToken) {
         let tasks = TaskTracker::new();
-        let slots = Arc::new(Semaphore::new(MAX_CONNECTIONS));
+        let mut slots = slots::Slots::new(MAX_CONNECTIONS);
         let mut acceptor = Acceptor::new("admin", listener, stop.clone());
         while let Some((stream, peer)) = acceptor.next().await {
-            let Ok(slot) = slots.clone().try_acquire_owned() else {
-                tracing::debug!(%peer, "admin connection limit reached; closing");
-                continue; // dropping the stream closes it
-            };
+            let (mut slot, shed) = slots.admit();
+            if shed.is_some() {
+                tracing::debug!(%peer, "admin connection limit reached; shed the connection longest without a request");
+            }
             let admin = self.clone();
             let stop = stop.clone();
             tasks.spawn(async move {
-                let _slot = slot;
+                let activity = slot.activity();
                 let svc = service_fn(move |req| {
+                    activity.request_started();
                     let admin = admin.clone();
                     async move { Ok::<_, Infallible>(admin.route(&req)) }
                 });
@@ -76,10 +81,15 @@ impl Admin {
                     .serve_connection(TokioIo::new(stream), svc);
                 tokio::select! {
                     _ = stop.cancelled() => {}
+                    _ = slot.shed() => {}
                     _ = tokio::time::sleep(MAX_CONNECTION_AGE) => {}
                     r = conn => if let Err(e) = r { tracing::debug!(error = %e, "admin connection error") },
                 }
             });
+            // Let the connection just accepted read the request it sent (and the shed one end)
+            // before the next accept: a burst of connects cannot shed a newcomer unread, and at
+            // most one shed connection outlives its slot.
+            tokio::task::yield_now().await;
         }
         tasks.close();
         tasks.wait().await;
@@ -96,7 +106,12 @@ impl Admin {
 
     fn route<B>(&self, req: &Request<B>) -> Response<Full<Bytes>> {
         if req.method() != Method::GET && req.method() != Method::HEAD {
-            return text(StatusCode::METHOD_NOT_ALLOWED, "only GET\n");
+            let mut resp = text(StatusCode::METHOD_NOT_ALLOWED, "only GET and HEAD\n");
+            resp.headers_mut().insert(
+                header::ALLOW,
+                header::HeaderValue::from_static(ALLOWED_METHODS),
+            );
+            return resp;
         }
         match req.uri().path() {
             "/livez" => text(StatusCode::OK, "ok\n"),

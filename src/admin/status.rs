@@ -128,11 +128,6 @@ impl StatusDoc {
             backends,
         }
     }
-
-    /// The backend with `address`, if configured.
-    pub fn backend(&self, address: &str) -> Option<&BackendStatus> {
-        self.backends.iter().find(|b| b.address == address)
-    }
 }
 
 #[cfg(test)]

@@ -18,10 +18,10 @@ pub const GET_TIMEOUT: Duration = Duration::from_secs(3);
 /// Largest body accepted; a `/status` is a few hundred bytes per backend, so 1 MiB is generous.
 pub const MAX_BODY: usize = 1 << 20;
 
-/// Why a GET got no answer.
+/// Why a GET got no usable answer. The wording says whether the endpoint was reached at all.
 #[derive(Debug, thiserror::Error)]
 pub enum GetError {
-    /// Connecting or talking failed.
+    /// Connecting failed.
     #[error("cannot reach admin endpoint {addr}: {reason}")]
     Unreachable {
         /// The address as given.
@@ -29,9 +29,29 @@ pub enum GetError {
         /// Short reason, e.g. `connection refused`.
         reason: String,
     },
-    /// No answer within [`GET_TIMEOUT`].
-    #[error("cannot reach admin endpoint {addr}: no answer within {}s", GET_TIMEOUT.as_secs())]
+    /// No connection within [`GET_TIMEOUT`].
+    #[error("cannot reach admin endpoint {addr}: no connection within {}s", GET_TIMEOUT.as_secs())]
     Timeout {
+        /// The address as given.
+        addr: String,
+    },
+    /// Connected, but what came back is not an HTTP answer, or the connection ended before one.
+    #[error("admin endpoint {addr} did not answer HTTP: {reason}")]
+    NotHttp {
+        /// The address as given.
+        addr: String,
+        /// What went wrong, e.g. `invalid HTTP version parsed`.
+        reason: String,
+    },
+    /// Connected, but no whole answer within [`GET_TIMEOUT`].
+    #[error("admin endpoint {addr} accepted the connection but did not answer within {}s", GET_TIMEOUT.as_secs())]
+    NoAnswer {
+        /// The address as given.
+        addr: String,
+    },
+    /// The body is longer than [`MAX_BODY`].
+    #[error("admin endpoint {addr} answered with more than {} MiB", MAX_BODY >> 20)]
+    TooLarge {
         /// The address as given.
         addr: String,
     },
@@ -52,42 +72,69 @@ pub async fn get(addr: &str, path: &str) -> Result<Answer, GetError> {
         .strip_prefix("http://")
         .unwrap_or(addr)
         .trim_end_matches('/');
-    match tokio::time::timeout(GET_TIMEOUT, exchange(addr, path)).await {
+    let deadline = tokio::time::Instant::now() + GET_TIMEOUT;
+    let stream = match tokio::time::timeout_at(deadline, TcpStream::connect(addr)).await {
+        Ok(Ok(stream)) => stream,
+        Ok(Err(e)) => {
+            return Err(GetError::Unreachable {
+                addr: addr.to_string(),
+                reason: io_reason(&e),
+            })
+        }
+        Err(_) => {
+            return Err(GetError::Timeout {
+                addr: addr.to_string(),
+            })
+        }
+    };
+    match tokio::time::timeout_at(deadline, exchange(stream, addr, path)).await {
         Ok(r) => r,
-        Err(_) => Err(GetError::Timeout {
+        Err(_) => Err(GetError::NoAnswer {
             addr: addr.to_string(),
         }),
     }
 }
 
-async fn exchange(addr: &str, path: &str) -> Result<Answer, GetError> {
-    let unreachable = |reason: String| GetError::Unreachable {
+/// Why an exchange on a connected stream failed.
+enum Failed {
+    Http(hyper::Error),
+    TooLarge,
+}
+
+async fn exchange(stream: TcpStream, addr: &str, path: &str) -> Result<Answer, GetError> {
+    let not_http = |reason: String| GetError::NotHttp {
         addr: addr.to_string(),
         reason,
     };
-    let stream = TcpStream::connect(addr)
-        .await
-        .map_err(|e| unreachable(io_reason(&e)))?;
     let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
         .await
-        .map_err(|e| unreachable(e.to_string()))?;
+        .map_err(|e| not_http(e.to_string()))?;
     let req = Request::get(path)
         .header(header::HOST, addr)
         .header(header::CONNECTION, "close")
         .body(Empty::<Bytes>::new())
-        .map_err(|e| unreachable(format!("bad request: {e}")))?;
+        .map_err(|e| not_http(format!("bad request: {e}")))?;
     // `sender` moves into the request future, so the connection future ends once it is done.
     let exchange = async move {
-        let resp = sender.send_request(req).await?;
+        let resp = sender.send_request(req).await.map_err(Failed::Http)?;
         let status = resp.status();
         let body = Limited::new(resp.into_body(), MAX_BODY)
             .collect()
-            .await?
+            .await
+            .map_err(|e| match e.downcast::<hyper::Error>() {
+                Ok(e) => Failed::Http(*e),
+                Err(_) => Failed::TooLarge, // the limit is the only other error `Limited` adds
+            })?
             .to_bytes();
-        Ok::<_, Box<dyn std::error::Error + Send + Sync>>((status, body))
+        Ok::<_, Failed>((status, body))
     };
     let (result, conn_result) = tokio::join!(exchange, conn);
-    let (status, body) = result.map_err(|e| unreachable(e.to_string()))?;
+    let (status, body) = result.map_err(|e| match e {
+        Failed::Http(e) => not_http(e.to_string()),
+        Failed::TooLarge => GetError::TooLarge {
+            addr: addr.to_string(),
+        },
+    })?;
     if let Err(e) = conn_result {
         tracing::debug!(error = %e, "admin connection ended with an error after the answer");
     }
@@ -110,6 +157,62 @@ fn io_reason(e: &std::io::Error) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Serves one canned answer (after reading the request) on a fresh port; returns the address.
+    async fn answer_once(response: Vec<u8>) -> String {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind");
+        let addr = listener.local_addr().expect("addr").to_string();
+        tokio::spawn(async move {
+            let (mut s, _) = listener.accept().await.expect("accept");
+            let mut buf = [0u8; 1024];
+            let _ = s.read(&mut buf).await.expect("read request");
+            let _ = s.write_all(&response).await;
+        });
+        addr
+    }
+
+    #[tokio::test]
+    async fn an_endpoint_that_accepts_and_never_answers_is_not_called_unreachable() {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind");
+        let addr = listener.local_addr().expect("addr").to_string();
+        let held = tokio::spawn(async move { listener.accept().await });
+        let err = get(&addr, "/status").await.expect_err("no answer");
+        assert_eq!(
+            err.to_string(),
+            format!("admin endpoint {addr} accepted the connection but did not answer within 3s")
+        );
+        held.abort();
+    }
+
+    #[tokio::test]
+    async fn an_endpoint_that_answers_but_not_http_or_too_much_is_not_called_unreachable() {
+        let addr = answer_once(b"SSH-2.0-OpenSSH_9.6\r\n".to_vec()).await;
+        let err = get(&addr, "/status").await.expect_err("not HTTP");
+        assert!(matches!(err, GetError::NotHttp { .. }), "{err}");
+        assert!(
+            err.to_string()
+                .starts_with(&format!("admin endpoint {addr} did not answer HTTP: ")),
+            "{err}"
+        );
+
+        let mut big = format!(
+            "HTTP/1.1 200 OK\r\ncontent-length: {}\r\n\r\n",
+            MAX_BODY + 1
+        )
+        .into_bytes();
+        big.resize(big.len() + MAX_BODY + 1, b'x');
+        let addr = answer_once(big).await;
+        let err = get(&addr, "/status").await.expect_err("too large");
+        assert_eq!(
+            err.to_string(),
+            format!("admin endpoint {addr} answered with more than 1 MiB")
+        );
+    }
 
     #[tokio::test]
     async fn closed_port_is_reported_as_unreachable_in_one_line() {

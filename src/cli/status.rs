@@ -1,16 +1,21 @@
 //! `readyprism status`: fetches the admin `/status` document and renders it for an operator.
 //!
 //! Owns the human table and the exit-code decision. Does not own the document's shape
-//! (`admin::status`) or the HTTP exchange (`cli::http`).
+//! (`admin::status`), the HTTP exchange (`cli::http`) or escaping (`cell`).
+
+mod cell;
 
 use std::fmt::Write as _;
 
 use super::http::{self, GetError};
 use crate::admin::status::{BackendStatus, CertStatus, Mode, StatusDoc};
+use crate::health::verdict::State;
+use cell::{MAX_CELL, MAX_ERROR};
 
 /// Exit code: at least one backend is ready.
 pub const EXIT_READY: u8 = 0;
-/// Exit code: the balancer answered but no backend is ready (or it is shutting down).
+/// Exit code: the balancer answered but no backend is ready (none configured, or it is shutting
+/// down): nothing to route to.
 pub const EXIT_NOT_READY: u8 = 1;
 /// Exit code: the admin endpoint could not be reached or did not answer with a status document.
 pub const EXIT_UNREACHABLE: u8 = 2;
@@ -42,7 +47,8 @@ pub enum StatusError {
 /// A fetched status document.
 #[derive(Debug, Clone)]
 pub struct Fetched {
-    /// The body exactly as received (printed by `--json`).
+    /// The body as received, with DEL and C1 controls written as JSON `\u` escapes (printed by
+    /// `--json`): the same document, with nothing in it a terminal acts on.
     pub body: String,
     /// The parsed document.
     pub doc: StatusDoc,
@@ -57,28 +63,38 @@ pub async fn fetch(admin: &str) -> Result<Fetched, StatusError> {
             status: answer.status,
         });
     }
+    // serde's reasons quote what they met (`unknown variant `…``): escaped like a table cell.
     let doc = serde_json::from_str(&answer.body).map_err(|e| StatusError::NotAStatusDocument {
         addr: admin.to_string(),
-        reason: e.to_string(),
+        reason: cell::cell(&e.to_string(), MAX_ERROR),
     })?;
     Ok(Fetched {
-        body: answer.body,
+        body: cell::json_escaped(&answer.body),
         doc,
     })
 }
 
-/// [`EXIT_READY`] if the document says ready, else [`EXIT_NOT_READY`].
+/// [`EXIT_READY`] if the document says ready and a backend is ready (something to route to),
+/// else [`EXIT_NOT_READY`].
 pub fn exit_code(doc: &StatusDoc) -> u8 {
-    if doc.ready {
+    if routable(doc) {
         EXIT_READY
     } else {
         EXIT_NOT_READY
     }
 }
 
+/// The document says ready and names a ready backend: what `ready yes` and exit 0 mean.
+fn routable(doc: &StatusDoc) -> bool {
+    doc.ready && doc.backends.iter().any(|b| b.state == State::Ready)
+}
+
 /// The human view of a status document: a summary line, then one row per backend with columns
 /// BACKEND, ZONE, STATE, LATENCY, ACTIVE, RANK, LAST ERROR. RANK is the `/status` document's,
-/// 0-based (0 = dialed first), so the table and the JSON never disagree; `-` marks a missing value. Multi-line errors are folded onto one line.
+/// 0-based (0 = dialed first), so the table and the JSON never disagree; `-` marks a missing
+/// value. Multi-line errors are folded onto one line. Every cell shows control characters as
+/// visible escapes and is cut (with `…`) at 80 characters (`cell::MAX_CELL`), LAST ERROR at 220
+/// (`cell::MAX_ERROR`).
 pub fn render_table(doc: &StatusDoc) -> String {
     let mut out = String::new();
     let mode = match doc.mode {
@@ -95,8 +111,10 @@ pub fn render_table(doc: &StatusDoc) -> String {
     let _ = write!(
         out,
         "node zone {}  ready {}  mode {mode}  client cert {cert}",
-        doc.zone.as_deref().unwrap_or("-"),
-        if doc.ready { "yes" } else { "NO" },
+        doc.zone
+            .as_deref()
+            .map_or("-".into(), |z| cell::cell(z, MAX_CELL)),
+        if routable(doc) { "yes" } else { "NO" },
     );
     if doc.shutting_down {
         out.push_str("  SHUTTING DOWN");
@@ -138,9 +156,10 @@ pub fn render_table(doc: &StatusDoc) -> String {
     out
 }
 
-/// One backend as the table's cells, in column order (`-` for missing).
+/// One backend as the table's cells, in column order (`-` for missing), escaped and cut.
 pub fn backend_cells(b: &BackendStatus) -> [String; 7] {
     let dash = || "-".to_string();
+    let cut = |s: &str| cell::cell(s, MAX_CELL);
     let error = b.last_error.as_deref().map(|e| {
         e.split('\n')
             .map(str::trim)
@@ -149,22 +168,32 @@ pub fn backend_cells(b: &BackendStatus) -> [String; 7] {
             .join("; ")
     });
     [
-        b.address.clone(),
-        b.zone.clone().unwrap_or_else(dash),
+        cut(&b.address),
+        b.zone.as_deref().map_or_else(dash, cut),
         b.state.as_str().to_string(),
         b.latency_ms.map(format_ms).unwrap_or_else(dash),
         b.active_connections.to_string(),
         b.rank.map(|r| r.to_string()).unwrap_or_else(dash),
-        error.filter(|e| !e.is_empty()).unwrap_or_else(dash),
+        error
+            .filter(|e| !e.is_empty())
+            .map_or_else(dash, |e| cell::cell(&e, MAX_ERROR)),
     ]
 }
 
-/// `0.25ms` below a millisecond (LAN), `12.3ms` above.
+/// Latencies from this long on show as `>100s`: no probe waits that long, and the document may
+/// come from anything listening on the admin address (a `1e308` is 309 digits).
+const LATENCY_SHOWN_UP_TO_MS: f64 = 100_000.0;
+
+/// `0.25ms` below a millisecond (LAN), `12.3ms` above, `>100s` from 100 s, `?` below zero.
 fn format_ms(ms: f64) -> String {
-    if ms < 1.0 {
+    if ms < 0.0 || ms.is_nan() {
+        "?".to_string()
+    } else if ms < 1.0 {
         format!("{ms:.2}ms")
-    } else {
+    } else if ms < LATENCY_SHOWN_UP_TO_MS {
         format!("{ms:.1}ms")
+    } else {
+        ">100s".to_string()
     }
 }
 
@@ -259,13 +288,53 @@ BACKEND         ZONE  STATE    LATENCY  ACTIVE  RANK  LAST ERROR
     }
 
     #[test]
-    fn exit_code_follows_the_ready_field() {
+    fn exit_code_is_ready_only_with_a_ready_backend_to_route_to() {
         assert_eq!(exit_code(&sample()), EXIT_READY);
         let not_ready = StatusDoc {
             ready: false,
             ..sample()
         };
         assert_eq!(exit_code(&not_ready), EXIT_NOT_READY);
+        // Ready with nothing ready to route to (no backends, or none ready) is not ready.
+        let nothing = StatusDoc {
+            backends: vec![],
+            ..sample()
+        };
+        assert_eq!(exit_code(&nothing), EXIT_NOT_READY);
+        assert!(render_table(&nothing).starts_with("node zone dc-a  ready NO"));
+        let mut none_ready = sample();
+        none_ready.backends.retain(|b| b.state != State::Ready);
+        assert_eq!(exit_code(&none_ready), EXIT_NOT_READY);
+    }
+
+    #[test]
+    fn cells_show_controls_as_escapes_and_are_cut() {
+        let mut doc = sample();
+        doc.zone = Some("z\x1b[2J".to_string());
+        let b = &mut doc.backends[0];
+        b.last_error = Some("HTTP 500: \x1b]0;owned\x07\x1b[2J".to_string());
+        b.latency_ms = Some(1e308);
+        b.address = "a".repeat(300);
+        let table = render_table(&doc);
+        assert!(
+            !table.chars().any(|c| c.is_control() && c != '\n'),
+            "{table:?}"
+        );
+        assert!(
+            table.contains("HTTP 500: \\x1b]0;owned\\x07\\x1b[2J"),
+            "{table}"
+        );
+        assert!(table.contains(">100s"), "{table}");
+        assert!(
+            table.contains(&format!("{}…", "a".repeat(MAX_CELL - 1))),
+            "{table}"
+        );
+        assert!(
+            table
+                .lines()
+                .all(|l| l.chars().count() < 2 * MAX_CELL + MAX_ERROR),
+            "{table}"
+        );
     }
 
     /// Serves one canned HTTP answer on a fresh port; returns the address.

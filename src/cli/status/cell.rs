@@ -1,0 +1,87 @@
+//! Text from a status document made safe and bounded for a terminal: control characters shown as
+//! visible escapes, cells cut to a width. `readyprism status` prints what a backend or an endpoint
+//! sent (a `/readyz` body line is a `last_error`), and that must not drive the terminal.
+//!
+//! Owns escaping and cutting. Does not own the table's layout (`super`).
+
+/// Widest cell: an address, a zone or a number never needs more.
+pub const MAX_CELL: usize = 80;
+
+/// Widest LAST ERROR cell: the probe keeps at most 200 characters of a body line, behind a short
+/// `HTTP 500: ` prefix.
+pub const MAX_ERROR: usize = 220;
+
+/// `text` with every C0 control, DEL and C1 control written as a visible escape (`\x1b`, `\x7f`,
+/// `\u{9b}`), so it cannot move the cursor, set the title or clear the screen.
+pub fn escaped(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for c in text.chars() {
+        match c {
+            '\0'..='\x1f' | '\x7f' => out.push_str(&format!("\\x{:02x}", c as u32)),
+            '\u{80}'..='\u{9f}' => out.push_str(&format!("\\u{{{:x}}}", c as u32)),
+            c => out.push(c),
+        }
+    }
+    out
+}
+
+/// `text` escaped, then cut to `max` characters, the last one `…` when cut.
+pub fn cell(text: &str, max: usize) -> String {
+    let text = escaped(text);
+    if text.chars().count() <= max {
+        return text;
+    }
+    let mut cut: String = text.chars().take(max.saturating_sub(1)).collect();
+    cut.push('…');
+    cut
+}
+
+/// A JSON text with every DEL and C1 control written as a `\u00XX` escape. In a valid JSON
+/// document those can only stand inside strings, where the escape means the same character: the
+/// document is unchanged, and a terminal shown it has nothing to act on. (C0 controls cannot
+/// stand raw in valid JSON at all.)
+pub fn json_escaped(json: &str) -> String {
+    let mut out = String::with_capacity(json.len());
+    for c in json.chars() {
+        match c {
+            '\x7f' | '\u{80}'..='\u{9f}' => out.push_str(&format!("\\u{:04x}", c as u32)),
+            c => out.push(c),
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn controls_become_visible_escapes_and_the_rest_stays() {
+        let hostile = "HTTP 500: \x1b]0;owned\x07\x1b[2J\u{9b}31m\x7f é\t✓";
+        assert_eq!(
+            escaped(hostile),
+            "HTTP 500: \\x1b]0;owned\\x07\\x1b[2J\\u{9b}31m\\x7f é\\x09✓"
+        );
+    }
+
+    #[test]
+    fn long_cells_are_cut_with_an_ellipsis_counted_in_characters() {
+        assert_eq!(cell("short", 10), "short");
+        assert_eq!(cell("ééééééééééé", 10), "ééééééééé…");
+        assert_eq!(cell(&"x".repeat(500), MAX_CELL).chars().count(), MAX_CELL);
+        // Escapes count toward the width: cutting happens after escaping.
+        assert_eq!(cell("\x1b\x1b\x1b", 9), "\\x1b\\x1b…");
+    }
+
+    #[test]
+    fn json_escaping_keeps_the_document() {
+        let json = "{\"e\":\"a\u{9b}b\x7fc\"}";
+        let escaped = json_escaped(json);
+        assert_eq!(escaped, "{\"e\":\"a\\u009bb\\u007fc\"}");
+        let (a, b): (serde_json::Value, serde_json::Value) = (
+            serde_json::from_str(json).expect("valid"),
+            serde_json::from_str(&escaped).expect("still valid"),
+        );
+        assert_eq!(a, b);
+    }
+}
