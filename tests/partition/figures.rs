@@ -9,6 +9,9 @@ use super::cast::{ClientEvent, CONNECT_TIMEOUT};
 use super::netlab::Host;
 use super::timeline::{Phase, Request, StateChange, StreamSegment, Timeline};
 
+/// A stream connection with an event this recently counts as alive (four of its 250 ms events).
+pub const RECENT: f64 = 1.0;
+
 /// A stream dial that failed (a client-visible error), relative to the fault.
 #[derive(Clone, Debug)]
 pub struct StreamDialError {
@@ -105,18 +108,16 @@ pub fn timeline(
 /// The figures of the window `(from, to]` (relative to the fault) with `good` as good backends.
 ///
 /// The stream counts as on good backends at the window's end only if its connection then was
-/// alive: not ended by `to`, and it delivered an event after `alive_after`. For a finished run
-/// that is `to` itself (the record holds what the stream delivered after the window: the runner
-/// waits for it), so a stream stalled by TCP's retransmission back-off on a lossy link counts
-/// while a hung one does not. While the run goes on (`to` is now), nothing after `to` is known
-/// yet: a recent event has to do.
+/// alive: not ended by `to`, and an event within [`RECENT`] before `to` or any time after it.
+/// The latter needs a record that goes on after the window: on a lossy link a live stream can
+/// be silent for seconds (TCP's retransmission back-off), so the runner lets the client run
+/// until the stream has delivered again.
 pub fn phase(
     t: &Timeline,
     dial_errors: &[StreamDialError],
     name: &str,
     (from, to): (f64, f64),
     good: &[Host],
-    alive_after: f64,
 ) -> Phase {
     let good: Vec<String> = good.iter().map(|h| h.name().to_string()).collect();
     let is_good = |r: &Request| r.ok && r.site.as_ref().is_some_and(|s| good.contains(s));
@@ -135,7 +136,7 @@ pub fn phase(
     let segments: Vec<&StreamSegment> = t.stream.iter().filter(|s| s.first <= to).collect();
     let open_at_end = segments
         .last()
-        .is_some_and(|s| s.end.is_none_or(|e| e > to) && s.last > alive_after);
+        .is_some_and(|s| s.end.is_none_or(|e| e > to) && s.last > to - RECENT);
     let good_run = segments
         .iter()
         .rev()
@@ -288,11 +289,10 @@ mod tests {
         events
     }
 
-    /// The stream figure of the window (0, `to`] with the witness good, judged as a finished
-    /// record is: alive if it delivered after `to`.
+    /// The stream figure of the window (0, `to`] with the witness good.
     fn stream_good(events: &[ClientEvent], to: f64) -> Option<f64> {
         let (t, dial_errors) = timeline("s", "s", "f", FAULT_AT, None, events, &[]);
-        phase(&t, &dial_errors, "fault", (0.0, to), &[Host::Witness], to).stream_good
+        phase(&t, &dial_errors, "fault", (0.0, to), &[Host::Witness]).stream_good
     }
 
     #[test]
@@ -311,10 +311,10 @@ mod tests {
     }
 
     #[test]
-    fn a_stream_hung_at_the_window_end_is_not_on_good() {
-        // The last event 0.5 s before the end and none after it: the connection is open but
-        // delivers nothing (a dead path), however recent its last event.
-        let events = record(&[(-5.0, 59.5)]);
+    fn a_stream_hung_before_the_window_end_is_not_on_good() {
+        // The last event 1.5 s before the end and none after it: the connection is open but
+        // delivers nothing (a dead path).
+        let events = record(&[(-5.0, 58.5)]);
         assert_eq!(stream_good(&events, 60.0), None);
     }
 }

@@ -22,9 +22,6 @@ const BASELINE_SPREAD: usize = 25;
 /// A window ends at the latest this long after its start, settled or not (the checks then say
 /// what was missing).
 const WINDOW_LIMIT: Duration = Duration::from_secs(30);
-/// While a window runs, the stream counts as alive with an event in the last second (four of
-/// its 250 ms events); the finished record judges by what it delivered after the window instead.
-const RECENT: f64 = 1.0;
 
 /// Backend states, e.g. `[(DcB, "unready")]`.
 pub type States = &'static [(Host, &'static str)];
@@ -124,7 +121,7 @@ fn settled(cast: &Cast, fault_at: f64, from: f64, good: &[Host], states: &[(Host
     }
     let (t, dial_errors) = timeline("", "", "", fault_at, None, &cast.client_events(), &changes);
     let (from, now) = (from - fault_at, now - fault_at);
-    let p = phase(&t, &dial_errors, "", (from, now), good, now - RECENT);
+    let p = phase(&t, &dial_errors, "", (from, now), good);
     let held = |v: Option<f64>| v.is_some_and(|v| from + v <= now - HOLD);
     held(p.all_good) && held(p.stream_good)
 }
@@ -205,10 +202,11 @@ pub fn run(
         kubectl.push(("after healing", kubectl_readyz(&cast)));
     }
     let end = wall();
-    // Whether the stream was alive when a window ended is judged by its delivering again after
-    // it (`figures::phase`): on a lossy link TCP's retransmission back-off keeps a live stream
-    // silent for seconds (3.1 s within scenario 6's 60 s), so a window may end in such a
-    // silence. Up to the client's own silence limit, after which it ends the connection itself.
+    // Whether the stream was alive when a window ended is judged by a recent event or a later
+    // one (`figures::phase`): on a lossy link TCP's retransmission back-off keeps a live stream
+    // silent for seconds (3.1 s within scenario 6's 60 s), and a record taken the moment a window
+    // ended in such a silence read "stream on good never". So the client runs on until its stream
+    // delivers again, up to its own silence limit (then it ends the connection itself).
     let _ = poll(CLIENT_SILENCE, || stream_delivered_after(&cast, end));
     cast.stop_client();
 
@@ -222,26 +220,12 @@ pub fn run(
         &cast.changes(),
     );
     let fault_window = (0.0, fault_end - fault_at);
-    let fault_phase = phase(
-        &t,
-        &dial_errors,
-        "fault",
-        fault_window,
-        spec.good,
-        fault_window.1,
-    );
-    t.phases.push(fault_phase);
+    t.phases
+        .push(phase(&t, &dial_errors, "fault", fault_window, spec.good));
     if let (Some(heal), Some(at)) = (&spec.heal, heal_at) {
         let heal_window = (at - fault_at, end - fault_at);
-        let heal_phase = phase(
-            &t,
-            &dial_errors,
-            "heal",
-            heal_window,
-            heal.good,
-            heal_window.1,
-        );
-        t.phases.push(heal_phase);
+        t.phases
+            .push(phase(&t, &dial_errors, "heal", heal_window, heal.good));
     }
     let path = save(&t);
     let mut text = report(&t);
