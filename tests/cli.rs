@@ -132,6 +132,20 @@ async fn status_command_exit_codes_follow_readiness_and_reachability() {
     app.shutdown().await;
 }
 
+/// `readyprism status`'s HTTP client (a unit test of `src/cli/http.rs` before; here it shares the
+/// refusing address with the other tests).
+#[tokio::test]
+async fn closed_port_is_reported_as_unreachable_in_one_line() {
+    let (_held, addr) = refusing_addr();
+    let err = readyprism::cli::http::get(&addr, "/status")
+        .await
+        .expect_err("nothing listens");
+    assert_eq!(
+        err.to_string(),
+        format!("cannot reach admin endpoint {addr}: connection refused")
+    );
+}
+
 #[test]
 fn demo_with_duration_runs_and_exits_zero() {
     let o = Command::new(env!("CARGO_BIN_EXE_readyprism"))
@@ -157,7 +171,9 @@ fn demo_with_duration_runs_and_exits_zero() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kubectl_reaches_an_apiserver_through_the_balancer_with_a_kubelet_style_cert() {
-    if !kubectl_available() {
+    if !kubectl_available(
+        "kubectl_reaches_an_apiserver_through_the_balancer_with_a_kubelet_style_cert",
+    ) {
         return;
     }
     let lab = Lab::new();
@@ -198,27 +214,6 @@ async fn kubectl_reaches_an_apiserver_through_the_balancer_with_a_kubelet_style_
         "the unready local apiserver was skipped"
     );
     app.shutdown().await;
-}
-
-/// Whether `kubectl` is on PATH. Without it the kubectl test says it is skipped and passes, so a
-/// plain `cargo test` on a laptop works; with `READYPRISM_REQUIRE_KUBECTL=1` (set by `.ci/run`)
-/// a missing kubectl fails the test instead.
-fn kubectl_available() -> bool {
-    let found = Command::new("kubectl")
-        .args(["version", "--client"])
-        .output()
-        .is_ok_and(|o| o.status.success());
-    if !found {
-        assert!(
-            std::env::var("READYPRISM_REQUIRE_KUBECTL").as_deref() != Ok("1"),
-            "kubectl is not on PATH, and READYPRISM_REQUIRE_KUBECTL=1 requires it"
-        );
-        eprintln!(
-            "SKIPPED kubectl_reaches_an_apiserver_through_the_balancer_with_a_kubelet_style_cert: \
-             kubectl is not on PATH (install it, e.g. Debian's kubernetes-client, to run it)"
-        );
-    }
-    found
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

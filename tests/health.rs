@@ -5,9 +5,19 @@ use std::time::Duration;
 
 use readyprism::admin::status::CertStatus;
 use readyprism::health::verdict::State::{Ready, Unready};
-use readyprism::sim::apiserver::Mode;
+use readyprism::sim::apiserver::{FakeApiserver, Mode};
 
 use crate::support::*;
+
+/// The client certificate (DER) the fake saw in its latest handshake.
+fn presented(a: &FakeApiserver) -> Option<Vec<u8>> {
+    a.control.last_client_cert.load().as_deref().cloned()
+}
+
+/// Waits until the balancer's probes present `cert` to `a`.
+async fn wait_presented(a: &FakeApiserver, what: &str, cert: &[u8]) {
+    poll(what, || presented(a).as_deref() == Some(cert)).await;
+}
 
 #[tokio::test]
 async fn backend_that_accepts_tcp_but_never_answers_tls_is_unready_by_timeout_and_gets_no_clients()
@@ -42,15 +52,8 @@ async fn failure_reasons_name_the_cause() {
     // A server whose certificate comes from another CA.
     let other = readyprism::sim::pki::Ca::new("other-ca").expect("ca");
     let other_server = other.server(&["127.0.0.1"]).expect("cert");
-    let l = tokio::net::TcpListener::bind("127.0.0.1:0")
-        .await
-        .expect("bind");
-    let stranger = readyprism::sim::apiserver::FakeApiserver::start(
-        "stranger",
-        l,
-        readyprism::sim::apiserver::server_tls(&other, &other_server).expect("tls"),
-    )
-    .expect("fake");
+    let tls = readyprism::sim::apiserver::server_tls(&other, &other_server).expect("tls");
+    let stranger = lab.fake_serving("stranger", tls).await;
     let app = lab
         .start(&lab.yaml(
             "dc-a",
@@ -175,24 +178,13 @@ async fn probes_are_anonymous_until_the_client_cert_appears_and_follow_its_rotat
         .start(&lab.yaml("dc-a", &[(addr(&a), "dc-a")], ""))
         .await;
     wait_states(&app, &[Ready]).await;
-    assert!(
-        a.control.last_client_cert.load().is_none(),
-        "anonymous probe"
-    );
+    assert!(presented(&a).is_none(), "anonymous probe");
     assert_eq!(app.status().client_cert, CertStatus::Absent);
 
     // Kubelet finishes its TLS bootstrap: the certificate appears.
     std::fs::write(&cert_path, lab.client.combined_pem()).expect("write cert");
     let first = lab.client.cert_der.clone();
-    poll("probe presents the new cert", || {
-        a.control
-            .last_client_cert
-            .load()
-            .as_deref()
-            .map(|c| c.as_slice())
-            == Some(first.as_slice())
-    })
-    .await;
+    wait_presented(&a, "probe presents the new cert", first.as_slice()).await;
     assert_eq!(app.status().client_cert, CertStatus::Loaded);
 
     // Kubelet rotates it: a new file swapped in by rename, as kubelet does with its symlink.
@@ -200,14 +192,11 @@ async fn probes_are_anonymous_until_the_client_cert_appears_and_follow_its_rotat
     let tmp = lab.path("kubelet-client-new.pem");
     std::fs::write(&tmp, rotated.combined_pem()).expect("write");
     std::fs::rename(&tmp, &cert_path).expect("rename");
-    poll("probe presents the rotated cert", || {
-        a.control
-            .last_client_cert
-            .load()
-            .as_deref()
-            .map(|c| c.as_slice())
-            == Some(rotated.cert_der.as_slice())
-    })
+    wait_presented(
+        &a,
+        "probe presents the rotated cert",
+        rotated.cert_der.as_slice(),
+    )
     .await;
     app.shutdown().await;
 }
@@ -216,16 +205,11 @@ async fn probes_are_anonymous_until_the_client_cert_appears_and_follow_its_rotat
 async fn a_new_ca_file_is_picked_up_without_reload() {
     let lab = Lab::new();
     let other = readyprism::sim::pki::Ca::new("rotated-cluster-ca").expect("ca");
-    let l = tokio::net::TcpListener::bind("127.0.0.1:0")
-        .await
-        .expect("bind");
     let server = other.server(&["127.0.0.1"]).expect("cert");
     // Served with a certificate from the new CA; still accepts kubelet certs from the old one.
     let tls = readyprism::sim::apiserver::server_tls(&lab.ca, &server).expect("tls");
-    let a = readyprism::sim::apiserver::FakeApiserver::start("a", l, tls).expect("fake");
-    let app = lab
-        .start(&lab.yaml("dc-a", &[(addr(&a), "dc-a")], ""))
-        .await;
+    let a = lab.fake_serving("a", tls).await;
+    let app = lab.alone_behind_balancer(&a, "").await;
     let snap = wait_states(&app, &[Unready]).await;
     assert_eq!(
         snap.backends[0].last_error.as_deref(),
@@ -246,15 +230,10 @@ async fn an_apiserver_rejecting_our_client_certificate_says_so() {
     let lab = Lab::new();
     // Trusts only another CA for clients: our kubelet certificate is refused after the handshake.
     let other = readyprism::sim::pki::Ca::new("other-client-ca").expect("ca");
-    let l = tokio::net::TcpListener::bind("127.0.0.1:0")
-        .await
-        .expect("bind");
     let server = lab.ca.server(&["127.0.0.1"]).expect("cert");
     let strict = readyprism::sim::apiserver::strict_server_tls(&other, &server).expect("tls");
-    let a = readyprism::sim::apiserver::FakeApiserver::start("a", l, strict).expect("fake");
-    let app = lab
-        .start(&lab.yaml("dc-a", &[(addr(&a), "dc-a")], ""))
-        .await;
+    let a = lab.fake_serving("a", strict).await;
+    let app = lab.alone_behind_balancer(&a, "").await;
     let snap = wait_states(&app, &[Unready]).await;
     let reason = snap.backends[0].last_error.clone().unwrap_or_default();
     assert!(
@@ -328,11 +307,7 @@ async fn a_client_certificate_that_disappears_stays_in_use_until_a_valid_one_app
     })
     .await;
     assert_eq!(
-        a.control
-            .last_client_cert
-            .load()
-            .as_deref()
-            .map(|c| c.as_slice()),
+        presented(&a).as_deref(),
         Some(lab.client.cert_der.as_slice()),
         "still presents the certificate it had"
     );
@@ -341,14 +316,11 @@ async fn a_client_certificate_that_disappears_stays_in_use_until_a_valid_one_app
     // A valid one appears: it is used.
     let rotated = lab.ca.client("test-node").expect("cert");
     std::fs::write(&cert_path, rotated.combined_pem()).expect("write");
-    poll("probe presents the new cert", || {
-        a.control
-            .last_client_cert
-            .load()
-            .as_deref()
-            .map(|c| c.as_slice())
-            == Some(rotated.cert_der.as_slice())
-    })
+    wait_presented(
+        &a,
+        "probe presents the new cert",
+        rotated.cert_der.as_slice(),
+    )
     .await;
     app.shutdown().await;
 }

@@ -234,13 +234,7 @@ async fn dial_that_times_out_goes_to_the_next_backend() {
     sock.listen(1).expect("listen");
     sock.set_nonblocking(true).expect("nonblocking");
     let listener = tokio::net::TcpListener::from_std(sock.into()).expect("tokio listener");
-    let tls = readyprism::sim::apiserver::server_tls(
-        &lab.ca,
-        &lab.ca.server(&["127.0.0.1"]).expect("cert"),
-    )
-    .expect("tls");
-    let holed =
-        readyprism::sim::apiserver::FakeApiserver::start("holed", listener, tls).expect("fake");
+    let holed = lab.fake_on("holed", listener);
     let other = lab.fake("other").await;
     let extra = &format!("{SLOW_PROBES}connect_timeout: 300ms\n");
     let app = lab

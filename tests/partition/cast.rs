@@ -28,6 +28,9 @@ pub const ADMIN: &str = "127.0.0.1:7446";
 /// The balancer's defaults that the scenarios' figures depend on (README: config reference).
 pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
 pub const FALL: usize = 2;
+/// The client ends a stream connection that delivered nothing for this long (its `--silence`;
+/// kubelet's HTTP/2 health check gives up after about 45 s).
+pub const CLIENT_SILENCE: Duration = Duration::from_secs(30);
 
 /// The wall clock in seconds: the one clock the test, the balancer's log timestamps and the
 /// client's records share (they run in different processes).
@@ -256,7 +259,9 @@ impl<'a> Cast<'a> {
             .arg("--cert")
             .arg(&self.kubelet_pem)
             .arg("--out")
-            .arg(&self.client_out);
+            .arg(&self.client_out)
+            .arg("--silence")
+            .arg(CLIENT_SILENCE.as_secs().to_string());
         self.client = Some(self.lab.spawn("kubelet", cmd).expect("spawn kubelet.py"));
         let flowing = poll(Duration::from_secs(10), || {
             let events = self.client_events();

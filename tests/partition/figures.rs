@@ -9,6 +9,9 @@ use super::cast::{ClientEvent, CONNECT_TIMEOUT};
 use super::netlab::Host;
 use super::timeline::{Phase, Request, StateChange, StreamSegment, Timeline};
 
+/// A stream connection with an event this recently counts as alive (four of its 250 ms events).
+pub const RECENT: f64 = 1.0;
+
 /// A stream dial that failed (a client-visible error), relative to the fault.
 #[derive(Clone, Debug)]
 pub struct StreamDialError {
@@ -103,6 +106,12 @@ pub fn timeline(
 }
 
 /// The figures of the window `(from, to]` (relative to the fault) with `good` as good backends.
+///
+/// The stream counts as on good backends at the window's end only if its connection then was
+/// alive: not ended by `to`, and an event within [`RECENT`] before `to` or any time after it.
+/// The latter needs a record that goes on after the window: on a lossy link a live stream can
+/// be silent for seconds (TCP's retransmission back-off), so the runner lets the client run
+/// until the stream has delivered again.
 pub fn phase(
     t: &Timeline,
     dial_errors: &[StreamDialError],
@@ -123,11 +132,11 @@ pub fn phase(
         Some(i) => window.get(i + 1).map(|r| r.end - from),
     };
     // The stream: the run of connections on good backends that reaches the end of the window
-    // (still open then, with a recent event); from the first event of that run.
+    // (still open then, and alive); from the first event of that run.
     let segments: Vec<&StreamSegment> = t.stream.iter().filter(|s| s.first <= to).collect();
     let open_at_end = segments
         .last()
-        .is_some_and(|s| s.end.is_none_or(|e| e > to) && s.last > to - 1.0);
+        .is_some_and(|s| s.end.is_none_or(|e| e > to) && s.last > to - RECENT);
     let good_run = segments
         .iter()
         .rev()
@@ -245,4 +254,67 @@ pub fn save(t: &Timeline) -> std::path::PathBuf {
     let json = serde_json::to_string_pretty(t).expect("timeline to JSON");
     std::fs::write(&path, json).unwrap_or_else(|e| panic!("{path:?}: {e}"));
     path
+}
+
+/// The stream figure, on records made up here: no lab needed.
+mod tests {
+    use super::*;
+
+    const FAULT_AT: f64 = 1000.0;
+
+    /// One stream connection to the witness with an event every 250 ms over `spans` (seconds
+    /// relative to the fault), and a request to it every 200 ms over the first span's start to
+    /// the last span's end.
+    fn record(spans: &[(f64, f64)]) -> Vec<ClientEvent> {
+        let at = |i: u32, step: f64, from: f64| FAULT_AT + from + f64::from(i) * step;
+        let mut events = Vec::new();
+        for &(from, to) in spans {
+            let n = ((to - from) / 0.25) as u32;
+            events.extend((0..=n).map(|i| ClientEvent::Line {
+                t: at(i, 0.25, from),
+                c: 1,
+                site: "witness".to_string(),
+            }));
+        }
+        let (first, last) = (spans[0].0, spans[spans.len() - 1].1);
+        let n = ((last - first) / 0.2) as u32;
+        events.extend((0..n).map(|i| ClientEvent::Req {
+            t0: at(i, 0.2, first),
+            t1: at(i, 0.2, first) + 0.01,
+            ok: true,
+            site: Some("witness".to_string()),
+            attempts: 1,
+            error: None,
+        }));
+        events
+    }
+
+    /// The stream figure of the window (0, `to`] with the witness good.
+    fn stream_good(events: &[ClientEvent], to: f64) -> Option<f64> {
+        let (t, dial_errors) = timeline("s", "s", "f", FAULT_AT, None, events, &[]);
+        phase(&t, &dial_errors, "fault", (0.0, to), &[Host::Witness]).stream_good
+    }
+
+    #[test]
+    fn a_stream_silent_across_the_window_end_is_on_good_once_it_delivers_again() {
+        // Scenario 6's lossy link: one event waits out TCP's retransmission back-off (2 s here;
+        // 3.1 s was seen) just as the window ends at +60 s. The connection carries on.
+        let events = record(&[(-5.0, 59.0), (61.0, 62.0)]);
+        assert_eq!(stream_good(&events, 60.0), Some(0.0));
+        // Cut off at the window's end, as the record was taken before, the same run read as
+        // "stream on good never": why the runner waits for the stream to deliver again.
+        let cut: Vec<ClientEvent> = events
+            .into_iter()
+            .filter(|e| !matches!(e, ClientEvent::Line { t, .. } if *t > FAULT_AT + 60.0))
+            .collect();
+        assert_eq!(stream_good(&cut, 60.0), None);
+    }
+
+    #[test]
+    fn a_stream_hung_before_the_window_end_is_not_on_good() {
+        // The last event 1.5 s before the end and none after it: the connection is open but
+        // delivers nothing (a dead path).
+        let events = record(&[(-5.0, 58.5)]);
+        assert_eq!(stream_good(&events, 60.0), None);
+    }
 }

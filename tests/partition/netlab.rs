@@ -145,10 +145,6 @@ impl LabProcess {
         self.child.id()
     }
 
-    pub fn log_path(&self) -> &Path {
-        &self.log
-    }
-
     /// Everything it printed so far (stdout and stderr interleaved).
     pub fn log_text(&self) -> String {
         std::fs::read_to_string(&self.log).unwrap_or_default()

@@ -18,7 +18,7 @@ pub mod process;
 
 use rustls::ServerConfig;
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
-use tokio::net::TcpStream;
+use tokio::net::{TcpListener, TcpStream};
 
 /// Probes at start-up only, in practice: backends stay as first seen while a test breaks them.
 pub const SLOW_PROBES: &str = "health: { interval: 30s, timeout: 2s, fast_interval: 1s }\n";
@@ -78,6 +78,20 @@ impl Lab {
         FakeApiserver::bind(name, any, self.server_tls.clone()).expect("start fake")
     }
 
+    /// A fake apiserver on `listener` (one the test made: a short accept queue, say) with the
+    /// lab's TLS.
+    pub fn fake_on(&self, name: &str, listener: TcpListener) -> FakeApiserver {
+        FakeApiserver::start(name, listener, self.server_tls.clone()).expect("start fake")
+    }
+
+    /// A fake apiserver on 127.0.0.1:0 with TLS of its own
+    /// (`readyprism::sim::apiserver::server_tls` or `strict_server_tls` with another CA): a
+    /// certificate the balancer does not trust, a client CA that refuses the kubelet's.
+    pub async fn fake_serving(&self, name: &str, tls: Arc<ServerConfig>) -> FakeApiserver {
+        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+        FakeApiserver::start(name, listener, tls).expect("start fake")
+    }
+
     /// Config YAML: ports 0, fast probes, the lab's CA and client cert, `backends` as
     /// `(address, zone)`, then `extra` appended (top-level keys; may override `health`).
     pub fn yaml(&self, zone: &str, backends: &[(String, &str)], extra: &str) -> String {
@@ -116,11 +130,16 @@ impl Lab {
     /// config, ready.
     pub async fn one_ready(&self, extra: &str) -> (FakeApiserver, App) {
         let a = self.fake("a").await;
-        let app = self
-            .start(&self.yaml("dc-a", &[(addr(&a), "dc-a")], extra))
-            .await;
+        let app = self.alone_behind_balancer(&a, extra).await;
         wait_states(&app, &[State::Ready]).await;
         (a, app)
+    }
+
+    /// A balancer (zone dc-a, `extra` config) in front of `a` alone, started, its state not
+    /// waited for.
+    pub async fn alone_behind_balancer(&self, a: &FakeApiserver, extra: &str) -> App {
+        self.start(&self.yaml("dc-a", &[(addr(a), "dc-a")], extra))
+            .await
     }
 
     /// For tests of the real binary: a fake `a` started on `rt`, and a config file `name` in the
@@ -164,6 +183,27 @@ pub fn refusing_addr() -> (socket2::Socket, String) {
         .expect("ip")
         .to_string();
     (s, addr)
+}
+
+/// Whether `kubectl` is on PATH. Without it a test skips what needs kubectl, saying so on stderr
+/// as `SKIPPED <what>`, so a plain `cargo test` on a laptop works; with
+/// `READYPRISM_REQUIRE_KUBECTL=1` (set by `.ci/run`) a missing kubectl fails the test instead.
+pub fn kubectl_available(what: &str) -> bool {
+    let found = std::process::Command::new("kubectl")
+        .args(["version", "--client"])
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if !found {
+        assert!(
+            std::env::var("READYPRISM_REQUIRE_KUBECTL").as_deref() != Ok("1"),
+            "kubectl is not on PATH, and READYPRISM_REQUIRE_KUBECTL=1 requires it"
+        );
+        eprintln!(
+            "SKIPPED {what}: kubectl is not on PATH (install it, e.g. Debian's kubernetes-client, \
+             to run it)"
+        );
+    }
+    found
 }
 
 pub fn addr(f: &FakeApiserver) -> String {
