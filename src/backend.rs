@@ -127,6 +127,9 @@ pub struct BackendLive {
     pub counters: ConnCounters,
     /// Failed client dials, for the backend's monitor.
     pub dials: DialReports,
+    /// Which of its addresses failed lately (a DNS-named backend): probes and client dials try
+    /// the others first.
+    pub addresses: crate::dial::Memory,
 }
 
 /// The proxy's per-backend counts: plain atomics (the relay path touches nothing else), read by

@@ -155,7 +155,7 @@ fn an_edit_during_start_up_is_applied() {
     let ca = lab.path("ca.crt").display().to_string();
     let trace = lab.path("strace.out");
     let done = AtomicBool::new(false);
-    let p = std::thread::scope(|s| {
+    std::thread::scope(|s| {
         s.spawn(|| {
             let deadline = Instant::now() + patience();
             let (mut edited, mut handled) = (false, 0);

@@ -3,6 +3,7 @@
 
 mod support;
 
+mod addresses;
 mod admin_hardening;
 mod alerts;
 mod cli;

@@ -6,11 +6,10 @@
 //! The classification is a deny-list of this node's shortages: any other error, including ones
 //! nobody listed (ENETDOWN, EPERM from a local OUTPUT rule), says this node cannot reach the
 //! backend now, and routing elsewhere is the right answer. Does not own the dial (`dial`).
+//! A leaf: reads nothing else of the crate.
 
 use std::io;
 use std::time::Duration;
-
-use crate::config::DurationValue;
 
 /// Who a failed dial says something about.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -26,7 +25,8 @@ pub enum Blame {
 #[derive(Debug, thiserror::Error)]
 pub enum DialError {
     /// Nothing connected within the budget (SYNs unanswered: a black hole or a full accept queue).
-    #[error("dial: timeout after {}", DurationValue(*.0))]
+    // Debug of a Duration reads as the config writes it: `1s`, `300ms`.
+    #[error("dial: timeout after {:?}", .0)]
     Timeout(Duration),
     /// The name resolved to no address.
     #[error("dial: the name has no address")]

@@ -13,6 +13,7 @@
 //! Owns resolution order, the race and the budget; [`DialError`] owns what a failure means.
 
 mod error;
+mod memory;
 
 use std::io;
 use std::net::{IpAddr, SocketAddr};
@@ -23,6 +24,7 @@ use tokio::net::TcpStream;
 use tokio::task::JoinSet;
 
 pub use error::{Blame, DialError};
+pub use memory::Memory;
 
 /// The next attempt starts this long after the previous one, if nothing has connected or failed
 /// by then. RFC 8305 allows 100 ms to 2 s and recommends 250 ms between addresses; 150 ms gives
@@ -35,13 +37,15 @@ pub const ATTEMPT_DELAY: Duration = Duration::from_millis(150);
 pub const MAX_ATTEMPTS: usize = 8;
 
 /// Connects to `host:port` within `budget`: an IP literal directly, a name through the system
-/// resolver with every address raced. `attempts` counts the connection attempts started (the
-/// SYNs this dial sent, retransmissions aside), also when the budget runs out.
+/// resolver with every address raced, those in `memory` as failing lately last. `attempts` counts
+/// the connection attempts started (the SYNs this dial sent, retransmissions aside), also when
+/// the budget runs out.
 pub async fn connect(
     host: &str,
     port: u16,
     budget: Duration,
     attempts: &AtomicU32,
+    memory: &Memory,
 ) -> Result<TcpStream, DialError> {
     let dial = async {
         let addrs = match host.parse::<IpAddr>() {
@@ -53,35 +57,67 @@ pub async fn connect(
                     .collect(),
             ),
         };
-        connect_any(addrs, ATTEMPT_DELAY, attempts)
+        race(addrs, ATTEMPT_DELAY, attempts, memory)
             .await
-            .map(|(stream, _)| stream)
+            .map(|won| won.stream)
     };
     tokio::time::timeout(budget, dial)
         .await
         .unwrap_or(Err(DialError::Timeout(budget)))
 }
 
+/// [`connect_any`] with the addresses that failed lately last, teaching `memory` what lost.
+async fn race(
+    mut addrs: Vec<SocketAddr>,
+    delay: Duration,
+    attempts: &AtomicU32,
+    memory: &Memory,
+) -> Result<Won, DialError> {
+    if addrs.len() < 2 {
+        return connect_any(addrs, delay, attempts).await;
+    }
+    memory.order(&mut addrs, tokio::time::Instant::now());
+    let won = connect_any(addrs, delay, attempts).await?;
+    if let Ok(peer) = won.stream.peer_addr() {
+        memory.learn(peer, &won.beaten, tokio::time::Instant::now());
+    }
+    Ok(won)
+}
+
+/// A dial that connected.
+#[derive(Debug)]
+struct Won {
+    stream: TcpStream,
+    /// The winning attempt's number (0: the first): what the tests of the race assert on.
+    #[cfg_attr(not(test), allow(dead_code))]
+    attempt: u32,
+    /// Addresses whose attempts started before the winner's and did not connect.
+    beaten: Vec<SocketAddr>,
+}
+
 /// Races connections to `addrs`: each `delay` after the previous attempt (or at once when one
 /// failed) the next attempt starts, to the next address in order and, once all have had one,
 /// again to those whose attempts have not failed, up to [`MAX_ATTEMPTS`]. The first to connect
-/// wins (returned with its attempt number, 0 for the first) and the others are dropped; when
+/// wins (with its attempt number and the addresses it beat) and the others are dropped; when
 /// every address has failed, the last error is returned. A shortage of this node fails the dial
 /// at once.
 async fn connect_any(
     addrs: Vec<SocketAddr>,
     delay: Duration,
     attempts: &AtomicU32,
-) -> Result<(TcpStream, u32), DialError> {
+) -> Result<Won, DialError> {
     let mut schedule = Schedule {
         live: addrs,
         next: 0,
         started: 0,
     };
-    let take = |schedule: &mut Schedule| {
+    // Every attempt's address, in the order they started.
+    let mut tried = Vec::new();
+    let mut take = |schedule: &mut Schedule| {
         let next = schedule.take()?;
-        let n = attempts.fetch_add(1, Ordering::Relaxed);
-        Some((next, n))
+        tried.push(next);
+        attempts.fetch_add(1, Ordering::Relaxed);
+        Some((next, tried.len() as u32 - 1))
     };
     let (first_addr, _) = take(&mut schedule).ok_or(DialError::NoAddress)?;
     // The first attempt runs in this task: the common dial, which connects before the next
@@ -125,7 +161,21 @@ async fn connect_any(
             continue;
         };
         let e = match result {
-            Ok(stream) => return Ok((stream, n)), // dropping the set aborts the rest
+            Ok(stream) => {
+                // Dropping the set aborts the rest.
+                drop(running);
+                let mut beaten: Vec<SocketAddr> = Vec::new();
+                for a in tried.iter().take(n as usize) {
+                    if *a != addr && !beaten.contains(a) {
+                        beaten.push(*a);
+                    }
+                }
+                return Ok(Won {
+                    stream,
+                    attempt: n,
+                    beaten,
+                });
+            }
             Err(e) => DialError::Connect(e),
         };
         // This node cannot dial (no descriptor, port or memory): the whole dial fails at once
@@ -282,9 +332,10 @@ mod tests {
         let (hole, _fillers, addr) = black_hole().await;
         let drain = drain_after(&hole, Duration::from_millis(300));
         let attempts = AtomicU32::new(0);
-        let (_stream, winner) = connect_any(vec![addr], Duration::from_millis(100), &attempts)
+        let winner = connect_any(vec![addr], Duration::from_millis(100), &attempts)
             .await
-            .expect("connected");
+            .expect("connected")
+            .attempt;
         assert!(
             winner >= 1,
             "a re-attempt connected, not the first attempt (won by attempt {winner})"
@@ -303,11 +354,12 @@ mod tests {
         // Sequentially, the first attempt would hang until the caller's budget is gone.
         let n = AtomicU32::new(0);
         let dial = connect_any(vec![hole, good_addr], Duration::from_millis(50), &n);
-        let (stream, _) = tokio::time::timeout(Duration::from_secs(10), dial)
+        let won = tokio::time::timeout(Duration::from_secs(10), dial)
             .await
             .expect("the second address answers within the budget")
             .expect("connected");
-        assert_eq!(stream.peer_addr().expect("peer"), good_addr);
+        assert_eq!(won.stream.peer_addr().expect("peer"), good_addr);
+        assert_eq!(won.beaten, [hole]);
     }
 
     #[tokio::test]
@@ -328,14 +380,44 @@ mod tests {
         let good_addr = good.local_addr().expect("addr");
         // A long delay: only a failure can start the next attempt before it.
         let n = AtomicU32::new(0);
-        let (s, _) = connect_any(vec![refused, good_addr], Duration::from_secs(3600), &n)
+        let won = connect_any(vec![refused, good_addr], Duration::from_secs(3600), &n)
             .await
             .expect("connected");
-        assert_eq!(s.peer_addr().expect("peer"), good_addr);
+        assert_eq!(won.stream.peer_addr().expect("peer"), good_addr);
         let e = connect_any(vec![refused, refused], Duration::from_secs(3600), &n)
             .await
             .expect_err("nothing answers");
         assert_eq!(e.to_string(), "dial: connection refused");
         assert_eq!(e.blame(), Blame::Backend);
+    }
+
+    #[tokio::test]
+    async fn an_address_that_lost_the_race_is_tried_last_by_the_next_dial() {
+        let (_hole, _fillers, hole) = black_hole().await;
+        let good = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind");
+        let good_addr = good.local_addr().expect("addr");
+        let memory = Memory::default();
+        let delay = Duration::from_millis(50);
+        let n = AtomicU32::new(0);
+        let first = race(vec![hole, good_addr], delay, &n, &memory)
+            .await
+            .expect("connected");
+        assert_eq!(
+            first.attempt, 1,
+            "the black hole went first and cost a delay"
+        );
+        for _ in 0..3 {
+            let n = AtomicU32::new(0);
+            let next = race(vec![hole, good_addr], delay, &n, &memory)
+                .await
+                .expect("connected");
+            assert_eq!(
+                (next.attempt, n.load(Ordering::Relaxed)),
+                (0, 1),
+                "the remembered failure goes last: one attempt, no delay"
+            );
+        }
     }
 }

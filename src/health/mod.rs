@@ -55,7 +55,12 @@ pub(crate) struct Monitor {
 impl Monitor {
     /// The real probe for this monitor's backend.
     pub fn https_probe(&self, tls: Arc<TlsSource>) -> HttpsProbe {
-        HttpsProbe::new(self.spec.clone(), self.health.path.clone(), tls)
+        HttpsProbe::new(
+            self.spec.clone(),
+            self.live.clone(),
+            self.health.path.clone(),
+            tls,
+        )
     }
 
     /// Probes at once, then every `interval` (±10 %) or `fast_interval` while a change is pending,

@@ -17,7 +17,7 @@ use tokio::time::Instant;
 use tokio_rustls::TlsConnector;
 
 use super::rise_fall::Outcome;
-use crate::backend::BackendSpec;
+use crate::backend::{BackendLive, BackendSpec};
 use crate::config::DurationValue;
 use crate::dial::Blame;
 use crate::tls::{TlsSource, TlsState};
@@ -35,6 +35,8 @@ pub const MAX_CONN_AGE: Duration = Duration::from_secs(5 * 60);
 #[derive(Debug)]
 pub struct HttpsProbe {
     spec: Arc<BackendSpec>,
+    /// The backend's live state: its address memory, shared with client dials.
+    live: Arc<BackendLive>,
     path: String,
     tls: Arc<TlsSource>,
     conn: Option<Conn>,
@@ -120,9 +122,15 @@ impl Probe for HttpsProbe {
 
 impl HttpsProbe {
     /// A probe with no connection yet.
-    pub fn new(spec: Arc<BackendSpec>, path: String, tls: Arc<TlsSource>) -> Self {
+    pub fn new(
+        spec: Arc<BackendSpec>,
+        live: Arc<BackendLive>,
+        path: String,
+        tls: Arc<TlsSource>,
+    ) -> Self {
         HttpsProbe {
             spec,
+            live,
             path,
             tls,
             conn: None,
@@ -175,7 +183,8 @@ impl HttpsProbe {
 
     async fn dial(&self, tls: &TlsState, budget: Duration) -> Result<Conn, Failure> {
         let attempts = std::sync::atomic::AtomicU32::new(0);
-        let tcp = crate::dial::connect(&self.spec.host, self.spec.port, budget, &attempts)
+        let memory = &self.live.addresses;
+        let tcp = crate::dial::connect(&self.spec.host, self.spec.port, budget, &attempts, memory)
             .await
             .map_err(|e| match e.blame() {
                 Blame::ThisNode => Failure::ThisNode(e.to_string()),

@@ -170,8 +170,13 @@ impl Proxy {
             };
             record.dials += 1;
             let attempts = AtomicU32::new(0);
-            let dial =
-                crate::dial::connect(&t.spec.host, t.spec.port, plan.connect_timeout, &attempts);
+            let dial = crate::dial::connect(
+                &t.spec.host,
+                t.spec.port,
+                plan.connect_timeout,
+                &attempts,
+                &t.live.addresses,
+            );
             let dialed = tokio::select! {
                 _ = self.cut.cancelled() => return Dialed::Cut,
                 r = dial => r,
