@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use readyprism::admin::status::CertStatus;
 use readyprism::health::verdict::State::{Ready, Unready};
-use readyprism::sim::apiserver::{FakeApiserver, Mode};
+use readyprism::sim::apiserver::{Behaviour, FakeApiserver};
 
 use crate::support::*;
 
@@ -24,9 +24,9 @@ async fn backend_that_accepts_tcp_but_never_answers_tls_is_unready_by_timeout_an
 {
     let lab = Lab::new();
     let hung = lab.fake("hung").await;
-    hung.control.set_mode(Mode::Hang);
+    hung.control.set_mode(Behaviour::Hang);
     let tls_only = lab.fake("tls-only").await;
-    tls_only.control.set_mode(Mode::HangHttp);
+    tls_only.control.set_mode(Behaviour::HangHttp);
     let good = lab.fake("good").await;
     good.control.set_readyz_delay(Duration::from_millis(30));
     let app = lab
@@ -48,7 +48,7 @@ async fn failure_reasons_name_the_cause() {
     let lab = Lab::new();
     let (_held, refused) = refusing_addr();
     let reset = lab.fake("reset").await;
-    reset.control.set_mode(Mode::Reset);
+    reset.control.set_mode(Behaviour::Reset);
     // A server whose certificate comes from another CA.
     let other = readyprism::sim::pki::Ca::new("other-ca").expect("ca");
     let other_server = other.server(&["127.0.0.1"]).expect("cert");

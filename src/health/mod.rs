@@ -1,10 +1,12 @@
 //! Health checking: one [`Monitor`] task per backend probes `/readyz`, runs the rise/fall machine
 //! and sends each result to the table's writer. Backends are checked independently and in parallel.
 //!
-//! `probe` owns the HTTPS client, `rise_fall` the pure hysteresis, `state` the values they produce;
+//! `probe` owns the HTTPS client, `reason` how its failures read, `rise_fall` the pure hysteresis,
+//! `verdict` the values they produce;
 //! this file owns the schedule.
 
 pub(crate) mod probe;
+mod reason;
 pub(crate) mod rise_fall;
 pub mod verdict;
 

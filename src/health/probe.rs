@@ -16,6 +16,7 @@ use tokio::task::JoinHandle;
 use tokio::time::Instant;
 use tokio_rustls::TlsConnector;
 
+use super::reason::{first_line, http_reason, tls_reason};
 use super::rise_fall::Outcome;
 use crate::backend::{BackendLive, BackendSpec};
 use crate::config::DurationValue;
@@ -24,7 +25,7 @@ use crate::tls::{TlsSource, TlsState};
 
 /// Most of an answer we read. A `/readyz?verbose` body is ~2 KiB; anything longer is cut off and the
 /// connection dropped, so a hostile backend cannot make us buffer without bound.
-pub const MAX_BODY: usize = 8 * 1024;
+pub const MAX_READYZ_BODY: usize = 8 * 1024;
 
 /// A kept probe connection is re-dialled once it is this old, healthy or not: a path that stopped
 /// accepting *new* connections (SYN black hole, full accept queue, conntrack exhaustion) is then
@@ -262,7 +263,7 @@ fn fresh(conn_generation: u64, dialed: Instant, tls_generation: u64, now: Instan
     conn_generation == tls_generation && now.saturating_duration_since(dialed) < MAX_CONN_AGE
 }
 
-/// Reads at most [`MAX_BODY`] bytes; `complete` is false if the body was longer or broke.
+/// Reads at most [`MAX_READYZ_BODY`] bytes; `complete` is false if the body was longer or broke.
 async fn read_bounded(mut body: hyper::body::Incoming) -> (Vec<u8>, bool) {
     let mut out = Vec::new();
     loop {
@@ -271,7 +272,7 @@ async fn read_bounded(mut body: hyper::body::Incoming) -> (Vec<u8>, bool) {
             Some(Err(_)) => return (out, false),
             Some(Ok(frame)) => {
                 if let Ok(data) = frame.into_data() {
-                    let room = MAX_BODY - out.len();
+                    let room = MAX_READYZ_BODY - out.len();
                     out.extend_from_slice(&data[..data.len().min(room)]);
                     if data.len() > room {
                         return (out, false);
@@ -280,82 +281,6 @@ async fn read_bounded(mut body: hyper::body::Incoming) -> (Vec<u8>, bool) {
             }
         }
     }
-}
-
-/// The line an operator wants from a failed `/readyz`: the first `[-]` check, else the first line.
-fn first_line(body: &[u8]) -> Option<String> {
-    let text = String::from_utf8_lossy(body);
-    let mut lines = text.lines().map(str::trim).filter(|l| !l.is_empty());
-    let line = text
-        .lines()
-        .map(str::trim)
-        .find(|l| l.starts_with("[-]"))
-        .or_else(|| lines.next())?;
-    Some(line.chars().take(200).collect())
-}
-
-fn tls_reason(e: &std::io::Error) -> String {
-    match e
-        .get_ref()
-        .and_then(|inner| inner.downcast_ref::<rustls::Error>())
-    {
-        Some(r) => rustls_reason(r),
-        None => format!("TLS: {e}"),
-    }
-}
-
-fn rustls_reason(e: &rustls::Error) -> String {
-    match e {
-        // Variants carrying their own detail (`Other`, `Unknown(n)`) keep rustls' wording.
-        rustls::Error::InvalidCertificate(rustls::CertificateError::Other(_))
-        | rustls::Error::AlertReceived(rustls::AlertDescription::Unknown(_)) => format!("TLS: {e}"),
-        rustls::Error::InvalidCertificate(c) => format!("TLS: {}", words(&format!("{c:?}"))),
-        // With TLS 1.3 the server rejects our client certificate after the handshake: the alert
-        // (`unknown ca`, `certificate required`) surfaces on the first request.
-        rustls::Error::AlertReceived(a) => {
-            format!("TLS: alert received: {}", words(&format!("{a:?}")))
-        }
-        other => format!("TLS: {other}"),
-    }
-}
-
-/// A hyper error, with the TLS cause named when there is one (`connection error` alone is useless).
-fn http_reason(e: &hyper::Error) -> String {
-    let mut source = std::error::Error::source(e);
-    while let Some(s) = source {
-        if let Some(r) = s.downcast_ref::<rustls::Error>() {
-            return rustls_reason(r);
-        }
-        if let Some(io) = s.downcast_ref::<std::io::Error>() {
-            if let Some(r) = io.get_ref().and_then(|i| i.downcast_ref::<rustls::Error>()) {
-                return rustls_reason(r);
-            }
-        }
-        source = s.source();
-    }
-    match std::error::Error::source(e) {
-        Some(cause) => format!("HTTP: {e}: {cause}"),
-        None => format!("HTTP: {e}"),
-    }
-}
-
-/// `UnknownIssuer` → `unknown issuer`; `NotValidForNameContext { .. }` → `not valid for name`.
-fn words(debug: &str) -> String {
-    let name = debug
-        .split(|c: char| !c.is_alphanumeric())
-        .next()
-        .unwrap_or(debug);
-    let name = name.strip_suffix("Context").unwrap_or(name);
-    let mut out = String::new();
-    let mut prev_lower = false;
-    for c in name.chars() {
-        if c.is_uppercase() && prev_lower {
-            out.push(' ');
-        }
-        prev_lower = c.is_lowercase() || c.is_ascii_digit();
-        out.extend(c.to_lowercase());
-    }
-    out
 }
 
 #[cfg(test)]
@@ -375,30 +300,5 @@ mod tests {
         // 5 s probes for an hour: one handshake per five minutes at most.
         let per_hour = Duration::from_secs(3600).as_secs() / MAX_CONN_AGE.as_secs();
         assert_eq!(per_hour, 12);
-    }
-
-    #[test]
-    fn certificate_errors_read_as_words() {
-        assert_eq!(words("UnknownIssuer"), "unknown issuer");
-        assert_eq!(
-            words("NotValidForNameContext { expected: x, presented: [] }"),
-            "not valid for name"
-        );
-        assert_eq!(words("Expired"), "expired");
-        assert_eq!(words("UnknownCA"), "unknown ca");
-    }
-
-    #[test]
-    fn failed_check_line_is_preferred() {
-        let body = b"[+]ping ok\n[-]etcd failed: reason withheld\nreadyz check failed\n";
-        assert_eq!(
-            first_line(body).as_deref(),
-            Some("[-]etcd failed: reason withheld")
-        );
-        assert_eq!(
-            first_line(b"\n  lost quorum \n").as_deref(),
-            Some("lost quorum")
-        );
-        assert_eq!(first_line(b""), None);
     }
 }

@@ -26,7 +26,7 @@ pub use crate::sim::tls::{server_tls, strict_server_tls, TlsSetupError};
 /// How the fake treats new connections.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[repr(u8)]
-pub enum Mode {
+pub enum Behaviour {
     /// TLS and HTTP as a real apiserver.
     Serve = 0,
     /// Accept TCP and never say anything (a process stuck before TLS).
@@ -139,16 +139,16 @@ impl Control {
     }
 
     /// Changes how new connections are treated.
-    pub fn set_mode(&self, mode: Mode) {
+    pub fn set_mode(&self, mode: Behaviour) {
         self.mode.store(mode as u8, Ordering::SeqCst);
     }
 
-    fn mode(&self) -> Mode {
+    fn mode(&self) -> Behaviour {
         match self.mode.load(Ordering::SeqCst) {
-            1 => Mode::Hang,
-            2 => Mode::Reset,
-            3 => Mode::HangHttp,
-            _ => Mode::Serve,
+            1 => Behaviour::Hang,
+            2 => Behaviour::Reset,
+            3 => Behaviour::HangHttp,
+            _ => Behaviour::Serve,
         }
     }
 }
@@ -204,7 +204,7 @@ impl FakeApiserver {
         Ok(fake)
     }
 
-    /// Serves on `listener` with `tls`, ready and in [`Mode::Serve`].
+    /// Serves on `listener` with `tls`, ready and in [`Behaviour::Serve`].
     pub fn start(
         name: &str,
         listener: TcpListener,
@@ -214,7 +214,7 @@ impl FakeApiserver {
         let control = Arc::new(Control {
             name: name.to_string(),
             ready: AtomicBool::new(true),
-            mode: AtomicU8::new(Mode::Serve as u8),
+            mode: AtomicU8::new(Behaviour::Serve as u8),
             readyz_delay_us: AtomicU64::new(0),
             readyz_trickle_us: AtomicU64::new(0),
             raw_stall_after: AtomicU64::new(0),
@@ -298,12 +298,12 @@ async fn connection(stream: TcpStream, tls: TlsAcceptor, control: Arc<Control>) 
     // waits for a delayed ACK, which would show up as ~40 ms of fake latency.
     let _ = stream.set_nodelay(true);
     match control.mode() {
-        Mode::Hang => return std::future::pending().await,
-        Mode::Reset => {
+        Behaviour::Hang => return std::future::pending().await,
+        Behaviour::Reset => {
             let _ = socket2::SockRef::from(&stream).set_linger(Some(Duration::ZERO));
             return;
         }
-        Mode::Serve | Mode::HangHttp => {}
+        Behaviour::Serve | Behaviour::HangHttp => {}
     }
     let mut first = [0u8; 4];
     if stream.peek(&mut first).await.is_ok() && &first == b"RAW\n" {
