@@ -155,11 +155,12 @@ fn io_reason(e: &std::io::Error) -> String {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
     /// Serves one canned answer (after reading the request) on a fresh port; returns the address.
-    async fn answer_once(response: Vec<u8>) -> String {
+    /// Also used by `status`'s tests.
+    pub(crate) async fn answer_once(response: Vec<u8>) -> String {
         use tokio::io::{AsyncReadExt, AsyncWriteExt};
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
             .await

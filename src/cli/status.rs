@@ -253,6 +253,7 @@ pub(crate) fn sample() -> StatusDoc {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::cli::http::tests::answer_once;
 
     #[test]
     fn table_shows_summary_and_one_aligned_row_per_backend() {
@@ -335,22 +336,6 @@ BACKEND         ZONE  STATE    LATENCY  ACTIVE  RANK  LAST ERROR
                 .all(|l| l.chars().count() < 2 * MAX_CELL + MAX_ERROR),
             "{table}"
         );
-    }
-
-    /// Serves one canned HTTP answer on a fresh port; returns the address.
-    async fn answer_once(response: Vec<u8>) -> String {
-        use tokio::io::{AsyncReadExt, AsyncWriteExt};
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-            .await
-            .expect("bind");
-        let addr = listener.local_addr().expect("addr").to_string();
-        tokio::spawn(async move {
-            let (mut s, _) = listener.accept().await.expect("accept");
-            let mut buf = [0u8; 1024];
-            let _ = s.read(&mut buf).await.expect("read request");
-            s.write_all(&response).await.expect("write");
-        });
-        addr
     }
 
     #[tokio::test]

@@ -135,56 +135,34 @@ impl Metrics {
             cert_expiry: Family::default(),
             registry: Registry::default(),
         };
-        registry.register(
-            "backend_ready",
-            "1 if the backend passes its /readyz checks",
-            m.backend_ready.clone(),
-        );
-        registry.register(
-            "backend_state_changes",
-            "Backend state changes by new state",
-            m.state_changes.clone(),
-        );
-        registry.register(
-            "health_checks",
-            "Health probes by result",
-            m.health_checks.clone(),
-        );
-        registry.register(
-            "health_check_duration_seconds",
-            "/readyz request to response time",
-            m.check_duration.clone(),
-        );
-        registry.register(
-            "local_dial_failures",
-            "Dials that failed for want of something on this node (descriptors, ports, memory), by reason; never counted against a backend",
-            m.local_dial_failures.clone(),
-        );
-        registry.register(
-            "no_ready_backends",
-            "1 while no backend is ready (failing open or refusing)",
-            m.no_ready_backends.clone(),
-        );
-        registry.register(
-            "connections_rejected",
-            "Client connections closed without a backend, by reason",
-            rejected,
-        );
-        registry.register(
-            "connections_failed_open",
-            "Client connections relayed to a backend failing its checks because none was ready",
-            m.failed_open.clone(),
-        );
-        registry.register(
-            "config_reloads",
-            "Config reloads by result",
-            m.reloads.clone(),
-        );
-        registry.register(
-            "client_cert_expiry_timestamp_seconds",
-            "notAfter of the client certificate in use",
-            m.cert_expiry.clone(),
-        );
+        // One row per family: name (under the `readyprism_` prefix), help, the family.
+        macro_rules! register {
+            ($($name:literal, $help:literal, $metric:expr;)*) => {
+                $(registry.register($name, $help, $metric);)*
+            };
+        }
+        register! {
+            "backend_ready", "1 if the backend passes its /readyz checks",
+                m.backend_ready.clone();
+            "backend_state_changes", "Backend state changes by new state",
+                m.state_changes.clone();
+            "health_checks", "Health probes by result",
+                m.health_checks.clone();
+            "health_check_duration_seconds", "/readyz request to response time",
+                m.check_duration.clone();
+            "local_dial_failures", "Dials that failed for want of something on this node (descriptors, ports, memory), by reason; never counted against a backend",
+                m.local_dial_failures.clone();
+            "no_ready_backends", "1 while no backend is ready (failing open or refusing)",
+                m.no_ready_backends.clone();
+            "connections_rejected", "Client connections closed without a backend, by reason",
+                rejected;
+            "connections_failed_open", "Client connections relayed to a backend failing its checks because none was ready",
+                m.failed_open.clone();
+            "config_reloads", "Config reloads by result",
+                m.reloads.clone();
+            "client_cert_expiry_timestamp_seconds", "notAfter of the client certificate in use",
+                m.cert_expiry.clone();
+        }
         let build_info: Family<VersionLabel, Gauge> = Family::default();
         build_info
             .get_or_create(&VersionLabel {
