@@ -179,6 +179,9 @@ impl Config {
             connect_timeout: d(self.routing.connect_timeout),
             when_none_ready: Some(self.routing.when_none_ready),
             shutdown_grace: d(self.shutdown_grace),
+            failback_after: Some(DurationValue(
+                self.routing.failback_after.unwrap_or_default(),
+            )),
             allow_remote_admin: self.allow_remote_admin.then_some(true),
         };
         yaml_serde::to_string(&raw).unwrap_or_else(|e| format!("# cannot print config: {e}\n"))
