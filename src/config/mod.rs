@@ -18,6 +18,7 @@ use std::time::Duration;
 use rustls_pki_types::ServerName;
 
 use crate::backend::{BackendSpec, Routing};
+use crate::watched_file::Digest;
 pub use place::ListenField;
 pub use raw::DurationValue;
 use raw::{RawBackend, RawConfig, RawHealth, RawTls};
@@ -205,7 +206,7 @@ pub struct Loaded {
     /// The validated config.
     pub config: Config,
     /// Digest of the bytes `config` came from.
-    pub digest: file::Digest,
+    pub digest: Digest,
 }
 
 impl Source {
