@@ -4,6 +4,7 @@
 //! `raw` owns the serde shape and scalar parsing, `locate` finds lines for cross-field errors,
 //! `file` reads the file safely, `watch` notices when its content changes.
 
+pub mod budget;
 pub mod file;
 mod locate;
 mod place;
