@@ -64,12 +64,63 @@ pub struct BackendSpec {
 /// snapshot carries them to the accept path.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Routing {
-    /// This node's zone: backends in it are picked first.
-    pub zone: Option<String>,
+    /// This node's zone and where it came from: backends in it are picked first. `None`: unknown.
+    pub zone: Option<NodeZone>,
     /// Behaviour with no ready backend.
     pub when_none_ready: WhenNoneReady,
     /// Bound on one dial attempt; on expiry the next candidate is tried.
     pub connect_timeout: Duration,
+}
+
+/// This node's zone, with the setting it came from (shown in `/status` and the start-up log).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NodeZone {
+    /// The zone's name, compared with each backend's zone.
+    pub name: String,
+    /// Where the name came from.
+    pub source: ZoneSource,
+}
+
+/// Where this node's zone came from, in order of precedence.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ZoneSource {
+    /// `--zone`.
+    Flag,
+    /// `READYPRISM_ZONE`.
+    Env,
+    /// The config's `zone:`.
+    Config,
+    /// The `zones:` network that holds this interface address of the node.
+    Address(std::net::IpAddr),
+}
+
+impl fmt::Display for ZoneSource {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ZoneSource::Flag => f.write_str("flag"),
+            ZoneSource::Env => f.write_str("env"),
+            ZoneSource::Config => f.write_str("config"),
+            ZoneSource::Address(ip) => write!(f, "address {ip}"),
+        }
+    }
+}
+
+impl std::str::FromStr for ZoneSource {
+    type Err = String;
+
+    /// The [`fmt::Display`] form back: `flag`, `env`, `config`, `address 10.0.1.5`.
+    fn from_str(text: &str) -> Result<Self, String> {
+        match text {
+            "flag" => Ok(ZoneSource::Flag),
+            "env" => Ok(ZoneSource::Env),
+            "config" => Ok(ZoneSource::Config),
+            _ => text
+                .strip_prefix("address ")
+                .and_then(|ip| ip.parse().ok())
+                .map(ZoneSource::Address)
+                .ok_or_else(|| format!("{text:?} is not a zone source")),
+        }
+    }
 }
 
 impl Default for Routing {
@@ -202,7 +253,7 @@ impl Snapshot {
 
     /// The picker's input: a plain copy of what it needs, with active counts read now.
     pub fn candidates(&self) -> Vec<Candidate> {
-        let zone = self.routing.zone.as_ref();
+        let zone = self.routing.zone.as_ref().map(|z| &z.name);
         self.backends
             .iter()
             .map(|b| Candidate {

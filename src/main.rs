@@ -4,11 +4,13 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use anyhow::Context;
-use clap::{Parser, Subcommand};
+use clap::parser::ValueSource;
+use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
 use readyprism::app::App;
 use readyprism::app::ApplyError;
+
 use readyprism::cli::status;
-use readyprism::config::{Config, Source};
+use readyprism::config::{Config, Node, NodeZone, Source, ZoneSource};
 use readyprism::signals::Signals;
 
 #[derive(Parser)]
@@ -40,16 +42,22 @@ struct ConfigArgs {
     /// Config file (YAML).
     #[arg(long, short)]
     config: PathBuf,
-    /// This node's zone; overrides the config's `zone`.
+    /// This node's zone; overrides the config's `zone` and `zones`.
     #[arg(long, env = "READYPRISM_ZONE")]
     zone: Option<String>,
+    /// Where `zone` came from: filled in after parsing (clap knows, the derive does not say).
+    #[arg(skip = ZoneSource::Flag)]
+    zone_source: ZoneSource,
 }
 
 impl ConfigArgs {
     fn source(self) -> Source {
         Source {
             path: self.config,
-            zone: self.zone,
+            zone: self.zone.map(|name| NodeZone {
+                name,
+                source: self.zone_source,
+            }),
         }
     }
 }
@@ -97,7 +105,16 @@ enum Command {
 }
 
 fn main() -> ExitCode {
-    let cli = Cli::parse();
+    let matches = Cli::command().get_matches();
+    let mut cli = Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());
+    if let Command::Run(args) | Command::Check { args, .. } = &mut cli.command {
+        let from_env = matches
+            .subcommand()
+            .is_some_and(|(_, m)| m.value_source("zone") == Some(ValueSource::EnvVariable));
+        if from_env {
+            args.zone_source = ZoneSource::Env;
+        }
+    }
     if let Err(e) = init_tracing(cli.log_format, cli.log_level.as_deref()) {
         eprintln!("readyprism: {e:#}");
         return ExitCode::from(2);
@@ -124,11 +141,26 @@ fn dispatch(command: Command) -> anyhow::Result<ExitCode> {
             skip_node_files,
         } => {
             let source = args.source();
-            let config = source.load()?.config;
+            let node = if skip_node_files {
+                Node::Elsewhere
+            } else {
+                Node::Here
+            };
+            let config = source.load_for(node)?.config;
             if !skip_node_files {
                 readyprism::app::check_files(&config).map_err(|e| placed(&source, &config, e))?;
             }
             print!("{}", config.to_yaml());
+            if !skip_node_files {
+                // A YAML comment, so the output stays a config.
+                match &config.routing.zone {
+                    Some(z) => println!("# this node's zone: {} (from {})", z.name, z.source),
+                    None if config.zones.is_empty() => println!("# this node's zone: unknown"),
+                    None => println!(
+                        "# this node's zone: unknown (no zone matches this node's addresses)"
+                    ),
+                }
+            }
             Ok(ExitCode::SUCCESS)
         }
         Command::Run(args) => {
