@@ -64,12 +64,33 @@ pub struct BackendSpec {
 /// snapshot carries them to the accept path.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Routing {
-    /// This node's zone and where it came from: backends in it are picked first. `None`: unknown.
-    pub zone: Option<NodeZone>,
+    /// This node's zone: backends in it are picked first. Set with [`Routing::set_zone`], which
+    /// keeps `zone_source` beside it.
+    pub zone: Option<String>,
+    /// Where `zone` came from: `Some` exactly when `zone` is (shown in `/status` and the log).
+    pub zone_source: Option<ZoneSource>,
     /// Behaviour with no ready backend.
     pub when_none_ready: WhenNoneReady,
     /// Bound on one dial attempt; on expiry the next candidate is tried.
     pub connect_timeout: Duration,
+}
+
+impl Routing {
+    /// Sets this node's zone and its source together.
+    pub fn set_zone(&mut self, zone: Option<NodeZone>) {
+        (self.zone, self.zone_source) = match zone {
+            Some(z) => (Some(z.name), Some(z.source)),
+            None => (None, None),
+        };
+    }
+
+    /// This node's zone with its source; `None` when unknown.
+    pub fn node_zone(&self) -> Option<NodeZone> {
+        Some(NodeZone {
+            name: self.zone.clone()?,
+            source: self.zone_source?,
+        })
+    }
 }
 
 /// This node's zone, with the setting it came from (shown in `/status` and the start-up log).
@@ -127,6 +148,7 @@ impl Default for Routing {
     fn default() -> Self {
         Routing {
             zone: None,
+            zone_source: None,
             when_none_ready: WhenNoneReady::FailOpen,
             connect_timeout: Duration::from_secs(1),
         }
@@ -253,7 +275,7 @@ impl Snapshot {
 
     /// The picker's input: a plain copy of what it needs, with active counts read now.
     pub fn candidates(&self) -> Vec<Candidate> {
-        let zone = self.routing.zone.as_ref().map(|z| &z.name);
+        let zone = self.routing.zone.as_ref();
         self.backends
             .iter()
             .map(|b| Candidate {

@@ -47,10 +47,7 @@ impl SnapshotBench {
         let snap = Snapshot {
             generation: 1,
             routing: Routing {
-                zone: Some(crate::backend::NodeZone {
-                    name: "dc-a".into(),
-                    source: crate::backend::ZoneSource::Config,
-                }),
+                zone: Some("dc-a".into()),
                 ..Routing::default()
             },
             backends,

@@ -153,7 +153,7 @@ fn dispatch(command: Command) -> anyhow::Result<ExitCode> {
             print!("{}", config.to_yaml());
             if !skip_node_files {
                 // A YAML comment, so the output stays a config.
-                match &config.routing.zone {
+                match config.routing.node_zone() {
                     Some(z) => println!("# this node's zone: {} (from {})", z.name, z.source),
                     None if config.zones.is_empty() => println!("# this node's zone: unknown"),
                     None => println!(

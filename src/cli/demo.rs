@@ -352,10 +352,7 @@ mod tests {
         let (o, ca) = (opts(Duration::ZERO), Path::new("/tmp/a dir/ca.crt"));
         let yaml = demo_yaml(o.listen, o.admin, &addrs, ca, Path::new("/tmp/c.pem"));
         let config = Config::parse(&yaml, "demo").expect("the demo config is valid");
-        assert_eq!(
-            config.routing.zone.as_ref().map(|z| z.name.as_str()),
-            Some("dc-a")
-        );
+        assert_eq!(config.routing.zone.as_deref(), Some("dc-a"));
         let zones: Vec<_> = config.backends.iter().map(|b| b.zone.as_deref()).collect();
         assert_eq!(zones, [Some("dc-a"), Some("dc-b"), Some("witness")]);
         assert_eq!(config.health.interval, Duration::from_secs(1));

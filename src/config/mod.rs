@@ -154,10 +154,9 @@ impl Config {
             // This node's zone from its addresses holds for this node only: not printed as `zone:`.
             zone: self
                 .routing
-                .zone
-                .as_ref()
+                .node_zone()
                 .filter(|z| !matches!(z.source, ZoneSource::Address(_)))
-                .map(|z| z.name.clone()),
+                .map(|z| z.name),
             zones: (!self.zones.is_empty()).then(|| {
                 self.zones
                     .iter()
@@ -264,11 +263,12 @@ impl Source {
             if z.name.trim().is_empty() {
                 return Err(ConfigError::EmptyZoneOverride);
             }
-            config.routing.zone = Some(z.clone());
+            config.routing.set_zone(Some(z.clone()));
         }
         if config.routing.zone.is_none() && !config.zones.is_empty() && node == Node::Here {
             let addrs = zones::interface_addresses();
-            config.routing.zone = self.node_zone(&config.zones, &addrs, bytes)?;
+            let found = self.node_zone(&config.zones, &addrs, bytes)?;
+            config.routing.set_zone(found);
         }
         Ok(config)
     }

@@ -119,6 +119,7 @@ impl Resolver<'_> {
                 source: ZoneSource::Config,
             }),
         };
+
         let zones = self.zones(raw.zones)?;
         let backends = self.backends(raw.backends, &zones)?;
         let health = self.health(raw.health.unwrap_or_default())?;
@@ -127,14 +128,16 @@ impl Resolver<'_> {
             self.positive("connect_timeout", raw.connect_timeout, CONNECT_TIMEOUT)?;
         let shutdown_grace =
             self.duration("shutdown_grace", raw.shutdown_grace, SHUTDOWN_GRACE, true)?;
+        let mut routing = Routing {
+            when_none_ready: raw.when_none_ready.unwrap_or(WhenNoneReady::FailOpen),
+            connect_timeout,
+            ..Routing::default()
+        };
+        routing.set_zone(zone);
         Ok(Config {
             listen,
             admin,
-            routing: Routing {
-                zone,
-                when_none_ready: raw.when_none_ready.unwrap_or(WhenNoneReady::FailOpen),
-                connect_timeout,
-            },
+            routing,
             zones,
             backends,
             health,
