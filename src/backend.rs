@@ -73,6 +73,9 @@ pub struct Routing {
     pub when_none_ready: WhenNoneReady,
     /// Bound on one dial attempt; on expiry the next candidate is tried.
     pub connect_timeout: Duration,
+    /// Once a backend in this node's zone has been ready this long, connections relayed to other
+    /// zones are closed so their clients come home; `None`: never.
+    pub failback_after: Option<Duration>,
 }
 
 impl Routing {
@@ -151,6 +154,7 @@ impl Default for Routing {
             zone_source: None,
             when_none_ready: WhenNoneReady::FailOpen,
             connect_timeout: Duration::from_secs(1),
+            failback_after: Some(Duration::from_secs(60)),
         }
     }
 }

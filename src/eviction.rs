@@ -4,7 +4,18 @@
 //!
 //! Does not own deciding when (`table::transitions`) or closing a connection (`proxy`).
 
+use std::time::Duration;
+
 use tokio::sync::watch;
+
+/// Connections of a backend that went bad are closed spread over this window, so thousands of
+/// watch clients do not re-dial the next apiserver in the same millisecond; well inside the 1 s
+/// promise.
+pub const EVICT_SPREAD: Duration = Duration::from_millis(500);
+
+/// Failback closes are spread over this window: nothing is urgent (the far backend is fine), so
+/// the kubelets of a whole site come home gently.
+pub const FAILBACK_SPREAD: Duration = Duration::from_secs(10);
 
 /// Why a backend's connections were closed. One per rule of `table::transitions`, plus removal.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -20,16 +31,20 @@ pub enum CloseReason {
     Silent,
     /// It was removed from the config.
     Removed,
+    /// It is in another zone, and a backend in this node's zone has been ready for
+    /// `failback_after`: its clients come home, spread over [`FAILBACK_SPREAD`].
+    Failback,
 }
 
 impl CloseReason {
     /// Every reason, in a stable order (metric series are initialised from it).
-    pub const ALL: [CloseReason; 5] = [
+    pub const ALL: [CloseReason; 6] = [
         CloseReason::TurnedUnready,
         CloseReason::LeftNoneReady,
         CloseReason::Refusing,
         CloseReason::Silent,
         CloseReason::Removed,
+        CloseReason::Failback,
     ];
 
     /// The name used in logs, connection records and the `reason` metric label.
@@ -40,10 +55,20 @@ impl CloseReason {
             CloseReason::Refusing => "refusing",
             CloseReason::Silent => "silent",
             CloseReason::Removed => "removed",
+            CloseReason::Failback => "failback",
         }
     }
 
-    /// Index into [`CloseReason::ALL`].
+    /// Over how long the closes are spread: [`FAILBACK_SPREAD`] for a failback, else
+    /// [`EVICT_SPREAD`].
+    pub fn spread(self) -> Duration {
+        match self {
+            CloseReason::Failback => FAILBACK_SPREAD,
+            _ => EVICT_SPREAD,
+        }
+    }
+
+    /// Index into [`CloseReason::ALL`] (declaration order).
     pub fn index(self) -> usize {
         self as usize
     }
@@ -122,6 +147,16 @@ impl EvictionWatch {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn every_reason_is_listed_once_at_its_index_with_its_own_name() {
+        for (i, r) in CloseReason::ALL.iter().enumerate() {
+            assert_eq!(r.index(), i, "{r:?}");
+        }
+        let mut names: Vec<_> = CloseReason::ALL.iter().map(|r| r.as_str()).collect();
+        names.dedup();
+        assert_eq!(names.len(), CloseReason::ALL.len());
+    }
 
     #[tokio::test]
     async fn a_watch_made_from_the_current_epoch_fires_on_the_next_bump_with_its_reason() {

@@ -17,7 +17,8 @@
 //! writer and its pure transitions), [`health`] (probe, rise/fall, monitor), [`pick`] (pure),
 //! [`proxy`] (and its per-connection record) + [`relay`], [`dial`] (and what a failed dial
 //! means), [`accept`], [`admin`] (and the `/status` type), [`metrics`], [`tls`], [`app`]
-//! (wiring), [`signals`].
+//! (wiring), [`signals`], [`watched_file`] (reading a config or certificate file safely: its cap,
+//! stamp, digest and watch intervals; a leaf both `config` and `tls` use).
 //! Operator tools: [`cli`] (`status`, `demo`). Simulation for the demo and tests: `sim`.
 //!
 //! Dependencies point one way: `health::verdict`, `eviction`, `relay` ← `pick` ← `backend` ←
@@ -49,3 +50,4 @@ pub mod signals;
 pub mod sim;
 pub(crate) mod table;
 pub(crate) mod tls;
+pub(crate) mod watched_file;

@@ -11,6 +11,7 @@ use readyprism::app::ApplyError;
 
 use readyprism::cli::status;
 use readyprism::config::{Config, Node, NodeZone, Source, ZoneSource};
+use readyprism::health::budget::Budget;
 use readyprism::signals::Signals;
 
 #[derive(Parser)]
@@ -75,6 +76,10 @@ enum Command {
         /// node they exist on (e.g. in CI, before rolling it out).
         #[arg(long)]
         skip_node_files: bool,
+        /// The node grace period (kube-controller-manager `--node-monitor-grace-period`: 40s,
+        /// 50s from Kubernetes 1.32) that the NotReady budget is compared with.
+        #[arg(long, value_parser = node_grace, default_value_t = readyprism::config::DurationValue(readyprism::health::budget::DEFAULT_NODE_GRACE))]
+        node_grace: readyprism::config::DurationValue,
     },
     /// Show a running balancer's backends (exit 0: one is ready, 1: none is, 2: unreachable).
     Status {
@@ -139,6 +144,7 @@ fn dispatch(command: Command) -> anyhow::Result<ExitCode> {
         Command::Check {
             args,
             skip_node_files,
+            node_grace,
         } => {
             let source = args.source();
             let node = if skip_node_files {
@@ -150,7 +156,11 @@ fn dispatch(command: Command) -> anyhow::Result<ExitCode> {
             if !skip_node_files {
                 readyprism::app::check_files(&config).map_err(|e| placed(&source, &config, e))?;
             }
-            print!("{}", config.to_yaml());
+            let budget = Budget::of(&config.health, &config.routing);
+            print!("{}{}", config.to_yaml(), budget.render(node_grace.0));
+            if budget.over_half_of(node_grace.0) {
+                eprintln!("readyprism check: WARN: {}", budget.warning(node_grace.0));
+            }
             if !skip_node_files {
                 // A YAML comment, so the output stays a config.
                 match config.routing.node_zone() {
@@ -223,6 +233,15 @@ fn dispatch(command: Command) -> anyhow::Result<ExitCode> {
             Ok(ExitCode::SUCCESS)
         }
     }
+}
+
+/// `--node-grace`: a duration as in the config, more than zero.
+fn node_grace(text: &str) -> Result<readyprism::config::DurationValue, String> {
+    let d = readyprism::config::DurationValue::parse(text)?;
+    if d.0.is_zero() {
+        return Err("the node grace period must be more than 0s".into());
+    }
+    Ok(d)
 }
 
 /// A start-up error, prefixed with the config file, line and field it is about.

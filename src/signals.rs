@@ -12,11 +12,10 @@ use tokio::signal::unix::{signal, Signal, SignalKind};
 use tokio::time::Instant;
 
 use crate::app::App;
-use crate::config::file::{Digest, ReadError, Stamp};
-use crate::config::watch::{
-    self, Action, Attempt, ConfigWatch, Look, Rejection, Step, RETRY_INTERVAL, WATCH_INTERVAL,
-};
+use crate::config::file::ReadError;
+use crate::config::watch::{self, Action, Attempt, ConfigWatch, Look, Rejection, Step};
 use crate::config::{Config, Source};
+use crate::watched_file::{Digest, Stamp, CHECK_INTERVAL, LOAD_RETRY_INTERVAL};
 
 /// SIGTERM and SIGINT, installed together: the signals that end a run.
 #[derive(Debug)]
@@ -64,7 +63,7 @@ impl Signals {
     /// `running` is the digest of the bytes the running config was parsed from.
     pub async fn run(mut self, mut app: App, source: Source, running: Digest) {
         let mut watch = ConfigWatch::new(running);
-        let mut tick = tokio::time::interval(WATCH_INTERVAL);
+        let mut tick = tokio::time::interval(CHECK_INTERVAL);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let ended = loop {
             let trigger = tokio::select! {
@@ -207,7 +206,7 @@ async fn on_step(app: &mut App, source: &Source, watch: &mut ConfigWatch, step: 
                 metrics.reload(false);
                 tracing::error!(
                     error = %e,
-                    retry_every = ?RETRY_INTERVAL,
+                    retry_every = ?LOAD_RETRY_INTERVAL,
                     "config reload rejected; the running config stays"
                 );
             }

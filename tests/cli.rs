@@ -275,3 +275,75 @@ impl Drop for KillOnDrop {
         let _ = self.0.wait();
     }
 }
+
+/// A config with the given `health:` lines, validated away from the node.
+fn check_budget(health: &str, extra: &[&str]) -> (String, String) {
+    let lab = Lab::new();
+    let file = lab.write(
+        "c.yaml",
+        &format!("backends:\n  - address: 10.0.1.10:6443\n{health}tls:\n  ca: /etc/kubernetes/pki/ca.crt\n"),
+    );
+    let mut args = vec!["check", "--config", &file, "--skip-node-files"];
+    args.extend_from_slice(extra);
+    let o = readyprism(&args);
+    assert!(
+        o.status.success(),
+        "a budget never fails check: {}",
+        stderr(&o)
+    );
+    (String::from_utf8_lossy(&o.stdout).into_owned(), stderr(&o))
+}
+
+#[test]
+fn check_prints_the_not_ready_budget_of_the_defaults_within_the_node_grace_period() {
+    let (out, err) = check_budget("", &[]);
+    for want in [
+        "# NotReady budget (worst case from a backend going bad, on the probe path):",
+        "5.5s  interval 5s + 10 % jitter",
+        "6s  up to timeout 3s each, started max(timeout 3s, fast_interval 1s) apart",
+        "11.5s  new connections avoid it from here",
+        "12s  + spread 0.5s",
+        "12.5s  + connect_timeout 1s",
+        "worst case           12.5s",
+        "node grace period 40s (--node-grace): the worst case is 31 % of it",
+    ] {
+        assert!(out.contains(want), "missing {want:?} in:\n{out}");
+    }
+    assert!(!err.contains("WARN"), "{err}");
+    // Still a YAML document: the budget is comments.
+    let budget = out.find("# NotReady").expect("printed");
+    assert!(out[budget..].lines().all(|l| l.starts_with('#')), "{out}");
+}
+
+#[test]
+fn check_warns_when_a_slow_config_takes_over_half_the_node_grace_period() {
+    let slow = "health:\n  interval: 30s\n  timeout: 10s\n  fall: 3\n";
+    let (out, err) = check_budget(slow, &[]);
+    for want in [
+        "33s  interval 30s + 10 % jitter",
+        "3 failing probes       30s",
+        "63s  new connections avoid it",
+        "worst case             64s",
+        "node grace period 40s (--node-grace): the worst case is 160 % of it",
+    ] {
+        assert!(out.contains(want), "missing {want:?} in:\n{out}");
+    }
+    assert!(
+        err.contains("readyprism check: WARN: the NotReady budget's worst case 64s is over half the node grace period 40s"),
+        "{err}"
+    );
+
+    // Kubernetes 1.32's 50 s: the share follows; 64 s is still over half of it.
+    let (out, err) = check_budget(slow, &["--node-grace", "50s"]);
+    assert!(
+        out.contains("node grace period 50s (--node-grace): the worst case is 128 % of it"),
+        "{out}"
+    );
+    assert!(err.contains("over half the node grace period 50s"), "{err}");
+    // Over half of 2 minutes still warns; exactly half of 128 s does not.
+    let (out, err) = check_budget(slow, &["--node-grace", "2m"]);
+    assert!(out.contains("the worst case is 53 % of it"), "{out}");
+    assert!(err.contains("WARN"), "{err}");
+    let (_, err) = check_budget(slow, &["--node-grace", "128s"]);
+    assert!(!err.contains("WARN"), "{err}");
+}

@@ -140,7 +140,13 @@ async fn every_metric_is_exported_and_moves() {
         ),
         1.0
     );
-    for reason in ["left_none_ready", "refusing", "silent", "removed"] {
+    for reason in [
+        "left_none_ready",
+        "refusing",
+        "silent",
+        "removed",
+        "failback",
+    ] {
         let labels = format!("{aa_l},reason=\"{reason}\"");
         assert_eq!(
             m(&t, "readyprism_unready_closes_total", &labels),

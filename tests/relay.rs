@@ -49,7 +49,8 @@ async fn connections_to_a_backend_are_closed_within_a_second_of_it_turning_unrea
         5
     );
 
-    // Failback does not move connections: local comes back, the remote connection stays.
+    // Within failback_after (60 s by default) a connection does not move: local comes back, the
+    // remote connection stays.
     local.control.set_ready(true);
     wait_states(&app, &[Ready, Ready]).await;
     assert_eq!(landed(proxy).await, "local");
@@ -98,6 +99,57 @@ async fn while_nothing_is_ready_connections_stay_and_move_once_a_backend_is_read
         unready_closes(&app, &addr(&local), Some("left_none_ready")),
         1,
         "closed because a backend is ready again"
+    );
+    app.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn failback_brings_a_connection_home_once_the_local_backend_stays_ready_and_never_while_it_flaps(
+) {
+    let lab = Lab::new();
+    // 5 s: well above a flap's ready spell here (turning unready takes a probe interval, 1 s,
+    // plus a fast re-probe), well below the test's patience.
+    let (local, remote, app) = lab.local_and_remote("failback_after: 5s\n").await;
+    local.control.set_ready(false);
+    wait_states(&app, &[Unready, Ready]).await;
+    let (mut away, name) = raw(app.listen_addrs()[0]).await.expect("relayed");
+    assert_eq!(name, "remote");
+    let failbacks = || unready_closes(&app, &addr(&remote), Some("failback"));
+
+    // Flapping: each ready spell is shorter than failback_after, so the connection stays.
+    for _ in 0..2 {
+        local.control.set_ready(true);
+        wait_states(&app, &[Ready, Ready]).await;
+        local.control.set_ready(false);
+        wait_states(&app, &[Unready, Ready]).await;
+    }
+    away.get_mut().write_all(b"ping").await.expect("write");
+    let mut buf = [0u8; 4];
+    tokio::io::AsyncReadExt::read_exact(&mut away, &mut buf)
+        .await
+        .expect("still relayed after the flaps");
+    assert_eq!(failbacks(), 0, "never while the local backend flaps");
+
+    // The local backend comes back for good: within failback_after + the 10 s spread, the
+    // connection is closed so its client re-dials home.
+    local.control.set_ready(true);
+    wait_states(&app, &[Ready, Ready]).await;
+    let closed = tokio::time::timeout(
+        Duration::from_secs(5 + 10) + patience(),
+        tokio::io::AsyncReadExt::read_to_end(&mut away, &mut Vec::new()),
+    )
+    .await;
+    assert!(closed.is_ok(), "the away connection was closed");
+    assert_eq!(failbacks(), 1, "counted as a failback close");
+    assert_eq!(
+        landed(app.listen_addrs()[0]).await,
+        "local",
+        "the client re-dials home"
+    );
+    assert_eq!(
+        unready_closes(&app, &addr(&local), None),
+        0,
+        "the local backend's connections stay"
     );
     app.shutdown().await;
 }

@@ -21,6 +21,7 @@ use rustls_pki_types::ServerName;
 
 use crate::backend::{BackendSpec, Routing};
 pub use crate::backend::{NodeZone, ZoneSource};
+use crate::watched_file::Digest;
 pub use place::ListenField;
 pub use raw::DurationValue;
 use raw::{CidrValue, Networks, RawBackend, RawConfig, RawHealth, RawTls, ZoneName};
@@ -200,6 +201,9 @@ impl Config {
             connect_timeout: d(self.routing.connect_timeout),
             when_none_ready: Some(self.routing.when_none_ready),
             shutdown_grace: d(self.shutdown_grace),
+            failback_after: Some(DurationValue(
+                self.routing.failback_after.unwrap_or_default(),
+            )),
             allow_remote_admin: self.allow_remote_admin.then_some(true),
         };
         yaml_serde::to_string(&raw).unwrap_or_else(|e| format!("# cannot print config: {e}\n"))
@@ -223,7 +227,7 @@ pub struct Loaded {
     /// The validated config.
     pub config: Config,
     /// Digest of the bytes `config` came from.
-    pub digest: file::Digest,
+    pub digest: Digest,
 }
 
 /// Whether the node's zone may come from this machine's interface addresses.

@@ -29,6 +29,7 @@ pub struct RawConfig {
     pub connect_timeout: Option<DurationValue>,
     pub when_none_ready: Option<WhenNoneReady>,
     pub shutdown_grace: Option<DurationValue>,
+    pub failback_after: Option<DurationValue>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub allow_remote_admin: Option<bool>,
 }

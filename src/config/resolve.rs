@@ -27,6 +27,8 @@ const TIMEOUT: (Duration, Duration) = (Duration::from_secs(3), Duration::from_se
 const FAST_INTERVAL: (Duration, Duration) = (Duration::from_secs(1), Duration::from_secs(600));
 /// `connect_timeout`: 1 s, at most 1 minute (a client waits this long per unreachable backend).
 const CONNECT_TIMEOUT: (Duration, Duration) = (Duration::from_secs(1), Duration::from_secs(60));
+/// `failback_after`: 60 s, at most 1 hour; 0 s turns failback off.
+const FAILBACK_AFTER: (Duration, Duration) = (Duration::from_secs(60), Duration::from_secs(3600));
 /// `shutdown_grace`: 5 s, at most 10 minutes (a drain longer than that is a liability).
 const SHUTDOWN_GRACE: (Duration, Duration) = (Duration::from_secs(5), Duration::from_secs(600));
 
@@ -128,9 +130,12 @@ impl Resolver<'_> {
             self.positive("connect_timeout", raw.connect_timeout, CONNECT_TIMEOUT)?;
         let shutdown_grace =
             self.duration("shutdown_grace", raw.shutdown_grace, SHUTDOWN_GRACE, true)?;
+        let failback_after =
+            self.duration("failback_after", raw.failback_after, FAILBACK_AFTER, true)?;
         let mut routing = Routing {
             when_none_ready: raw.when_none_ready.unwrap_or(WhenNoneReady::FailOpen),
             connect_timeout,
+            failback_after: (!failback_after.is_zero()).then_some(failback_after),
             ..Routing::default()
         };
         routing.set_zone(zone);

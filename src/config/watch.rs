@@ -8,22 +8,17 @@
 //!
 //! The guarantees: the baseline is the digest of the bytes the running config was parsed from;
 //! the seen stamp only advances after a successful read, so a failed read is retried next tick;
-//! a rejected config is retried every [`RETRY_INTERVAL`] while the file still holds it.
+//! a rejected config is retried every [`LOAD_RETRY_INTERVAL`] while the file still holds it (it
+//! may name a CA file that lands a moment later). The file is looked at every
+//! [`CHECK_INTERVAL`](crate::watched_file::CHECK_INTERVAL) by `signals`.
 
-use std::time::{Duration, SystemTime};
+use std::time::SystemTime;
 
 use tokio::time::Instant;
 
-use super::file::{self, Digest, ReadError, Stamp};
+use super::file::{self, ReadError};
 use super::{Config, ConfigError, Source};
-
-/// How often the file is checked. A config change reaches routing within this plus one probe.
-pub const WATCH_INTERVAL: Duration = Duration::from_secs(1);
-
-/// How often a rejected config that the file still holds is tried again (as certificates are):
-/// it may name a CA file that lands a moment later. Bounded, so a config that stays broken costs
-/// one read and parse every 5 s.
-pub const RETRY_INTERVAL: Duration = Duration::from_secs(5);
+use crate::watched_file::{Digest, Stamp, LOAD_RETRY_INTERVAL};
 
 /// What one look at the file found.
 // One per tick, moved once and never stored: boxing the config would buy nothing.
@@ -49,7 +44,7 @@ pub enum Look {
 /// or `force` is set. Blocks: call it in `spawn_blocking`.
 pub fn look(source: &Source, seen: Option<Stamp>, force: bool) -> Look {
     if !force {
-        match Stamp::now(&source.path) {
+        match file::stamp(&source.path) {
             Ok(now) if Some(now) == seen => return Look::Unchanged,
             Ok(_) => {}
             Err(e) => return Look::Unusable(e),
@@ -76,7 +71,7 @@ pub fn look(source: &Source, seen: Option<Stamp>, force: bool) -> Look {
 pub enum Attempt {
     /// New content.
     First,
-    /// Content rejected before, tried again after [`RETRY_INTERVAL`].
+    /// Content rejected before, tried again after [`LOAD_RETRY_INTERVAL`].
     Retry,
 }
 
@@ -155,7 +150,7 @@ impl ConfigWatch {
     /// the stamp is unchanged).
     pub fn retry_due(&self, now: Instant) -> bool {
         self.rejected
-            .is_some_and(|(_, at)| now.duration_since(at) >= RETRY_INTERVAL)
+            .is_some_and(|(_, at)| now.duration_since(at) >= LOAD_RETRY_INTERVAL)
     }
 
     /// Decides what a look means.
@@ -191,7 +186,7 @@ impl ConfigWatch {
                 }
                 let attempt = match self.rejected {
                     Some((d, at)) if d == digest => {
-                        if now.duration_since(at) < RETRY_INTERVAL {
+                        if now.duration_since(at) < LOAD_RETRY_INTERVAL {
                             return stay(recovered);
                         }
                         Attempt::Retry
@@ -216,7 +211,7 @@ impl ConfigWatch {
         self.rejected = None;
     }
 
-    /// The content with `digest` was rejected at `now`; retried after [`RETRY_INTERVAL`] while
+    /// The content with `digest` was rejected at `now`; retried after [`LOAD_RETRY_INTERVAL`] while
     /// the file still holds it.
     pub fn rejected(&mut self, digest: Digest, now: Instant) -> Rejection {
         let news = match self.rejected {

@@ -5,6 +5,7 @@
 //! `verdict` the values they produce;
 //! this file owns the schedule.
 
+pub mod budget;
 pub(crate) mod probe;
 mod reason;
 pub(crate) mod rise_fall;
@@ -203,7 +204,11 @@ fn log_change(spec: &BackendSpec, from: State, to: State, health: &Health) {
     }
 }
 
-/// ±10 % jitter so that every node's probes do not hit the apiservers in lockstep.
+/// The steady-state interval varies by up to this many percent either way, so that every node's
+/// probes do not hit the apiservers in lockstep.
+pub const JITTER_PERCENT: u32 = 10;
+
+/// ±[`JITTER_PERCENT`] jitter.
 struct Jitter(u64);
 
 impl Jitter {
@@ -212,14 +217,15 @@ impl Jitter {
         Jitter(std::collections::hash_map::RandomState::new().hash_one(name) | 1)
     }
 
-    /// `base` scaled by a uniform factor in [0.9, 1.1).
+    /// `base` scaled by a uniform factor in [1 − j, 1 + j), j = [`JITTER_PERCENT`] %.
     fn around(&mut self, base: Duration) -> Duration {
         // xorshift64: statistical quality is irrelevant here, only spread.
         self.0 ^= self.0 << 13;
         self.0 ^= self.0 >> 7;
         self.0 ^= self.0 << 17;
         let unit = (self.0 >> 11) as f64 / (1u64 << 53) as f64;
-        base.mul_f64(0.9 + 0.2 * unit)
+        let j = f64::from(JITTER_PERCENT) / 100.0;
+        base.mul_f64(1.0 - j + 2.0 * j * unit)
     }
 }
 

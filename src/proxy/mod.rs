@@ -27,10 +27,6 @@ use crate::relay::Moved;
 use crate::table::Table;
 use record::{End, Record};
 
-/// Connections of an unready backend are closed spread over this window, so thousands of watch
-/// clients do not re-dial the next apiserver in the same millisecond; well inside the 1 s promise.
-pub const EVICT_SPREAD: Duration = Duration::from_millis(500);
-
 /// TCP keepalive idle time on both legs: finds dead peers behind NAT within about a minute.
 const KEEPALIVE_IDLE: Duration = Duration::from_secs(30);
 
@@ -216,7 +212,7 @@ impl Proxy {
         let _active = live.count_active();
         let evicted = async {
             let why = evict.wait().await;
-            tokio::time::sleep(spread(seq)).await;
+            tokio::time::sleep(spread(seq, why.spread())).await;
             why
         };
         let relay = crate::relay::relay(client, &backend, moved, &live.counters.bytes);
@@ -276,10 +272,10 @@ fn tune(stream: &TcpStream) {
     }
 }
 
-/// A per-connection delay in [0, EVICT_SPREAD), spread by the connection's sequence number.
-fn spread(seq: usize) -> Duration {
+/// A per-connection delay in [0, window), spread by the connection's sequence number.
+fn spread(seq: usize, window: Duration) -> Duration {
     let frac = (seq as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 44; // 20 bits
-    EVICT_SPREAD.mul_f64(frac as f64 / (1u64 << 20) as f64)
+    window.mul_f64(frac as f64 / (1u64 << 20) as f64)
 }
 
 #[cfg(test)]

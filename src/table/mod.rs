@@ -2,9 +2,12 @@
 //!
 //! Health results and config changes arrive as [`TableCmd`]s; the writer folds them into a new
 //! snapshot, decides what the change means ([`transitions`], pure), and applies it: stamp, publish,
-//! then bump the evicted backends (see [`crate::backend::Eviction`]). Does not own probing
-//! (`health/`) or connection handling (`proxy`).
+//! then bump the evicted backends (see [`crate::backend::Eviction`]). It also brings connections
+//! home: when a same-zone backend has been ready for `failback_after` ([`failback`], pure), the
+//! connections relayed to other zones are evicted the same way. Does not own probing (`health/`)
+//! or connection handling (`proxy`).
 
+pub mod failback;
 pub mod transitions;
 
 use std::sync::Arc;
@@ -14,9 +17,12 @@ use tokio::sync::{mpsc, oneshot, watch};
 use tokio_util::sync::CancellationToken;
 
 use crate::backend::{Backend, BackendId, BackendLive, BackendSpec, Routing, Snapshot};
+use crate::eviction::CloseReason;
 use crate::health::verdict::Health;
 use crate::metrics::Metrics;
 use crate::pick::WhenNoneReady;
+use failback::Failback;
+use tokio::time::Instant;
 use transitions::{Alarm, Change, Scene};
 
 /// The published snapshot and its generation counter.
@@ -82,9 +88,18 @@ pub async fn run_writer(
 ) {
     // Whether "no backend is ready" has been announced and not yet taken back.
     let mut announced = false;
+    let mut failback = Failback::default();
     loop {
+        let due = failback.next_due(table.load().routing.failback_after);
         let cmd = tokio::select! {
             _ = cancel.cancelled() => return,
+            _ = sleep_until_some(due) => {
+                let after = table.load().routing.failback_after;
+                if failback.take_due(after, Instant::now()) {
+                    fail_back(&table);
+                }
+                continue;
+            }
             cmd = rx.recv() => match cmd { Some(c) => c, None => return },
         };
         let old = table.load();
@@ -115,6 +130,39 @@ pub async fn run_writer(
                 let _ = done.send(()); // the reloader may have given up waiting; nothing to undo
             }
         }
+        failback.observe(&table.load(), Instant::now());
+    }
+}
+
+/// Completes at `due`; never when `None`.
+async fn sleep_until_some(due: Option<Instant>) {
+    match due {
+        Some(at) => tokio::time::sleep_until(at).await,
+        None => std::future::pending().await,
+    }
+}
+
+/// Closes the connections relayed outside this node's zone (a same-zone backend has been ready
+/// for `failback_after`): stamp, publish, then bump, as for any eviction, with reason failback.
+fn fail_back(table: &Table) {
+    let old = table.load();
+    let away = failback::away(&old);
+    if away.is_empty() {
+        return;
+    }
+    let mut next = (*old).clone();
+    next.generation = old.generation + 1;
+    let mut bumps = Vec::with_capacity(away.len());
+    for &i in &away {
+        let b = &mut next.backends[i];
+        b.evict_epoch = b.live.eviction.next();
+        let active = b.live.active.load(std::sync::atomic::Ordering::Relaxed);
+        tracing::info!(backend = %b.spec.id, reason = CloseReason::Failback.as_str(), active, "closing the backend's connections");
+        bumps.push((b.live.clone(), b.evict_epoch));
+    }
+    table.publish(next);
+    for (live, epoch) in bumps {
+        live.eviction.bump_to(epoch, CloseReason::Failback);
     }
 }
 

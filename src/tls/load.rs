@@ -28,17 +28,17 @@ impl TlsSource {
                 cause,
             })?;
         let ca = files::read(&files.ca)?;
-        let builder = builder.with_root_certificates(roots(&files.ca, &ca)?);
-        let mut content = [Some(files::hash(&ca)), None, None];
+        let builder = builder.with_root_certificates(roots(&files.ca, &ca.bytes)?);
+        let mut content = [Some(ca.digest), None, None];
         let (client, client_cert) = match (&files.client_cert, &files.client_key) {
             (Some(cert_path), Some(key_path)) if cert_path.exists() => {
                 let cert_pem = files::read(cert_path)?;
-                let chain = certs(cert_path, &cert_pem)?;
+                let chain = certs(cert_path, &cert_pem.bytes)?;
                 let not_after = chain.first().and_then(|c| expiry::not_after(c));
                 let key_pem = files::read(key_path)?;
-                let key = key(key_path, &key_pem)?;
-                content[1] = Some(files::hash(&cert_pem));
-                content[2] = Some(files::hash(&key_pem));
+                let key = key(key_path, &key_pem.bytes)?;
+                content[1] = Some(cert_pem.digest);
+                content[2] = Some(key_pem.digest);
                 let config = builder.with_client_auth_cert(chain, key).map_err(|cause| {
                     TlsError::Rustls {
                         path: key_path.clone(),

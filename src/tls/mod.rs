@@ -19,6 +19,7 @@ use rustls::ClientConfig;
 
 use crate::config::TlsFiles;
 use crate::metrics::Metrics;
+use crate::watched_file::Digest;
 use files::Stamps;
 
 /// A certificate file could not be used. Each variant names the file.
@@ -40,7 +41,7 @@ pub enum TlsError {
         /// What it is instead (`a FIFO`).
         what: &'static str,
     },
-    /// The file is larger than 1 MiB (`files::MAX_FILE_BYTES`).
+    /// The file is larger than 1 MiB (`watched_file::MAX_BYTES`).
     #[error("{path}: larger than 1 MiB")]
     TooLarge {
         /// The file.
@@ -135,7 +136,7 @@ pub struct TlsState {
     stamps: Stamps,
     /// Hashes of the CA, certificate and key content (`None`: absent): same paths and hashes
     /// mean the same material, so probe connections are kept.
-    content: [Option<u64>; 3],
+    content: [Option<Digest>; 3],
 }
 
 /// What [`TlsSource::apply`] did with freshly loaded material.
@@ -274,8 +275,9 @@ mod tests {
         }
     }
 
-    /// Material as if loaded from `files`, presenting `cert`, with content hashes `content`.
-    fn state(files: TlsFiles, cert: ClientCert, content: [Option<u64>; 3]) -> TlsState {
+    /// Material as if loaded from `files`, presenting `cert`, with content `content` (one byte
+    /// standing for each file's content).
+    fn state(files: TlsFiles, cert: ClientCert, content: [Option<u8>; 3]) -> TlsState {
         let provider = Arc::new(rustls::crypto::ring::default_provider());
         let client = ClientConfig::builder_with_provider(provider)
             .with_safe_default_protocol_versions()
@@ -288,7 +290,7 @@ mod tests {
             client_cert: cert,
             files,
             stamps: Stamps::none(),
-            content,
+            content: content.map(|c| c.map(|b| Digest::of(&[b]))),
         }
     }
 

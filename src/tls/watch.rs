@@ -1,5 +1,6 @@
-//! The certificate watcher: stats the files every [`WATCH_INTERVAL`], loads them again when their
-//! stamps move (and while loads fail, every [`RETRY_INTERVAL`]), and offers what it loaded to
+//! The certificate watcher: stats the files every [`CHECK_INTERVAL`], loads them again when their
+//! stamps move or are too fresh to trust (and while loads fail, every [`LOAD_RETRY_INTERVAL`]),
+//! and offers what it loaded to
 //! [`TlsSource::apply`]. Every stat and read runs on the blocking pool, never on the runtime
 //! thread that relays and probes: a file on a hung mount or a FIFO must not stop them.
 //!
@@ -7,7 +8,7 @@
 //! (`files`).
 
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::SystemTime;
 
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
@@ -15,15 +16,7 @@ use tokio_util::sync::CancellationToken;
 use super::files::Stamps;
 use super::{publish_expiry, Applied, TlsError, TlsSource, TlsState};
 use crate::metrics::Metrics;
-
-/// A load that failed (unreadable, garbage, a key that does not match, a vanished certificate)
-/// is retried this often, whether or not the files changed: a `chmod` or a fixed mount changes no
-/// content.
-pub const RETRY_INTERVAL: Duration = Duration::from_secs(5);
-
-/// How often certificate files are checked for changes. Kubelet rotates well before expiry, so a
-/// second of delay costs nothing; stat() of three files per second costs nothing either.
-pub const WATCH_INTERVAL: Duration = Duration::from_secs(1);
+use crate::watched_file::{CHECK_INTERVAL, LOAD_RETRY_INTERVAL};
 
 /// Why a load by the watcher left the material in use as it was.
 #[derive(Debug, thiserror::Error)]
@@ -35,23 +28,23 @@ enum Refused {
 }
 
 impl TlsSource {
-    /// Re-reads the files whenever their stamps change, until cancelled. A load that fails keeps
+    /// Re-reads the files whenever their stamps change (or are too fresh to trust), until cancelled. A load that fails keeps
     /// the previous material in use (one WARN per spell) and is retried every
-    /// [`RETRY_INTERVAL`]; so is a client certificate file that disappeared after one was loaded.
+    /// [`LOAD_RETRY_INTERVAL`]; so is a client certificate file that disappeared after one was loaded.
     pub async fn watch(self: Arc<Self>, metrics: Arc<Metrics>, cancel: CancellationToken) {
         let mut retry = Retry::default();
-        let mut seen = self.current().stamps.clone();
+        let mut seen = seen_after(self.current().stamps.clone(), SystemTime::now());
         loop {
             tokio::select! {
                 _ = cancel.cancelled() => return,
-                _ = tokio::time::sleep(WATCH_INTERVAL) => {}
+                _ = tokio::time::sleep(CHECK_INTERVAL) => {}
             }
             let base = self.current();
             let files = base.files.clone();
             let Some(now) = blocking(&cancel, move || Stamps::of(&files)).await else {
                 return;
             };
-            if !retry.due(now != seen, &now, Instant::now()) {
+            if !retry.due(seen.as_ref() != Some(&now), &now, Instant::now()) {
                 continue;
             }
             let files = base.files.clone();
@@ -64,7 +57,7 @@ impl TlsSource {
             match outcome {
                 Ok(stamps) => {
                     retry = Retry::default();
-                    seen = stamps;
+                    seen = seen_after(stamps, SystemTime::now());
                 }
                 Err(e) => {
                     if retry.failed_since.is_none() {
@@ -125,8 +118,15 @@ async fn blocking<T: Send + 'static>(
     }
 }
 
+/// The stamps the next tick compares with after a load at `stamps`: none (load again) while any
+/// is too fresh to trust, so a same-size rewrite in the same second as the load is not missed.
+/// Such a load finds the same content and changes nothing.
+fn seen_after(stamps: Stamps, now: SystemTime) -> Option<Stamps> {
+    stamps.trusted(now).then_some(stamps)
+}
+
 /// When the watcher loads the files again: on a change, and while loads fail, every
-/// [`RETRY_INTERVAL`] even without one.
+/// [`LOAD_RETRY_INTERVAL`] even without one.
 #[derive(Debug, Default)]
 struct Retry {
     /// The files as they were at the last failed load, and when that was.
@@ -137,7 +137,7 @@ impl Retry {
     fn due(&self, changed: bool, now: &Stamps, at: Instant) -> bool {
         match &self.failed_since {
             None => changed,
-            Some((seen, when)) => seen != now || at.duration_since(*when) >= RETRY_INTERVAL,
+            Some((seen, when)) => seen != now || at.duration_since(*when) >= LOAD_RETRY_INTERVAL,
         }
     }
 
@@ -150,19 +150,41 @@ impl Retry {
 mod tests {
     use super::*;
     use crate::config::TlsFiles;
+    use std::time::Duration;
+
+    /// Files naming only a CA, `dir/ca.crt`, not written yet.
+    fn ca_only(dir: &tempfile::TempDir) -> TlsFiles {
+        TlsFiles {
+            ca: dir.path().join("ca.crt"),
+            client_cert: None,
+            client_key: None,
+        }
+    }
+
+    #[test]
+    fn files_loaded_within_two_seconds_of_a_write_are_loaded_again_next_tick() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let files = ca_only(&dir);
+        std::fs::write(&files.ca, "x").expect("write");
+        let stamps = Stamps::of(&files);
+        let now = SystemTime::now();
+        assert_eq!(seen_after(stamps.clone(), now), None, "just written");
+        let later = now + Duration::from_secs(3);
+        assert_eq!(seen_after(stamps.clone(), later), Some(stamps));
+        assert_eq!(
+            seen_after(Stamps::none(), now),
+            Some(Stamps::none()),
+            "no files, nothing racy"
+        );
+    }
 
     #[test]
     fn a_failed_load_is_retried_on_a_change_or_every_retry_interval() {
         let t0 = Instant::now();
         let dir = tempfile::tempdir().expect("tempdir");
-        let ca = dir.path().join("ca.crt");
-        let files = TlsFiles {
-            ca: ca.clone(),
-            client_cert: None,
-            client_key: None,
-        };
+        let files = ca_only(&dir);
         let before = Stamps::of(&files);
-        std::fs::write(&ca, "x").expect("write");
+        std::fs::write(&files.ca, "x").expect("write");
         let other = Stamps::of(&files);
         let mut r = Retry::default();
         assert!(
@@ -173,7 +195,7 @@ mod tests {
         r.failed(before.clone(), t0);
         assert!(!r.due(false, &before, t0 + Duration::from_secs(1)));
         assert!(
-            r.due(false, &before, t0 + RETRY_INTERVAL),
+            r.due(false, &before, t0 + LOAD_RETRY_INTERVAL),
             "retried though nothing changed"
         );
         assert!(

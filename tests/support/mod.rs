@@ -404,6 +404,7 @@ pub fn unready_closes(app: &App, address: &str, reason: Option<&str>) -> u64 {
         "refusing",
         "silent",
         "removed",
+        "failback",
     ];
     reasons
         .iter()

@@ -1,6 +1,7 @@
 //! Unit tests for the config watch: the decision over looks, and looks at real files.
 
 use super::*;
+use std::time::Duration;
 
 const A: &str = "backends:\n  - address: 10.0.1.10:6443\ntls:\n  ca: /ca.crt\n";
 const B: &str = "backends:\n  - address: 10.0.1.11:6443\ntls:\n  ca: /ca.crt\n";
@@ -118,7 +119,7 @@ fn a_rejected_config_is_retried_every_five_seconds_while_the_file_holds_it() {
         matches!(w.decide(read(B), soon).action, Action::Stay),
         "not yet"
     );
-    let due = t0 + RETRY_INTERVAL;
+    let due = t0 + LOAD_RETRY_INTERVAL;
     assert!(w.retry_due(due));
     assert!(is_load(&w.decide(read(B), due), Attempt::Retry));
     assert_eq!(w.rejected(b, due), Rejection::Again, "counted once");
@@ -126,21 +127,21 @@ fn a_rejected_config_is_retried_every_five_seconds_while_the_file_holds_it() {
         !w.retry_due(due + Duration::from_secs(1)),
         "bounded: 5 s from the last try"
     );
-    assert!(w.retry_due(due + RETRY_INTERVAL));
+    assert!(w.retry_due(due + LOAD_RETRY_INTERVAL));
     // Another content is news; the first again is news again.
     let c = "backends:\n  - address: 10.0.1.12:6443\ntls:\n  ca: /ca.crt\n";
     assert!(is_load(&w.decide(read(c), due), Attempt::First));
     assert_eq!(w.rejected(Digest::of(c.as_bytes()), due), Rejection::New);
     // Back to the running content: nothing to retry any more.
     assert!(matches!(w.decide(read(A), due).action, Action::Stay));
-    assert!(!w.retry_due(due + RETRY_INTERVAL * 10));
+    assert!(!w.retry_due(due + LOAD_RETRY_INTERVAL * 10));
     // The retry succeeds: running from now on.
     assert!(is_load(&w.decide(read(B), due), Attempt::First));
     assert_eq!(w.rejected(b, due), Rejection::New);
-    let later = due + RETRY_INTERVAL;
+    let later = due + LOAD_RETRY_INTERVAL;
     assert!(is_load(&w.decide(read(B), later), Attempt::Retry));
     w.applied(b);
-    assert!(!w.retry_due(later + RETRY_INTERVAL));
+    assert!(!w.retry_due(later + LOAD_RETRY_INTERVAL));
     assert!(matches!(w.decide(read(B), later).action, Action::Stay));
 }
 

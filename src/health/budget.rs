@@ -1,0 +1,261 @@
+//! The NotReady budget `check` prints: for one config, the worst-case time from a backend going
+//! bad to new connections avoiding it and its connections being cut, beside the node grace
+//! period. Pure: durations in, terms out.
+//!
+//! Owns the arithmetic and its wording; does not own the schedule it describes
+//! (`health::Monitor::run`, `health::rise_fall`), the eviction spread (`eviction::EVICT_SPREAD`) or
+//! the dial (`dial::connect`). It follows the probe path only: failed client dials count as failed
+//! checks at once and can only make the real time shorter.
+
+use std::time::Duration;
+
+use crate::backend::Routing;
+use crate::config::HealthConfig;
+use crate::eviction::EVICT_SPREAD;
+
+use super::JITTER_PERCENT;
+
+/// The node grace period of `kube-controller-manager --node-monitor-grace-period` before
+/// Kubernetes 1.32 (50 s from 1.32): a node whose kubelet has not renewed its lease for this
+/// long is marked NotReady.
+pub const DEFAULT_NODE_GRACE: Duration = Duration::from_secs(40);
+
+/// The terms of the worst case, each a bound taken from the code path it names.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Budget {
+    /// The settings the terms come from (printed beside them).
+    pub health: HealthConfig,
+    /// From the backend going bad to the next probe starting. The probe just before it passed
+    /// and started at most this long before the next one starts: `started + delay`, the delay
+    /// being `interval` with jitter (at most +10 %); the later of that and the previous probe's
+    /// end, which `timeout < interval` keeps earlier.
+    pub next_probe: Duration,
+    /// From the first failing probe's start to the `fall`-th one's end: each probe is bounded
+    /// by `timeout` end to end, and while the change is pending the next one starts
+    /// `fast_interval` after the previous one started or when it ended, the later of the two.
+    /// So `timeout + (fall − 1) × max(timeout, fast_interval)`.
+    pub failing_probes: Duration,
+    /// Connections of a backend turned unready are closed spread over this window
+    /// ([`EVICT_SPREAD`]) after the new snapshot is stored.
+    pub spread: Duration,
+    /// A client dial to the backend begun just before it turned unready waits out this budget
+    /// (`connect_timeout`) before the next backend is dialed: an eviction does not interrupt it.
+    pub dial: Duration,
+}
+
+impl Budget {
+    /// The budget for `health` and `routing` as `Monitor::run` and the proxy apply them.
+    pub fn of(health: &HealthConfig, routing: &Routing) -> Budget {
+        let next_probe = health.interval + health.interval * JITTER_PERCENT / 100;
+        let apart = health.timeout.max(health.fast_interval);
+        let failing_probes = health.timeout + apart * health.fall.max(1).saturating_sub(1);
+        Budget {
+            health: health.clone(),
+            next_probe,
+            failing_probes,
+            spread: EVICT_SPREAD,
+            dial: routing.connect_timeout,
+        }
+    }
+
+    /// When the backend is marked unready: from then on new connections avoid it.
+    pub fn unready_after(&self) -> Duration {
+        self.next_probe + self.failing_probes
+    }
+
+    /// When the last of its connections has been cut.
+    pub fn cut_by(&self) -> Duration {
+        self.unready_after() + self.spread
+    }
+
+    /// When no client is left waiting on it: its connections cut, and a dial begun just before
+    /// it was marked unready given up. A cut client re-dials from the new snapshot, which puts
+    /// the backend after every ready one, so the two do not add up.
+    pub fn worst_case(&self) -> Duration {
+        self.unready_after() + self.spread.max(self.dial)
+    }
+
+    /// The worst case is over half of `grace`: one more failure on the way (a slow re-dial, a
+    /// second backend) and the node's lease may lapse.
+    pub fn over_half_of(&self, grace: Duration) -> bool {
+        self.worst_case() * 2 > grace
+    }
+
+    /// The budget as YAML comment lines (so `check`'s output stays valid YAML), with the share
+    /// of `grace` it takes.
+    pub fn render(&self, grace: Duration) -> String {
+        let h = &self.health;
+        let probes = match h.fall {
+            0 | 1 => (
+                "1 failing probe".to_string(),
+                format!("up to timeout {}", s(h.timeout)),
+            ),
+            n => (
+                format!("{n} failing probes"),
+                format!(
+                    "up to timeout {} each, started max(timeout {}, fast_interval {}) apart",
+                    s(h.timeout),
+                    s(h.timeout),
+                    s(h.fast_interval)
+                ),
+            ),
+        };
+        let rows = [
+            (
+                "next probe starts".to_string(),
+                self.next_probe,
+                format!("interval {} + {JITTER_PERCENT} % jitter", s(h.interval)),
+            ),
+            (probes.0, self.failing_probes, probes.1),
+            (
+                "marked unready".to_string(),
+                self.unready_after(),
+                "new connections avoid it from here".to_string(),
+            ),
+            (
+                "connections cut".to_string(),
+                self.cut_by(),
+                format!("+ spread {}", s(self.spread)),
+            ),
+            (
+                "dial under way".to_string(),
+                self.unready_after() + self.dial,
+                format!(
+                    "+ connect_timeout {}: a client dial to it begun just before is not cut short",
+                    s(self.dial)
+                ),
+            ),
+            (
+                "worst case".to_string(),
+                self.worst_case(),
+                "the later of the last two".to_string(),
+            ),
+        ];
+        let mut out = String::from(
+            "# NotReady budget (worst case from a backend going bad, on the probe path):\n",
+        );
+        for (what, at, why) in rows {
+            out.push_str(&format!("#   {what:<18} {:>7}  {why}\n", s(at)));
+        }
+        let share = self.worst_case().as_secs_f64() / grace.as_secs_f64() * 100.0;
+        out.push_str(&format!(
+            "#   node grace period {} (--node-grace): the worst case is {share:.0} % of it\n",
+            s(grace)
+        ));
+        out.push_str(
+            "#   Failed client dials count as failed checks at once and can only make it shorter.\n",
+        );
+        out
+    }
+
+    /// The warning `check` prints when [`Budget::over_half_of`] holds.
+    pub fn warning(&self, grace: Duration) -> String {
+        format!(
+            "the NotReady budget's worst case {} is over half the node grace period {}: a backend \
+             going bad may leave this node's kubelet without the API long enough to be marked \
+             NotReady; shorten health.interval, health.timeout or health.fall",
+            s(self.worst_case()),
+            s(grace)
+        )
+    }
+}
+
+/// Seconds to the millisecond, without trailing zeros: `5.5s`, `12s`, `0.275s`.
+fn s(d: Duration) -> String {
+    let text = format!("{:.3}", d.as_secs_f64());
+    let text = text.trim_end_matches('0').trim_end_matches('.');
+    format!("{text}s")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn health(interval: u64, timeout: u64, fast_interval: u64, fall: u32) -> HealthConfig {
+        let ms = Duration::from_millis;
+        HealthConfig {
+            path: "/readyz".into(),
+            interval: ms(interval),
+            timeout: ms(timeout),
+            fast_interval: ms(fast_interval),
+            rise: 2,
+            fall,
+        }
+    }
+
+    fn routing(connect_timeout: u64) -> Routing {
+        Routing {
+            connect_timeout: Duration::from_millis(connect_timeout),
+            ..Routing::default()
+        }
+    }
+
+    #[test]
+    fn worst_case_follows_the_probe_schedule_spread_and_dial_budget() {
+        let spread = EVICT_SPREAD.as_millis() as u64;
+        // (interval, timeout, fast_interval, fall, connect_timeout) in ms →
+        // (next probe, failing probes, worst case) in ms, and whether 40 s warns.
+        let cases = [
+            // The defaults: 5.5 + (3 + 1 × 3); the dial budget (1 s) outlasts the spread.
+            ((5000, 3000, 1000, 2, 1000), (5500, 6000, 12_500), false),
+            // Slow: 33 + (10 + 2 × 10) + 1 = 64 s, over 20 s.
+            (
+                (30_000, 10_000, 1000, 3, 1000),
+                (33_000, 30_000, 64_000),
+                true,
+            ),
+            // fast_interval > timeout: probes start fast_interval apart, the last lasts timeout.
+            ((10_000, 1000, 2000, 3, 1000), (11_000, 5000, 17_000), false),
+            // fall 1: one probe; a dial budget shorter than the spread leaves the spread.
+            (
+                (5000, 3000, 1000, 1, 100),
+                (5500, 3000, 8500 + spread),
+                false,
+            ),
+            // Inside 40 s but over half of it: 11 + (9 + 9) + 1 = 30 s.
+            (
+                (10_000, 9000, 1000, 2, 1000),
+                (11_000, 18_000, 30_000),
+                true,
+            ),
+        ];
+        for ((interval, timeout, fast, fall, dial), (next, failing, worst), warns) in cases {
+            let b = Budget::of(&health(interval, timeout, fast, fall), &routing(dial));
+            let ms = Duration::from_millis;
+            let case = (interval, timeout, fast, fall, dial);
+            assert_eq!(b.next_probe, ms(next), "{case:?}");
+            assert_eq!(b.failing_probes, ms(failing), "{case:?}");
+            assert_eq!(b.unready_after(), ms(next + failing), "{case:?}");
+            assert_eq!(b.cut_by(), ms(next + failing + spread), "{case:?}");
+            assert_eq!(b.worst_case(), ms(worst), "{case:?}");
+            assert_eq!(b.over_half_of(DEFAULT_NODE_GRACE), warns, "{case:?}");
+        }
+    }
+
+    #[test]
+    fn exactly_half_the_grace_period_does_not_warn() {
+        let b = Budget::of(&health(5000, 3000, 1000, 2), &routing(1000));
+        assert!(!b.over_half_of(b.worst_case() * 2));
+        assert!(b.over_half_of(b.worst_case() * 2 - Duration::from_millis(1)));
+    }
+
+    #[test]
+    fn render_names_every_term_and_the_share_of_the_grace_period() {
+        let b = Budget::of(&health(5000, 3000, 1000, 2), &routing(1000));
+        let text = b.render(Duration::from_secs(50));
+        for want in [
+            "next probe starts",
+            "5.5s  interval 5s + 10 % jitter",
+            "2 failing probes",
+            "6s  up to timeout 3s each, started max(timeout 3s, fast_interval 1s) apart",
+            "11.5s  new connections avoid it",
+            "12s  + spread 0.5s",
+            "12.5s  + connect_timeout 1s",
+            "node grace period 50s (--node-grace): the worst case is 25 % of it",
+        ] {
+            assert!(text.contains(want), "missing {want:?} in:\n{text}");
+        }
+        assert!(text.lines().all(|l| l.starts_with('#')), "{text}");
+        assert_eq!(s(Duration::from_millis(275)), "0.275s");
+    }
+}
