@@ -366,7 +366,7 @@ fn parse_error(
         } else {
             format!("{field}.{key}")
         };
-    } else if let Some(at) = element_at(src, &field, &message, line) {
+    } else if let Some(at) = locate::element(src, &field, &message, line) {
         // A bad list element: the parser points at the list, the message quotes the element.
         (line, column) = at;
     } else if let Some(key) = field.rsplit('.').next().filter(|k| is_key(k)) {
@@ -397,20 +397,6 @@ fn parse_error(
         column,
         message,
     }
-}
-
-/// Line and column of the list element `field` (`zones.dc-a[1]`) whose bad value `message`
-/// quotes first, looked for at or after `from_line` (where its list starts).
-fn element_at(src: &str, field: &str, message: &str, from_line: usize) -> Option<(usize, usize)> {
-    if !field.ends_with(']') {
-        return None;
-    }
-    let value = message.split('"').nth(1).filter(|v| !v.is_empty())?;
-    let line = (0..)
-        .map_while(|nth| locate::value_line(src, value, nth))
-        .find(|&l| l >= from_line)?;
-    let column = src.lines().nth(line - 1)?.find(value)? + 1;
-    Some((line, column))
 }
 
 /// A plain key (`timeout`), not a list element (`backends[1]`).
