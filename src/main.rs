@@ -8,7 +8,6 @@ use clap::parser::ValueSource;
 use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
 use readyprism::app::App;
 use readyprism::app::ApplyError;
-
 use readyprism::cli::status;
 use readyprism::config::{Config, Node, NodeZone, Source, ZoneSource};
 use readyprism::health::budget::Budget;
