@@ -184,7 +184,12 @@ impl App {
         }
         tls::warn_if_key_exposed(&config.tls);
         let listen: Vec<String> = app.listen_addrs().iter().map(ToString::to_string).collect();
-        tracing::info!(listen = %listen.join(","), admin = %admin_bound, backends = config.backends.len(), zone = config.routing.zone.as_deref().unwrap_or(""), "readyprism started");
+        let zone = config.routing.node_zone();
+        if zone.is_none() && !config.zones.is_empty() {
+            tracing::warn!("no zone matches this node's addresses; zone unknown");
+        }
+        let zone_source = zone.as_ref().map(|z| z.source.to_string());
+        tracing::info!(listen = %listen.join(","), admin = %admin_bound, backends = config.backends.len(), zone = zone.as_ref().map_or("", |z| z.name.as_str()), zone_source = zone_source.as_deref().unwrap_or(""), "readyprism started");
         Ok(app)
     }
 

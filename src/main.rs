@@ -4,11 +4,12 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use anyhow::Context;
-use clap::{Parser, Subcommand};
+use clap::parser::ValueSource;
+use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
 use readyprism::app::App;
 use readyprism::app::ApplyError;
 use readyprism::cli::status;
-use readyprism::config::{Config, Source};
+use readyprism::config::{Config, Node, NodeZone, Source, ZoneSource};
 use readyprism::health::budget::Budget;
 use readyprism::signals::Signals;
 
@@ -41,16 +42,22 @@ struct ConfigArgs {
     /// Config file (YAML).
     #[arg(long, short)]
     config: PathBuf,
-    /// This node's zone; overrides the config's `zone`.
+    /// This node's zone; overrides the config's `zone` and `zones`.
     #[arg(long, env = "READYPRISM_ZONE")]
     zone: Option<String>,
+    /// Where `zone` came from: filled in after parsing (clap knows, the derive does not say).
+    #[arg(skip = ZoneSource::Flag)]
+    zone_source: ZoneSource,
 }
 
 impl ConfigArgs {
     fn source(self) -> Source {
         Source {
             path: self.config,
-            zone: self.zone,
+            zone: self.zone.map(|name| NodeZone {
+                name,
+                source: self.zone_source,
+            }),
         }
     }
 }
@@ -102,7 +109,16 @@ enum Command {
 }
 
 fn main() -> ExitCode {
-    let cli = Cli::parse();
+    let matches = Cli::command().get_matches();
+    let mut cli = Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());
+    if let Command::Run(args) | Command::Check { args, .. } = &mut cli.command {
+        let from_env = matches
+            .subcommand()
+            .is_some_and(|(_, m)| m.value_source("zone") == Some(ValueSource::EnvVariable));
+        if from_env {
+            args.zone_source = ZoneSource::Env;
+        }
+    }
     if let Err(e) = init_tracing(cli.log_format, cli.log_level.as_deref()) {
         eprintln!("readyprism: {e:#}");
         return ExitCode::from(2);
@@ -130,7 +146,12 @@ fn dispatch(command: Command) -> anyhow::Result<ExitCode> {
             node_grace,
         } => {
             let source = args.source();
-            let config = source.load()?.config;
+            let node = if skip_node_files {
+                Node::Elsewhere
+            } else {
+                Node::Here
+            };
+            let config = source.load_for(node)?.config;
             if !skip_node_files {
                 readyprism::app::check_files(&config).map_err(|e| placed(&source, &config, e))?;
             }
@@ -138,6 +159,16 @@ fn dispatch(command: Command) -> anyhow::Result<ExitCode> {
             print!("{}{}", config.to_yaml(), budget.render(node_grace.0));
             if budget.over_half_of(node_grace.0) {
                 eprintln!("readyprism check: WARN: {}", budget.warning(node_grace.0));
+            }
+            if !skip_node_files {
+                // A YAML comment, so the output stays a config.
+                match config.routing.node_zone() {
+                    Some(z) => println!("# this node's zone: {} (from {})", z.name, z.source),
+                    None if config.zones.is_empty() => println!("# this node's zone: unknown"),
+                    None => println!(
+                        "# this node's zone: unknown (no zone matches this node's addresses)"
+                    ),
+                }
             }
             Ok(ExitCode::SUCCESS)
         }

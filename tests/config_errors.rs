@@ -39,6 +39,74 @@ fn each_kind_of_config_error_names_file_field_and_line() {
 }
 
 #[test]
+fn each_zones_error_names_file_line_and_field() {
+    let lab = Lab::new();
+    let ca = lab.path("ca.crt").display().to_string();
+    let base = format!("backends:\n  - address: 10.0.1.10:6443\ntls:\n  ca: {ca}\nzones:\n");
+    // (the zones: entries from line 6, where, the field, what is said)
+    let cases = [
+        (
+            "  dc-a: [\"10.0.1.0/33\"]\n",
+            "6:11",
+            "zones.dc-a[0]",
+            "is not a network in CIDR form",
+        ),
+        (
+            "  dc-a: [\"10.0.1.0/24\", \"fd00:2::\"]\n",
+            "6:26",
+            "zones.dc-a[1]",
+            "is not a network in CIDR form",
+        ),
+        (
+            "  dc-a:\n    - 10.0.1.0/24\n    - 10.0.2.5/24\n",
+            "8:7",
+            "zones.dc-a[1]",
+            "has host bits set: the network is 10.0.2.0/24",
+        ),
+        (
+            "  \"\": [\"10.0.1.0/24\"]\n",
+            "6:3",
+            "zones",
+            "a zone name must not be empty",
+        ),
+        (
+            "  dc-a: []\n",
+            "6:3",
+            "zones.dc-a",
+            "a zone needs at least one network",
+        ),
+        (
+            "  dc-a: 10.0.1.0/24\n",
+            "6:",
+            "zones.dc-a",
+            "expected a sequence",
+        ),
+        (
+            "  dc-a: [\"10.0.1.0/24\"]\n  dc-b: [\"10.0.2.0/24\", \"10.0.1.0/24\"]\n",
+            "7",
+            "zones.dc-b[1]",
+            "10.0.1.0/24 is also a network of zone dc-a",
+        ),
+    ];
+    for (zones, at, field, what) in cases {
+        let file = lab.write("zones.yaml", &format!("{base}{zones}"));
+        for cmd in ["check", "run"] {
+            let o = readyprism(&[cmd, "--config", &file]);
+            let err = stderr(&o);
+            assert!(!o.status.success(), "{cmd} accepted:\n{zones}");
+            let want = format!("{file}:{at}");
+            assert!(err.contains(&want), "{err:?} lacks {want}");
+            assert!(
+                err.contains(&format!(": {field}: ")),
+                "{err:?} lacks {field}"
+            );
+            assert!(err.contains(what), "{err:?} lacks {what}");
+            assert_eq!(err.trim().lines().count(), 1, "one line: {err:?}");
+        }
+    }
+}
+
+#[test]
 fn unreadable_files_and_busy_ports_are_one_clear_line_each() {
     let lab = Lab::new();
     let busy = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");

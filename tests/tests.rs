@@ -20,3 +20,4 @@ mod properties;
 mod records;
 mod relay;
 mod tls_files;
+mod zones;

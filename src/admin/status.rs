@@ -7,7 +7,7 @@ use std::sync::atomic::Ordering;
 
 use serde::{Deserialize, Serialize};
 
-use crate::backend::Snapshot;
+use crate::backend::{Snapshot, ZoneSource};
 use crate::health::verdict::State;
 use crate::pick::Pick;
 use crate::tls::ClientCert;
@@ -53,6 +53,10 @@ impl From<&ClientCert> for CertStatus {
 pub struct StatusDoc {
     /// This node's zone.
     pub zone: Option<String>,
+    /// Where the node's zone came from: `flag`, `env`, `config`, `address 10.0.1.5`; null when
+    /// the zone is unknown. Absent from older balancers' documents.
+    #[serde(default, with = "zone_source")]
+    pub zone_source: Option<ZoneSource>,
     /// At least one backend is ready and the balancer is not shutting down (admin `/readyz`).
     pub ready: bool,
     /// What new connections get.
@@ -120,6 +124,7 @@ impl StatusDoc {
             .collect();
         StatusDoc {
             zone: snap.routing.zone.clone(),
+            zone_source: snap.routing.zone.as_ref().and(snap.routing.zone_source),
             ready: snap.any_ready() && !shutting_down,
             mode,
             shutting_down,
@@ -127,6 +132,26 @@ impl StatusDoc {
             generation: snap.generation,
             backends,
         }
+    }
+}
+
+/// `zone_source` as its text form (`address 10.0.1.5`), so readers see what the log says.
+mod zone_source {
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    use crate::backend::ZoneSource;
+
+    pub fn serialize<S: Serializer>(v: &Option<ZoneSource>, s: S) -> Result<S::Ok, S::Error> {
+        match v {
+            Some(z) => s.collect_str(z),
+            None => s.serialize_none(),
+        }
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Option<ZoneSource>, D::Error> {
+        Option::<String>::deserialize(d)?
+            .map(|t| t.parse().map_err(serde::de::Error::custom))
+            .transpose()
     }
 }
 
@@ -201,6 +226,7 @@ mod tests {
         let text = serde_json::to_string(&doc).expect("serialize");
         for key in [
             "\"zone\":null",
+            "\"zone_source\":null",
             "\"ready\":true",
             "\"mode\":\"normal\"",
             "\"shutting_down\":false",
@@ -217,5 +243,39 @@ mod tests {
         }
         let back: StatusDoc = serde_json::from_str(&text).expect("deserialize");
         assert_eq!(back, doc);
+    }
+
+    #[test]
+    fn zone_source_reads_as_the_log_writes_it_and_may_be_absent() {
+        let mut doc = StatusDoc::of(
+            &snapshot(&[State::Ready], WhenNoneReady::FailOpen),
+            false,
+            CertStatus::None,
+        );
+        for (source, text) in [
+            (ZoneSource::Flag, "\"flag\""),
+            (ZoneSource::Env, "\"env\""),
+            (ZoneSource::Config, "\"config\""),
+            (
+                ZoneSource::Address([10, 0, 1, 5].into()),
+                "\"address 10.0.1.5\"",
+            ),
+            (
+                ZoneSource::Address("fd00:2::5".parse().expect("ip")),
+                "\"address fd00:2::5\"",
+            ),
+        ] {
+            doc.zone = Some("dc-a".into());
+            doc.zone_source = Some(source);
+            let json = serde_json::to_string(&doc).expect("serialize");
+            assert!(json.contains(&format!("\"zone_source\":{text}")), "{json}");
+            let back: StatusDoc = serde_json::from_str(&json).expect("deserialize");
+            assert_eq!(back, doc);
+        }
+        // A document from a balancer that predates the field.
+        let mut old: serde_json::Value = serde_json::to_value(&doc).expect("value");
+        old.as_object_mut().expect("object").remove("zone_source");
+        let back: StatusDoc = serde_json::from_value(old).expect("deserialize");
+        assert_eq!(back.zone_source, None);
     }
 }

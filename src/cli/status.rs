@@ -108,12 +108,15 @@ pub fn render_table(doc: &StatusDoc) -> String {
         CertStatus::Absent => "absent",
         CertStatus::Loaded => "loaded",
     };
+    // The zone's source in brackets: `dc-a (address 10.0.1.5)`, `dc-b (flag)`.
+    let zone = match (&doc.zone, &doc.zone_source) {
+        (None, _) => "-".to_string(),
+        (Some(z), None) => cell::cell(z, MAX_CELL),
+        (Some(z), Some(from)) => format!("{} ({from})", cell::cell(z, MAX_CELL)),
+    };
     let _ = write!(
         out,
-        "node zone {}  ready {}  mode {mode}  client cert {cert}",
-        doc.zone
-            .as_deref()
-            .map_or("-".into(), |z| cell::cell(z, MAX_CELL)),
+        "node zone {zone}  ready {}  mode {mode}  client cert {cert}",
         if routable(doc) { "yes" } else { "NO" },
     );
     if doc.shutting_down {
@@ -221,6 +224,7 @@ pub(crate) fn sample() -> StatusDoc {
     };
     StatusDoc {
         zone: Some("dc-a".to_string()),
+        zone_source: Some(crate::config::ZoneSource::Address([10, 0, 1, 5].into())),
         ready: true,
         mode: Mode::Normal,
         shutting_down: false,
@@ -258,7 +262,7 @@ mod tests {
     #[test]
     fn table_shows_summary_and_one_aligned_row_per_backend() {
         let want = "\
-node zone dc-a  ready yes  mode normal  client cert loaded
+node zone dc-a (address 10.0.1.5)  ready yes  mode normal  client cert loaded
 BACKEND         ZONE  STATE    LATENCY  ACTIVE  RANK  LAST ERROR
 10.0.1.10:6443  dc-a  unready  0.31ms   0       -     HTTP 500: [+]ping ok; [-]etcd failed
 10.0.2.10:6443  dc-b  ready    23.3ms   12      0     -
@@ -271,6 +275,7 @@ BACKEND         ZONE  STATE    LATENCY  ACTIVE  RANK  LAST ERROR
     fn table_flags_not_ready_and_shutting_down() {
         let doc = StatusDoc {
             zone: None,
+            zone_source: None,
             ready: false,
             mode: Mode::FailOpen,
             shutting_down: true,
@@ -302,7 +307,7 @@ BACKEND         ZONE  STATE    LATENCY  ACTIVE  RANK  LAST ERROR
             ..sample()
         };
         assert_eq!(exit_code(&nothing), EXIT_NOT_READY);
-        assert!(render_table(&nothing).starts_with("node zone dc-a  ready NO"));
+        assert!(render_table(&nothing).starts_with("node zone dc-a (address 10.0.1.5)  ready NO"));
         let mut none_ready = sample();
         none_ready.backends.retain(|b| b.state != State::Ready);
         assert_eq!(exit_code(&none_ready), EXIT_NOT_READY);

@@ -47,6 +47,20 @@ pub fn value_line(src: &str, value: &str, nth: usize) -> Option<usize> {
         .map(|(i, _)| i + 1)
 }
 
+/// Line and column of the list element `field` (`zones.dc-a[1]`) whose bad value `message`
+/// quotes first, looked for at or after `from_line` (where its list starts).
+pub fn element(src: &str, field: &str, message: &str, from_line: usize) -> Option<(usize, usize)> {
+    if !field.ends_with(']') {
+        return None;
+    }
+    let value = message.split('"').nth(1).filter(|v| !v.is_empty())?;
+    let line = (0..)
+        .map_while(|nth| value_line(src, value, nth))
+        .find(|&l| l >= from_line)?;
+    let column = src.lines().nth(line - 1)?.find(value)? + 1;
+    Some((line, column))
+}
+
 /// Leading spaces of 1-based `line` (0 when there is no such line).
 pub fn indent(src: &str, line: usize) -> usize {
     src.lines()
@@ -96,6 +110,16 @@ mod tests {
     fn values_are_found_in_block_and_flow_style() {
         assert_eq!(value_line(SRC, "a:1", 0), Some(7));
         assert_eq!(value_line(SRC, "a:1", 1), Some(8));
+    }
+
+    #[test]
+    fn a_bad_list_element_is_found_from_the_value_its_error_quotes() {
+        let src =
+            "zones:\n  dc-a:\n    - 10.0.1.0/24\n    - 10.0.2.5/24\n  dc-b: [\"10.0.2.5/24\"]\n";
+        let message = "\"10.0.2.5/24\" has host bits set";
+        assert_eq!(element(src, "zones.dc-a[1]", message, 3), Some((4, 7)));
+        assert_eq!(element(src, "zones.dc-b[0]", message, 5), Some((5, 11)));
+        assert_eq!(element(src, "zones.dc-b", message, 5), None);
     }
 
     #[test]

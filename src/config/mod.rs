@@ -2,7 +2,8 @@
 //!
 //! Every error names the file, the field and the line (and column when the YAML parser knows it).
 //! `raw` owns the serde shape and scalar parsing, `locate` finds lines for cross-field errors,
-//! `file` reads the file safely, `watch` notices when its content changes.
+//! `file` reads the file safely, `watch` notices when its content changes, `zones` matches
+//! addresses against the `zones:` map.
 
 pub mod file;
 mod locate;
@@ -10,6 +11,7 @@ mod place;
 mod raw;
 mod resolve;
 pub mod watch;
+pub mod zones;
 
 use std::net::{IpAddr, SocketAddr};
 use std::path::{Path, PathBuf};
@@ -18,10 +20,12 @@ use std::time::Duration;
 use rustls_pki_types::ServerName;
 
 use crate::backend::{BackendSpec, Routing};
+pub use crate::backend::{NodeZone, ZoneSource};
 use crate::watched_file::Digest;
 pub use place::ListenField;
 pub use raw::DurationValue;
-use raw::{RawBackend, RawConfig, RawHealth, RawTls};
+use raw::{CidrValue, Networks, RawBackend, RawConfig, RawHealth, RawTls, ZoneName};
+use zones::ZoneMap;
 
 /// Default client listener: KubePrism's port, so kubelet config needs no change beyond the switch.
 pub const DEFAULT_LISTEN: &str = "127.0.0.1:7445";
@@ -98,8 +102,11 @@ pub struct Config {
     pub listen: Vec<SocketAddr>,
     /// Admin listener.
     pub admin: SocketAddr,
-    /// Zone (after `--zone` / `READYPRISM_ZONE` overrides), no-ready policy, dial timeout.
+    /// Zone (after `--zone` / `READYPRISM_ZONE` overrides, or from the node's addresses), no-ready
+    /// policy, dial timeout.
     pub routing: Routing,
+    /// Which networks are which zone (empty when not configured).
+    pub zones: ZoneMap,
     /// Backends in config order.
     pub backends: Vec<BackendSpec>,
     /// Probe settings.
@@ -145,7 +152,21 @@ impl Config {
         let raw = RawConfig {
             listen: Some(self.listen.iter().map(|a| a.to_string()).collect()),
             admin: Some(self.admin.to_string()),
-            zone: self.routing.zone.clone(),
+            // This node's zone from its addresses holds for this node only: not printed as `zone:`.
+            zone: self
+                .routing
+                .node_zone()
+                .filter(|z| !matches!(z.source, ZoneSource::Address(_)))
+                .map(|z| z.name),
+            zones: (!self.zones.is_empty()).then(|| {
+                self.zones
+                    .iter()
+                    .map(|(z, nets)| {
+                        let nets = nets.iter().copied().map(CidrValue).collect();
+                        (ZoneName(z.to_string()), Networks(nets))
+                    })
+                    .collect()
+            }),
             backends: Some(
                 self.backends
                     .iter()
@@ -195,8 +216,8 @@ impl Config {
 pub struct Source {
     /// The config file.
     pub path: PathBuf,
-    /// `--zone` / `READYPRISM_ZONE`, replacing the file's `zone`.
-    pub zone: Option<String>,
+    /// `--zone` / `READYPRISM_ZONE` (with which of the two it was), replacing the file's `zone`.
+    pub zone: Option<NodeZone>,
 }
 
 /// A config as loaded, with the digest of the exact bytes it was parsed from: the baseline the
@@ -209,26 +230,76 @@ pub struct Loaded {
     pub digest: Digest,
 }
 
+/// Whether the node's zone may come from this machine's interface addresses.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Node {
+    /// The config is for this node: match its addresses against `zones:`.
+    Here,
+    /// The config is checked away from its node (`check --skip-node-files`): do not.
+    Elsewhere,
+}
+
 impl Source {
-    /// Reads and validates the file, then applies the zone override (blocks: see [`file::read`]).
+    /// Reads and validates the file, then applies the zone precedence (blocks: see [`file::read`]).
     pub fn load(&self) -> Result<Loaded, ConfigError> {
+        self.load_for(Node::Here)
+    }
+
+    /// [`Source::load`], with the node's addresses consulted or not.
+    pub fn load_for(&self, node: Node) -> Result<Loaded, ConfigError> {
         let contents = file::read(&self.path)?;
         Ok(Loaded {
-            config: self.parse(&contents.bytes)?,
+            config: self.parse_for(&contents.bytes, node)?,
             digest: contents.digest,
         })
     }
 
-    /// Validates `bytes` read from the file, then applies the zone override.
+    /// Validates `bytes` read from the file, then applies the zone precedence.
     pub fn parse(&self, bytes: &[u8]) -> Result<Config, ConfigError> {
+        self.parse_for(bytes, Node::Here)
+    }
+
+    /// The node's zone, first found of: `--zone`, `READYPRISM_ZONE`, the config's `zone:`, the
+    /// `zones:` network holding one of this node's interface addresses (with [`Node::Here`]).
+    fn parse_for(&self, bytes: &[u8], node: Node) -> Result<Config, ConfigError> {
         let mut config = Config::parse_bytes(bytes, &self.path)?;
         if let Some(z) = &self.zone {
-            if z.trim().is_empty() {
+            if z.name.trim().is_empty() {
                 return Err(ConfigError::EmptyZoneOverride);
             }
-            config.routing.zone = Some(z.clone());
+            config.routing.set_zone(Some(z.clone()));
+        }
+        if config.routing.zone.is_none() && !config.zones.is_empty() && node == Node::Here {
+            let addrs = zones::interface_addresses();
+            let found = self.node_zone(&config.zones, &addrs, bytes)?;
+            config.routing.set_zone(found);
         }
         Ok(config)
+    }
+
+    /// This node's zone from `addrs` (its interface addresses) and the `zones:` map in `bytes`;
+    /// an ambiguous match is an error at the `zones` key.
+    fn node_zone(
+        &self,
+        zones: &ZoneMap,
+        addrs: &[IpAddr],
+        bytes: &[u8],
+    ) -> Result<Option<NodeZone>, ConfigError> {
+        match zones.node_zone(addrs) {
+            Ok(found) => Ok(found.map(|(m, ip)| NodeZone {
+                name: m.zone.to_string(),
+                source: ZoneSource::Address(ip),
+            })),
+            Err(e) => Err(ConfigError::Invalid {
+                file: self.path.display().to_string(),
+                line: std::str::from_utf8(bytes)
+                    .ok()
+                    .and_then(|src| locate::key_line(src, "zones", 1))
+                    .unwrap_or(1),
+                field: "zones".to_string(),
+                message: e.to_string(),
+            }),
+        }
     }
 
     /// Where `field` (a dotted path: `tls.ca`, `listen[1]`) is set in the file, as
@@ -276,6 +347,10 @@ fn parse_error(
         _ => text,
     };
     let mut field = if path == "." { String::new() } else { path };
+    // A bad map key (an empty zone name) is no field of its own: name the map.
+    if let Some((parent, _)) = field.rsplit_once('.').filter(|(_, k)| k.trim().is_empty()) {
+        field = parent.to_string();
+    }
     // A duplicated key: the parser points at the mapping; point at the second occurrence.
     if let Some(key) = message
         .strip_prefix("duplicate field `")
@@ -291,6 +366,9 @@ fn parse_error(
         } else {
             format!("{field}.{key}")
         };
+    } else if let Some(at) = locate::element(src, &field, &message, line) {
+        // A bad list element: the parser points at the list, the message quotes the element.
+        (line, column) = at;
     } else if let Some(key) = field.rsplit('.').next().filter(|k| is_key(k)) {
         // For a bad scalar the parser may point at the start of its mapping: find the key.
         if let Some(at) = locate::key_line(src, key, line) {
@@ -331,7 +409,7 @@ fn is_path(text: &str) -> bool {
     !text.is_empty()
         && text
             .chars()
-            .all(|c| c.is_alphanumeric() || "_.[]".contains(c))
+            .all(|c| c.is_alphanumeric() || "_-.[]".contains(c))
 }
 
 #[cfg(test)]

@@ -3,8 +3,11 @@
 //! Owns parsing of scalar values (durations, addresses) so that a bad value is reported by the YAML
 //! parser with its line and column. Does not own cross-field rules or defaults: `config::resolve` does.
 
+use std::collections::BTreeMap;
 use std::fmt;
 use std::time::Duration;
+
+use ipnet::IpNet;
 
 use serde::de::{self, Deserializer};
 use serde::{Deserialize, Serialize};
@@ -18,6 +21,8 @@ pub struct RawConfig {
     pub listen: Option<Vec<String>>,
     pub admin: Option<String>,
     pub zone: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub zones: Option<BTreeMap<ZoneName, Networks>>,
     pub backends: Option<Vec<RawBackend>>,
     pub health: Option<RawHealth>,
     pub tls: Option<RawTls>,
@@ -119,6 +124,69 @@ impl<'de> Deserialize<'de> for DurationValue {
 impl Serialize for DurationValue {
     fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
         s.collect_str(self)
+    }
+}
+
+/// A `zones:` key: a zone name, not empty.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+pub struct ZoneName(pub String);
+
+impl<'de> Deserialize<'de> for ZoneName {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let name = String::deserialize(d)?;
+        if name.trim().is_empty() {
+            return Err(de::Error::custom("a zone name must not be empty"));
+        }
+        Ok(ZoneName(name))
+    }
+}
+
+/// A zone's networks: at least one.
+#[derive(Debug, Clone, Serialize)]
+pub struct Networks(pub Vec<CidrValue>);
+
+impl<'de> Deserialize<'de> for Networks {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let nets = Vec::<CidrValue>::deserialize(d)?;
+        if nets.is_empty() {
+            return Err(de::Error::custom(
+                "a zone needs at least one network (e.g. [\"10.0.1.0/24\"])",
+            ));
+        }
+        Ok(Networks(nets))
+    }
+}
+
+/// A network in CIDR form, `10.0.1.0/24` or `fd00:2::/64`, with no host bits set.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CidrValue(pub IpNet);
+
+impl CidrValue {
+    /// Parses a CIDR network; the error text is shown to the operator as is.
+    pub fn parse(text: &str) -> Result<Self, String> {
+        let net: IpNet = text.parse().map_err(|_| {
+            format!("{text:?} is not a network in CIDR form (e.g. 10.0.1.0/24 or fd00:2::/64)")
+        })?;
+        if net.trunc() != net {
+            return Err(format!(
+                "{text:?} has host bits set: the network is {}",
+                net.trunc()
+            ));
+        }
+        Ok(CidrValue(net))
+    }
+}
+
+impl<'de> Deserialize<'de> for CidrValue {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let text = String::deserialize(d)?;
+        CidrValue::parse(&text).map_err(de::Error::custom)
+    }
+}
+
+impl Serialize for CidrValue {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_str(&self.0)
     }
 }
 

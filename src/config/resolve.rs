@@ -3,17 +3,18 @@
 //! Owns the rules (what is required, what must be unique, which durations relate). Does not own
 //! scalar parsing (`raw`) or how a line is found for an error (`locate`).
 
-use std::collections::{HashMap, HashSet};
-use std::net::SocketAddr;
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::net::{IpAddr, SocketAddr};
 use std::path::PathBuf;
 use std::time::Duration;
 
 use rustls_pki_types::ServerName;
 
 use super::locate;
-use super::raw::{DurationValue, RawBackend, RawConfig, RawHealth, RawTls};
+use super::raw::{DurationValue, Networks, RawBackend, RawConfig, RawHealth, RawTls, ZoneName};
+use super::zones::ZoneMap;
 use super::{Config, ConfigError, HealthConfig, TlsFiles, DEFAULT_ADMIN, DEFAULT_LISTEN};
-use crate::backend::{BackendId, BackendSpec, Routing};
+use crate::backend::{BackendId, BackendSpec, NodeZone, Routing, ZoneSource};
 use crate::pick::WhenNoneReady;
 
 // (default, maximum) of every duration. The maxima are far beyond any sensible setting and keep
@@ -115,9 +116,14 @@ impl Resolver<'_> {
             Some(z) if z.trim().is_empty() => {
                 return Err(self.invalid(self.key("zone"), "zone", "must not be empty"))
             }
-            z => z,
+            z => z.map(|name| NodeZone {
+                name,
+                source: ZoneSource::Config,
+            }),
         };
-        let backends = self.backends(raw.backends)?;
+
+        let zones = self.zones(raw.zones)?;
+        let backends = self.backends(raw.backends, &zones)?;
         let health = self.health(raw.health.unwrap_or_default())?;
         let tls = self.tls(raw.tls)?;
         let connect_timeout =
@@ -126,15 +132,18 @@ impl Resolver<'_> {
             self.duration("shutdown_grace", raw.shutdown_grace, SHUTDOWN_GRACE, true)?;
         let failback_after =
             self.duration("failback_after", raw.failback_after, FAILBACK_AFTER, true)?;
+        let mut routing = Routing {
+            when_none_ready: raw.when_none_ready.unwrap_or(WhenNoneReady::FailOpen),
+            connect_timeout,
+            failback_after: (!failback_after.is_zero()).then_some(failback_after),
+            ..Routing::default()
+        };
+        routing.set_zone(zone);
         Ok(Config {
             listen,
             admin,
-            routing: Routing {
-                zone,
-                when_none_ready: raw.when_none_ready.unwrap_or(WhenNoneReady::FailOpen),
-                connect_timeout,
-                failback_after: (!failback_after.is_zero()).then_some(failback_after),
-            },
+            routing,
+            zones,
             backends,
             health,
             tls,
@@ -179,7 +188,34 @@ impl Resolver<'_> {
         self.duration(field, v, limits, false)
     }
 
-    fn backends(&self, raw: Option<Vec<RawBackend>>) -> Result<Vec<BackendSpec>, ConfigError> {
+    /// The `zones:` map; a network under two zones is an error at its second listing.
+    fn zones(&self, raw: Option<BTreeMap<ZoneName, Networks>>) -> Result<ZoneMap, ConfigError> {
+        let zones = raw
+            .unwrap_or_default()
+            .into_iter()
+            .map(|(z, n)| (z.0, n.0.into_iter().map(|c| c.0).collect()))
+            .collect();
+        ZoneMap::new(zones).map_err(|e| {
+            let (zone, i) = &e.second;
+            let line = self
+                .key("zones")
+                .and_then(|at| locate::key_line(self.src, zone, at));
+            self.invalid(
+                line,
+                format!("zones.{zone}[{i}]"),
+                format!(
+                    "{} is also a network of zone {}: a network belongs to one zone",
+                    e.net, e.first
+                ),
+            )
+        })
+    }
+
+    fn backends(
+        &self,
+        raw: Option<Vec<RawBackend>>,
+        zones: &ZoneMap,
+    ) -> Result<Vec<BackendSpec>, ConfigError> {
         let raw = raw.ok_or_else(|| {
             self.invalid(
                 None,
@@ -227,11 +263,16 @@ impl Resolver<'_> {
             if b.zone.as_deref().is_some_and(|z| z.trim().is_empty()) {
                 return Err(self.invalid(line, format!("backends[{i}].zone"), "must not be empty"));
             }
+            // A backend without a zone gets the zone of its IP; a DNS name stays without one.
+            let zone = b.zone.clone().or_else(|| {
+                let ip = host.parse::<IpAddr>().ok()?;
+                zones.zone_of(ip).map(|m| m.zone.to_string())
+            });
             out.push(BackendSpec {
                 id: BackendId::new(&b.address),
                 host,
                 port,
-                zone: b.zone.clone(),
+                zone,
                 server_name,
             });
         }

@@ -1,0 +1,295 @@
+//! The node's zone from the `zones:` map on the real binary: from an interface address in a
+//! network namespace of the test's own (a veth end holding 10.0.1.5/24), the precedence of
+//! `--zone`, `READYPRISM_ZONE` and `zone:` over it, a backend's zone from its IP, no match, and an
+//! ambiguous match. Namespaces need root and `ip`; without them these tests say why they are
+//! skipped, unless `READYPRISM_REQUIRE_NETNS=1`, which makes that a failure.
+
+use std::path::Path;
+use std::process::{Command, Output};
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use readyprism::admin::status::StatusDoc;
+
+use crate::support::process::Proc;
+use crate::support::*;
+
+/// A network namespace of the test's own with `lo` up and a veth pair whose first end holds
+/// `addrs`; deleted on drop (also when the test panics).
+struct Netns {
+    name: String,
+}
+
+impl Netns {
+    /// The namespace, or why it cannot be made here.
+    fn new(addrs: &[&str]) -> Result<Netns, String> {
+        static NEXT: AtomicUsize = AtomicUsize::new(0);
+        let name = format!(
+            "rpz-{}-{}",
+            std::process::id(),
+            NEXT.fetch_add(1, Ordering::Relaxed)
+        );
+        run_ip(&["netns", "add", &name])?;
+        let ns = Netns { name };
+        let n = ns.name.as_str();
+        run_ip(&["-n", n, "link", "set", "lo", "up"])?;
+        run_ip(&[
+            "-n", n, "link", "add", "v0", "type", "veth", "peer", "name", "v1",
+        ])?;
+        for addr in addrs {
+            run_ip(&["-n", n, "addr", "add", addr, "dev", "v0"])?;
+        }
+        run_ip(&["-n", n, "link", "set", "v0", "up"])?;
+        run_ip(&["-n", n, "link", "set", "v1", "up"])?;
+        Ok(ns)
+    }
+
+    /// The command prefix that runs a program inside the namespace.
+    fn exec(&self) -> [&str; 4] {
+        // No `--`: this machine's `ip netns exec` takes the program right after the name.
+        ["ip", "netns", "exec", &self.name]
+    }
+
+    /// `readyprism ARGS...` run to completion inside the namespace, with `env` set.
+    fn readyprism(&self, env: &[(&str, &str)], args: &[&str]) -> Output {
+        let mut c = Command::new("ip");
+        c.args([
+            "netns",
+            "exec",
+            &self.name,
+            env!("CARGO_BIN_EXE_readyprism"),
+        ])
+        .args(args)
+        .env_remove("READYPRISM_ZONE");
+        for (k, v) in env {
+            c.env(k, v);
+        }
+        c.output().expect("run ip netns exec")
+    }
+}
+
+impl Drop for Netns {
+    fn drop(&mut self) {
+        let _ = run_ip(&["netns", "delete", &self.name]);
+    }
+}
+
+fn run_ip(args: &[&str]) -> Result<(), String> {
+    let o = Command::new("ip")
+        .args(args)
+        .output()
+        .map_err(|e| format!("ip: {e}"))?;
+    if o.status.success() {
+        Ok(())
+    } else {
+        Err(format!("ip {}: {}", args.join(" "), stderr(&o).trim()))
+    }
+}
+
+/// A namespace holding `addrs`, or `None` after saying why the test is skipped (a failure with
+/// `READYPRISM_REQUIRE_NETNS=1`).
+fn netns(test: &str, addrs: &[&str]) -> Option<Netns> {
+    match Netns::new(addrs) {
+        Ok(ns) => Some(ns),
+        Err(why) => {
+            assert!(
+                std::env::var("READYPRISM_REQUIRE_NETNS").as_deref() != Ok("1"),
+                "{test}: network namespaces are required (READYPRISM_REQUIRE_NETNS=1): {why}"
+            );
+            eprintln!("SKIPPED {test}: no network namespace here: {why}");
+            None
+        }
+    }
+}
+
+/// A config for the namespace: ports 0, the lab's CA, `zone_line` (may be empty), `zones`, and
+/// backends that are never reached (their zones are the point).
+fn config(lab: &Lab, name: &str, zone_line: &str, zones: &str) -> String {
+    let text = format!(
+        "listen: [\"127.0.0.1:0\"]\nadmin: \"127.0.0.1:0\"\n{zone_line}zones:\n{zones}backends:\n  - address: 10.0.2.10:6443\n  - address: \"[fd00:2::10]:6443\"\n  - {{ address: 10.0.1.10:6443, zone: elsewhere }}\n  - address: apiserver.invalid:6443\n  - address: 192.168.77.1:6443\ntls:\n  ca: {}\n",
+        lab.path("ca.crt").display()
+    );
+    lab.write(name, &text)
+}
+
+const ZONES: &str = "  dc-a: [\"10.0.1.0/24\"]\n  dc-b: [\"10.0.2.0/24\", \"fd00:2::/64\"]\n  wide: [\"10.0.0.0/16\"]\n";
+
+#[test]
+fn the_node_zone_comes_from_an_interface_address_and_backends_from_their_ip() {
+    let test = "the_node_zone_comes_from_an_interface_address_and_backends_from_their_ip";
+    let Some(ns) = netns(test, &["10.0.1.5/24"]) else {
+        return;
+    };
+    let lab = Lab::new();
+    let file = config(&lab, "zones.yaml", "", ZONES);
+    let p = Proc::start_under(&ns.exec(), Path::new(&file));
+    // The start-up log says which zone and why: the /24 holding 10.0.1.5 beats the /16.
+    let started = p.wait_log("readyprism started", |_| true);
+    assert_eq!(started["fields"]["zone"], "dc-a", "{started}");
+    assert_eq!(started["fields"]["zone_source"], "address 10.0.1.5");
+    // /status, read inside the namespace (its 127.0.0.1 is not ours).
+    let admin = p.admin.to_string();
+    let o = ns.readyprism(&[], &["status", "--admin", &admin, "--json"]);
+    let doc: StatusDoc = serde_json::from_slice(&o.stdout).expect("status JSON");
+    assert_eq!(doc.zone.as_deref(), Some("dc-a"));
+    assert_eq!(
+        doc.zone_source.map(|s| s.to_string()).as_deref(),
+        Some("address 10.0.1.5")
+    );
+    let zones: Vec<_> = doc
+        .backends
+        .iter()
+        .map(|b| (b.address.as_str(), b.zone.as_deref()))
+        .collect();
+    assert_eq!(
+        zones,
+        [
+            ("10.0.2.10:6443", Some("dc-b")),
+            ("[fd00:2::10]:6443", Some("dc-b")),
+            ("10.0.1.10:6443", Some("elsewhere")),
+            ("apiserver.invalid:6443", None),
+            ("192.168.77.1:6443", None),
+        ]
+    );
+    // `readyprism status` says it on its summary line.
+    let o = ns.readyprism(&[], &["status", "--admin", &admin]);
+    let table = String::from_utf8_lossy(&o.stdout).to_string();
+    assert!(
+        table.starts_with("node zone dc-a (address 10.0.1.5)  "),
+        "{table}"
+    );
+    // No warning: a zone was found.
+    assert!(
+        !p.logs().iter().any(|v| v["level"] == "WARN"
+            && v["fields"]["message"]
+                .as_str()
+                .is_some_and(|m| m.contains("zone"))),
+        "{:?}",
+        p.logs()
+    );
+}
+
+#[test]
+fn the_zone_is_the_flag_then_the_environment_then_the_config_then_an_address() {
+    let test = "the_zone_is_the_flag_then_the_environment_then_the_config_then_an_address";
+    let Some(ns) = netns(test, &["10.0.1.5/24"]) else {
+        return;
+    };
+    let lab = Lab::new();
+    let with_zone = config(&lab, "with-zone.yaml", "zone: dc-config\n", ZONES);
+    let without = config(&lab, "without.yaml", "", ZONES);
+    let env = [("READYPRISM_ZONE", "dc-env")];
+    // (config, environment, flag, what `check` says it would pick here)
+    type Env<'a> = &'a [(&'a str, &'a str)];
+    let cases: [(&str, Env, Option<&str>, &str); 5] = [
+        (&with_zone, &env, Some("dc-flag"), "dc-flag (from flag)"),
+        (&without, &env, Some("dc-flag"), "dc-flag (from flag)"),
+        (&with_zone, &env, None, "dc-env (from env)"),
+        (&with_zone, &[], None, "dc-config (from config)"),
+        (&without, &[], None, "dc-a (from address 10.0.1.5)"),
+    ];
+    for (file, env, flag, want) in cases {
+        let mut args = vec!["check", "--skip-node-files", "--config", file];
+        // --skip-node-files skips the addresses too: check once without, once with.
+        let o = ns.readyprism(env, &args);
+        let out = String::from_utf8_lossy(&o.stdout).to_string();
+        assert!(o.status.success(), "{}", stderr(&o));
+        assert!(!out.contains("this node's zone"), "{out}");
+        args.remove(1);
+        if let Some(z) = flag {
+            args.extend(["--zone", z]);
+        }
+        let o = ns.readyprism(env, &args);
+        let out = String::from_utf8_lossy(&o.stdout).to_string();
+        assert!(o.status.success(), "{}", stderr(&o));
+        assert!(
+            out.ends_with(&format!("# this node's zone: {want}\n")),
+            "{file} {env:?} {flag:?}: {out}"
+        );
+        // The resolved zone map is printed.
+        assert!(out.contains("zones:\n  dc-a:\n  - 10.0.1.0/24\n"), "{out}");
+    }
+    // `run` knows the source the same way: the environment, then the flag.
+    let p = Proc::start_under(
+        &[
+            "ip",
+            "netns",
+            "exec",
+            &ns.name,
+            "env",
+            "READYPRISM_ZONE=dc-env",
+        ],
+        Path::new(&with_zone),
+    );
+    let started = p.wait_log("readyprism started", |_| true);
+    assert_eq!(started["fields"]["zone"], "dc-env");
+    assert_eq!(started["fields"]["zone_source"], "env");
+    drop(p);
+    let script = "exec \"$0\" \"$@\" --zone dc-flag";
+    let p = Proc::start_under(
+        &["ip", "netns", "exec", &ns.name, "sh", "-c", script],
+        Path::new(&with_zone),
+    );
+    let started = p.wait_log("readyprism started", |_| true);
+    assert_eq!(started["fields"]["zone"], "dc-flag");
+    assert_eq!(started["fields"]["zone_source"], "flag");
+}
+
+#[test]
+fn no_zone_matching_this_node_starts_anyway_with_one_warning() {
+    let test = "no_zone_matching_this_node_starts_anyway_with_one_warning";
+    let Some(ns) = netns(test, &["10.0.1.5/24"]) else {
+        return;
+    };
+    let lab = Lab::new();
+    let file = config(&lab, "nomatch.yaml", "", "  dc-x: [\"10.9.0.0/16\"]\n");
+    let p = Proc::start_under(&ns.exec(), Path::new(&file));
+    let started = p.wait_log("readyprism started", |_| true);
+    assert_eq!(started["fields"]["zone"], "");
+    assert_eq!(started["fields"]["zone_source"], "");
+    let warned = |v: &serde_json::Value| {
+        v["level"] == "WARN"
+            && v["fields"]["message"] == "no zone matches this node's addresses; zone unknown"
+    };
+    assert_eq!(p.logs().iter().filter(|v| warned(v)).count(), 1);
+    let o = ns.readyprism(&[], &["status", "--admin", &p.admin.to_string(), "--json"]);
+    let doc: StatusDoc = serde_json::from_slice(&o.stdout).expect("status JSON");
+    assert_eq!((doc.zone, doc.zone_source), (None, None));
+}
+
+#[test]
+fn two_zones_holding_this_node_at_the_same_length_are_rejected_naming_both() {
+    let test = "two_zones_holding_this_node_at_the_same_length_are_rejected_naming_both";
+    let Some(ns) = netns(test, &["10.0.1.5/24", "10.0.2.5/24"]) else {
+        return;
+    };
+    let lab = Lab::new();
+    let file = config(&lab, "ambiguous.yaml", "", ZONES);
+    for cmd in ["check", "run"] {
+        let secs = (patience().as_secs() + 1).to_string();
+        let mut args = vec![cmd, "--config", &file];
+        if cmd == "run" {
+            // Were it to start, it would run until `timeout` ends it: not a success either.
+            args.splice(0..0, ["timeout", &secs, env!("CARGO_BIN_EXE_readyprism")]);
+        }
+        let o = if cmd == "run" {
+            let mut c = Command::new("ip");
+            c.args(["netns", "exec", &ns.name]).args(&args);
+            c.env_remove("READYPRISM_ZONE").output().expect("run")
+        } else {
+            ns.readyprism(&[], &args)
+        };
+        let err = stderr(&o);
+        assert!(
+            !o.status.success(),
+            "{cmd} accepted an ambiguous zone: {err}"
+        );
+        assert!(err.contains(&format!("{file}:3: zones: ")), "{err}");
+        for part in ["10.0.1.5", "dc-a", "10.0.2.5", "dc-b", "/24"] {
+            assert!(err.contains(part), "{cmd}: {part} in {err}");
+        }
+        assert_eq!(err.trim().lines().count(), 1, "{err}");
+        // A zone set by hand settles it.
+        let o = ns.readyprism(&[], &["check", "--config", &file, "--zone", "dc-a"]);
+        assert!(o.status.success(), "{}", stderr(&o));
+    }
+}
