@@ -68,8 +68,11 @@ pub struct Edits {
     pub ca_later: AtomicU64,
     /// A config naming a missing CA file showed in `/status` before the file existed.
     pub applied_too_early: AtomicU64,
-    /// Slowest edit to show, in milliseconds (a CA-later edit from when its file landed).
+    /// Slowest edit written whole to show, in milliseconds.
     pub slowest_ms: AtomicU64,
+    /// Slowest CA-later edit to show, in milliseconds from when its CA file landed (the retry
+    /// of a rejected config runs every 5 s).
+    pub slowest_ca_ms: AtomicU64,
 }
 
 /// The files and addresses the config names.
@@ -115,7 +118,11 @@ pub async fn run(layout: Layout, admin: SocketAddr, end: Instant, e: Arc<Edits>)
             Ok(since) => {
                 e.applied.fetch_add(1, Ordering::Relaxed);
                 let ms = since.elapsed().as_millis() as u64;
-                e.slowest_ms.fetch_max(ms, Ordering::Relaxed);
+                let slowest = match kind {
+                    Kind::CaLandsLater => &e.slowest_ca_ms,
+                    _ => &e.slowest_ms,
+                };
+                slowest.fetch_max(ms, Ordering::Relaxed);
             }
             Err(why) => {
                 e.lost.fetch_add(1, Ordering::Relaxed);

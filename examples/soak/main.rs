@@ -210,9 +210,9 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     println!("figures: RSS {} KiB first sample, {} after warm-up, {} at the end, {} max, {} once idle; fds {} first sample, {} after warm-up, {} at the end, {} max, {} once idle",
         first.1, warm.1, last.1, max(|s| s.1), after.0, first.2, warm.2, last.2, max(|s| s.2), after.1);
     let e = |a: &AtomicU64| a.load(Ordering::Relaxed);
-    println!("edits: {} made, {} applied, {} lost, {} named a CA file before it landed ({} applied before it landed), slowest {} ms; reloads counted: {:?} success, {:?} failure",
+    println!("edits: {} made, {} applied, {} lost, {} named a CA file before it landed ({} applied before it landed); slowest to show {} ms ({} ms after a CA file landed); reloads counted: {:?} success, {:?} failure",
         e(&edited.made), e(&edited.applied), e(&edited.lost), e(&edited.ca_later),
-        e(&edited.applied_too_early), e(&edited.slowest_ms), reloaded.0, reloaded.1);
+        e(&edited.applied_too_early), e(&edited.slowest_ms), e(&edited.slowest_ca_ms), reloaded.0, reloaded.1);
     println!("admin flood: {} connects, {} ended by the balancer, {} connects failed; /livez {} ok, {} failed (longest run {}), slowest {} ms",
         e(&flood.connects), e(&flood.ended_by_server), e(&flood.connect_failed),
         e(&flood.livez_ok), e(&flood.livez_failed), e(&flood.livez_failed_run), e(&flood.livez_slowest_ms));
