@@ -31,6 +31,7 @@ use tokio::net::TcpStream;
 const IDLE: usize = 500;
 const FLAP_EVERY: Duration = Duration::from_secs(5);
 const STUCK_AFTER: Duration = Duration::from_secs(15);
+const SAMPLE_EVERY: Duration = Duration::from_secs(10);
 
 #[derive(Default)]
 struct Counts {
@@ -87,11 +88,17 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     };
     let panicked = Arc::new(std::sync::atomic::AtomicBool::new(false));
     let seen = panicked.clone();
+    let started = Instant::now();
     std::thread::spawn(move || {
         for line in lines.map_while(Result::ok) {
             if line.contains("panicked") {
                 eprintln!("PANIC in readyprism: {line}");
                 seen.store(true, Ordering::SeqCst);
+            }
+            // Its warnings and errors, to tell a rejected edit from a torn read or a shortage.
+            let v: serde_json::Value = serde_json::from_str(&line).unwrap_or_default();
+            if matches!(v["level"].as_str(), Some("ERROR" | "WARN")) {
+                eprintln!("t={:>4}s readyprism: {line}", started.elapsed().as_secs());
             }
         }
     });
@@ -157,8 +164,9 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
 
     let mut samples = Vec::new();
     let start = Instant::now();
-    while Instant::now() < end {
-        tokio::time::sleep(Duration::from_secs(10)).await;
+    // The last sample comes before `end`, while the load still runs.
+    while Instant::now() + SAMPLE_EVERY < end {
+        tokio::time::sleep(SAMPLE_EVERY).await;
         let s = (start.elapsed().as_secs(), rss_kib(pid), fds(pid));
         println!(
             "t={:>4}s rss={} KiB fds={} churn={} (failed {}) bulk={} (stuck {}) idle reopened={}",
