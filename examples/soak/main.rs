@@ -1,6 +1,8 @@
 //! Soak: the real `readyprism` binary under mixed churn, bulk and idle connections for N minutes
-//! while one backend flaps; prints RSS and descriptor counts over time and fails on growth, a
-//! panic or a stuck connection. Not a CI test (it takes minutes):
+//! while one backend flaps, its config file is edited every few seconds (`edits`) and its admin
+//! port is flooded (`admin`); prints RSS and descriptor counts over time and fails on growth, a
+//! panic, a stuck connection, an edit not applied or a `/livez` not answered. Not a CI test (it
+//! takes minutes):
 //!
 //! ```sh
 //! cargo build --release && cargo run --release --example soak -- 10
@@ -10,6 +12,9 @@
 //! is `target/release/readyprism` (or `READYPRISM_BIN`), so its figures are its own.
 // A load generator on real threads and the wall clock, not a paused-time test.
 #![allow(clippy::disallowed_types)]
+
+mod admin;
+mod edits;
 
 use std::io::{BufRead, BufReader};
 use std::net::SocketAddr;
@@ -26,6 +31,7 @@ use tokio::net::TcpStream;
 const IDLE: usize = 500;
 const FLAP_EVERY: Duration = Duration::from_secs(5);
 const STUCK_AFTER: Duration = Duration::from_secs(15);
+const SAMPLE_EVERY: Duration = Duration::from_secs(10);
 
 #[derive(Default)]
 struct Counts {
@@ -54,15 +60,14 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         dir.path().join("client.pem"),
         ca.client("soak")?.combined_pem(),
     )?;
-    let config = dir.path().join("soak.yaml");
-    std::fs::write(
-        &config,
-        format!(
-            "listen: [\"127.0.0.1:0\"]\nadmin: \"127.0.0.1:0\"\nzone: a\nbackends:\n  - {{ address: \"{}\", zone: a }}\n  - {{ address: \"{}\", zone: b }}\nhealth: {{ interval: 1s, timeout: 500ms, fast_interval: 250ms }}\ntls:\n  ca: {}\n  client_cert: {}\nshutdown_grace: 1s\n",
-            flapping.addr, steady.addr,
-            dir.path().join("ca.crt").display(), dir.path().join("client.pem").display()
-        ),
-    )?;
+    let layout = edits::Layout {
+        config: dir.path().join("soak.yaml"),
+        dir: dir.path().to_path_buf(),
+        flapping: flapping.addr,
+        steady: steady.addr,
+    };
+    let config = layout.config.clone();
+    std::fs::write(&config, layout.render(0, "ca.crt"))?;
     let bin =
         std::env::var("READYPRISM_BIN").unwrap_or_else(|_| "target/release/readyprism".into());
     let mut child = Command::new(&bin)
@@ -73,24 +78,27 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         .map_err(|e| format!("{bin}: {e} (cargo build --release first)"))?;
     let pid = child.id();
     let mut lines = BufReader::new(child.stderr.take().ok_or("stderr")?).lines();
-    let listen: SocketAddr = loop {
+    let (listen, admin_addr): (SocketAddr, SocketAddr) = loop {
         let line = lines.next().ok_or("exited before it started")??;
         let v: serde_json::Value = serde_json::from_str(&line).unwrap_or_default();
         if v["fields"]["message"] == "readyprism started" {
-            let l = v["fields"]["listen"]
-                .as_str()
-                .unwrap_or_default()
-                .to_string();
-            break l.parse()?;
+            let field = |k: &str| v["fields"][k].as_str().unwrap_or_default().to_string();
+            break (field("listen").parse()?, field("admin").parse()?);
         }
     };
     let panicked = Arc::new(std::sync::atomic::AtomicBool::new(false));
     let seen = panicked.clone();
+    let started = Instant::now();
     std::thread::spawn(move || {
         for line in lines.map_while(Result::ok) {
             if line.contains("panicked") {
                 eprintln!("PANIC in readyprism: {line}");
                 seen.store(true, Ordering::SeqCst);
+            }
+            // Its warnings and errors, to tell a rejected edit from a torn read or a shortage.
+            let v: serde_json::Value = serde_json::from_str(&line).unwrap_or_default();
+            if matches!(v["level"].as_str(), Some("ERROR" | "WARN")) {
+                eprintln!("t={:>4}s readyprism: {line}", started.elapsed().as_secs());
             }
         }
     });
@@ -148,12 +156,17 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             }
         });
     }
+    let flood = Arc::new(admin::Flood::default());
+    admin::spawn(&tasks, admin_addr, end, &flood);
+    let edited = Arc::new(edits::Edits::default());
+    tasks.spawn(edits::run(layout, admin_addr, end, edited.clone()));
     tasks.close();
 
     let mut samples = Vec::new();
     let start = Instant::now();
-    while Instant::now() < end {
-        tokio::time::sleep(Duration::from_secs(10)).await;
+    // The last sample comes before `end`, while the load still runs.
+    while Instant::now() + SAMPLE_EVERY < end {
+        tokio::time::sleep(SAMPLE_EVERY).await;
         let s = (start.elapsed().as_secs(), rss_kib(pid), fds(pid));
         println!(
             "t={:>4}s rss={} KiB fds={} churn={} (failed {}) bulk={} (stuck {}) idle reopened={}",
@@ -166,11 +179,27 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             counts.bulk_stuck.load(Ordering::Relaxed),
             counts.idle_reopened.load(Ordering::Relaxed),
         );
+        println!(
+            "        edits {} made / {} applied / {} lost; admin flood {} connects ({} ended by it, {} failed); /livez {} ok / {} failed (slowest {} ms)",
+            edited.made.load(Ordering::Relaxed),
+            edited.applied.load(Ordering::Relaxed),
+            edited.lost.load(Ordering::Relaxed),
+            flood.connects.load(Ordering::Relaxed),
+            flood.ended_by_server.load(Ordering::Relaxed),
+            flood.connect_failed.load(Ordering::Relaxed),
+            flood.livez_ok.load(Ordering::Relaxed),
+            flood.livez_failed.load(Ordering::Relaxed),
+            flood.livez_slowest_ms.load(Ordering::Relaxed),
+        );
         samples.push(s);
     }
     tasks.wait().await;
     tokio::time::sleep(Duration::from_secs(3)).await; // let the last connections close
     let after = (rss_kib(pid), fds(pid));
+    let reloaded = (
+        edits::reloads(admin_addr, "success").await,
+        edits::reloads(admin_addr, "failure").await,
+    );
     let _ = Command::new("kill")
         .arg("-TERM")
         .arg(pid.to_string())
@@ -184,6 +213,29 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         .copied()
         .unwrap_or_default();
     let last = samples.last().copied().unwrap_or_default();
+    let first = samples.first().copied().unwrap_or_default();
+    let max = |f: fn(&(u64, u64, u64)) -> u64| samples.iter().map(f).max().unwrap_or_default();
+    println!("figures: RSS {} KiB first sample, {} after warm-up, {} at the end, {} max, {} once idle; fds {} first sample, {} after warm-up, {} at the end, {} max, {} once idle",
+        first.1, warm.1, last.1, max(|s| s.1), after.0, first.2, warm.2, last.2, max(|s| s.2), after.1);
+    let e = |a: &AtomicU64| a.load(Ordering::Relaxed);
+    println!("edits: {} made, {} applied, {} lost, {} named a CA file before it landed ({} applied before it landed); slowest to show {} ms ({} ms after a CA file landed); reloads counted: {:?} success, {:?} failure",
+        e(&edited.made), e(&edited.applied), e(&edited.lost), e(&edited.ca_later),
+        e(&edited.applied_too_early), e(&edited.slowest_ms), e(&edited.slowest_ca_ms), reloaded.0, reloaded.1);
+    println!("admin flood: {} connects, {} ended by the balancer, {} connects failed; /livez {} ok, {} failed (longest run {}), slowest {} ms",
+        e(&flood.connects), e(&flood.ended_by_server), e(&flood.connect_failed),
+        e(&flood.livez_ok), e(&flood.livez_failed), e(&flood.livez_failed_run), e(&flood.livez_slowest_ms));
+    // Every edit is one successful reload; every CA-later edit one rejection, counted once. A
+    // rejection beyond those is a truncate-and-write edit read half-written (its ERROR line is
+    // above; the next check applies the whole file): reported, not a failure of the soak.
+    let rejected = reloaded.1.unwrap_or_default();
+    if rejected > e(&edited.ca_later) {
+        println!("note: {} rejection(s) beyond the CA-later edits: an in-place edit read half-written (see the ERROR lines)",
+            rejected - e(&edited.ca_later));
+    }
+    let edits_ok = e(&edited.lost) == 0
+        && e(&edited.applied_too_early) == 0
+        && reloaded.0 == Some(e(&edited.made))
+        && rejected >= e(&edited.ca_later);
     println!("summary: {minutes} min; RSS {} KiB after warm-up, {} KiB at the end, {} KiB once idle; fds {} after warm-up, {} at the end, {} once idle; churn {} ok / {} failed; bulk {} ok / {} stuck; exit {status}",
         warm.1, last.1, after.0, warm.2, last.2, after.1,
         counts.churn_ok.load(Ordering::Relaxed), counts.churn_failed.load(Ordering::Relaxed),
@@ -192,6 +244,8 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     if panicked.load(Ordering::SeqCst)
         || counts.bulk_stuck.load(Ordering::Relaxed) > 0
         || grew
+        || !edits_ok
+        || e(&flood.livez_failed) > 0
         || !status.success()
     {
         return Err("soak failed: see above".into());
