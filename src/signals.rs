@@ -110,7 +110,7 @@ enum Trigger {
 /// [`watch::look`] on the blocking pool.
 async fn look_off_thread(source: &Source, seen: Option<Stamp>, force: bool) -> Look {
     let s = source.clone();
-    tokio::task::spawn_blocking(move || watch::look(&s, seen, force))
+    tokio::task::spawn_blocking(move || watch::look(&s, seen, force, std::time::SystemTime::now()))
         .await
         .unwrap_or_else(|e| {
             Look::Unusable(ReadError::Io {

@@ -27,9 +27,11 @@ pub const CHECK_INTERVAL: Duration = Duration::from_secs(1);
 /// moment later changes no content. Bounded, so what stays broken costs one load every 5 s.
 pub const LOAD_RETRY_INTERVAL: Duration = Duration::from_secs(5);
 
-/// How long after its mtime a stamp is not trusted to change with the next write: a write in
-/// the same timestamp granule (a jiffy on Linux, 1 s or 2 s on some filesystems) leaves it as is.
-const RACY: Duration = Duration::from_secs(2);
+/// How long after its last change (mtime or ctime, the later) a stamp is not trusted: a write in
+/// the same timestamp granule (a jiffy on Linux, 1 s or 2 s on some filesystems) leaves it as is,
+/// and a file changed this recently may still be being written (an in-place write caught between
+/// its truncate and its last byte).
+pub const RACY: Duration = Duration::from_secs(2);
 
 /// What stands at the path instead of a regular file.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -107,16 +109,19 @@ impl Stamp {
         Ok(Stamp::of(&m))
     }
 
-    /// False while the mtime is within [`RACY`] of `now`: a later write could keep the same stamp,
-    /// so the file must be read again (git's "racily clean" entries).
+    /// False while the later of the mtime and the ctime is within [`RACY`] of `now`: a later
+    /// write could keep the same stamp (git's "racily clean" entries), and the file may still be
+    /// being written. The ctime counts because an edit that puts an old mtime back
+    /// (`cp --preserve=timestamps`) changes only it.
     pub fn trusted(&self, now: SystemTime) -> bool {
-        let mtime = match u64::try_from(self.mtime.0) {
-            Ok(s) => {
-                SystemTime::UNIX_EPOCH + Duration::new(s, self.mtime.1.clamp(0, 999_999_999) as u32)
-            }
-            Err(_) => return true,
+        let at = |(secs, nanos): (i64, i64)| -> Option<SystemTime> {
+            let secs = u64::try_from(secs).ok()?;
+            Some(SystemTime::UNIX_EPOCH + Duration::new(secs, nanos.clamp(0, 999_999_999) as u32))
         };
-        let apart = now.duration_since(mtime).unwrap_or_else(|e| e.duration());
+        let Some(changed) = at(self.mtime).max(at(self.ctime)) else {
+            return true;
+        };
+        let apart = now.duration_since(changed).unwrap_or_else(|e| e.duration());
         apart >= RACY
     }
 }
@@ -239,7 +244,7 @@ mod tests {
     }
 
     #[test]
-    fn a_stamp_is_trusted_only_once_its_mtime_is_two_seconds_old() {
+    fn a_stamp_is_trusted_only_once_its_last_change_is_two_seconds_old() {
         let dir = tempfile::tempdir().expect("tempdir");
         let path = dir.path().join("c.yaml");
         std::fs::write(&path, "a: 1\n").expect("write");
@@ -251,6 +256,16 @@ mod tests {
             s.trusted(now - RACY - Duration::from_secs(1)),
             "far in the future"
         );
+        // An old mtime put back (`cp --preserve=timestamps`): the ctime is new, so not yet.
+        let hour_ago = now - Duration::from_secs(3600);
+        std::fs::File::options()
+            .write(true)
+            .open(&path)
+            .and_then(|f| f.set_modified(hour_ago))
+            .expect("set mtime");
+        let s = Stamp::now(&path).expect("stamp");
+        assert!(!s.trusted(SystemTime::now()), "the ctime just moved");
+        assert!(s.trusted(SystemTime::now() + RACY + Duration::from_secs(1)));
     }
 
     #[test]

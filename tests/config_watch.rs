@@ -284,6 +284,36 @@ fn a_same_size_edit_that_keeps_the_mtime_is_applied() {
 }
 
 #[test]
+fn a_slow_in_place_write_is_applied_whole_and_never_counted_as_a_rejection() {
+    use std::io::Write;
+    let rt = tokio::runtime::Runtime::new().expect("runtime");
+    let lab = Lab::new();
+    let (a, b) = (rt.block_on(lab.fake("a")), rt.block_on(lab.fake("b")));
+    let file = lab.path("slow.yaml");
+    std::fs::write(&file, lab.yaml("dc-a", &[(addr(&a), "dc-a")], "")).expect("write");
+    let p = Proc::start(&file);
+    let next = lab.yaml("dc-a", &[(addr(&a), "dc-a"), (addr(&b), "dc-b")], "");
+    // A writer that truncates, writes a head, and finishes more than a watch tick later: the
+    // scenario is the pause, so it is a fixed one (nothing is being waited for).
+    let mut f = std::fs::File::create(&file).expect("truncate");
+    f.write_all(&next.as_bytes()[..40]).expect("head");
+    f.flush().expect("flush");
+    std::thread::sleep(Duration::from_millis(1500));
+    f.write_all(&next.as_bytes()[40..]).expect("rest");
+    drop(f);
+    rt.block_on(poll("the whole edit applies", || {
+        addresses(&p) == [addr(&a), addr(&b)]
+    }));
+    assert_eq!(
+        reloads(&p, "failure"),
+        Some(0.0),
+        "the half-written file was not rejected"
+    );
+    assert_eq!(count_logs(&p, REJECTED), 0);
+    assert_eq!(reloads(&p, "success"), Some(1.0), "applied once, whole");
+}
+
+#[test]
 fn a_rejected_config_is_retried_until_the_ca_it_names_appears_and_counted_once() {
     let rt = tokio::runtime::Runtime::new().expect("runtime");
     let lab = Lab::new();

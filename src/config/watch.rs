@@ -8,6 +8,8 @@
 //!
 //! The guarantees: the baseline is the digest of the bytes the running config was parsed from;
 //! the seen stamp only advances after a successful read, so a failed read is retried next tick;
+//! a change is acted on once the file has been still for [`RACY`](crate::watched_file::RACY), so
+//! a write in progress is never applied half-written nor counted as a rejection;
 //! a rejected config is retried every [`LOAD_RETRY_INTERVAL`] while the file still holds it (it
 //! may name a CA file that lands a moment later). The file is looked at every
 //! [`CHECK_INTERVAL`](crate::watched_file::CHECK_INTERVAL) by `signals`.
@@ -40,9 +42,9 @@ pub enum Look {
     Unusable(ReadError),
 }
 
-/// Looks at the config file: a `stat`, then a read and parse when the stamp differs from `seen`
-/// or `force` is set. Blocks: call it in `spawn_blocking`.
-pub fn look(source: &Source, seen: Option<Stamp>, force: bool) -> Look {
+/// Looks at the config file at wall-clock time `now`: a `stat`, then a read and parse when the
+/// stamp differs from `seen` or `force` is set. Blocks: call it in `spawn_blocking`.
+pub fn look(source: &Source, seen: Option<Stamp>, force: bool, now: SystemTime) -> Look {
     if !force {
         match file::stamp(&source.path) {
             Ok(now) if Some(now) == seen => return Look::Unchanged,
@@ -50,7 +52,7 @@ pub fn look(source: &Source, seen: Option<Stamp>, force: bool) -> Look {
             Err(e) => return Look::Unusable(e),
         }
     }
-    let fresh = |stamp: Stamp| stamp.trusted(SystemTime::now()).then_some(stamp);
+    let fresh = |stamp: Stamp| stamp.trusted(now).then_some(stamp);
     match file::read(&source.path) {
         Ok(c) => Look::Read {
             stamp: fresh(c.stamp),
@@ -182,6 +184,13 @@ impl ConfigWatch {
                 self.seen = stamp;
                 if digest == self.running {
                     self.rejected = None;
+                    return stay(recovered);
+                }
+                if stamp.is_none() {
+                    // Changed within the last RACY: maybe still being written (an in-place write
+                    // caught between its truncate and its last byte). Nothing is applied,
+                    // rejected or counted until it has been still that long; it is read again
+                    // on the next tick.
                     return stay(recovered);
                 }
                 let attempt = match self.rejected {

@@ -24,12 +24,55 @@ fn write_old(path: &std::path::Path, text: &str) {
         .expect("set mtime");
 }
 
+/// Wall-clock time well after the test's writes: their stamps have settled.
+fn settled() -> SystemTime {
+    SystemTime::now() + Duration::from_secs(10)
+}
+
+/// A look that read `text` under a stamp that has settled (last changed an hour ago).
 fn read(text: &str) -> Look {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("settled");
+    write_old(&path, text);
+    let stamp = Stamp::now(&path).expect("stamp");
+    assert!(
+        stamp.trusted(SystemTime::now() + Duration::from_secs(10)),
+        "settled"
+    );
+    Look::Read {
+        stamp: Some(stamp),
+        digest: Digest::of(text.as_bytes()),
+        loaded: Config::parse(text, "c.yaml"),
+    }
+}
+
+/// A look that read `text` a moment after it was written: the stamp is not trusted yet.
+fn read_fresh(text: &str) -> Look {
     Look::Read {
         stamp: None,
         digest: Digest::of(text.as_bytes()),
         loaded: Config::parse(text, "c.yaml"),
     }
+}
+
+#[test]
+fn a_file_changed_a_moment_ago_is_acted_on_only_once_it_has_been_still() {
+    let now = Instant::now();
+    let mut w = ConfigWatch::new(Digest::of(A.as_bytes()));
+    // Caught between the truncate and the last byte: does not parse, and is neither rejected
+    // nor counted ...
+    let half = &B[..10];
+    assert!(matches!(
+        w.decide(read_fresh(half), now).action,
+        Action::Stay
+    ));
+    assert_eq!(w.seen(), None, "read again next tick");
+    // ... nor is a whole new file applied before it has been still.
+    assert!(matches!(w.decide(read_fresh(B), now).action, Action::Stay));
+    // Once still, it loads; a config that stays broken is then rejected (once).
+    assert!(is_load(&w.decide(read(B), now), Attempt::First));
+    let mut w = ConfigWatch::new(Digest::of(A.as_bytes()));
+    assert!(is_load(&w.decide(read(half), now), Attempt::First));
 }
 
 fn emfile() -> Look {
@@ -52,12 +95,12 @@ fn the_baseline_is_the_loaded_content_so_an_edit_after_the_load_is_a_change() {
     assert_eq!(loaded.digest, Digest::of(A.as_bytes()));
     let now = Instant::now();
     let mut unedited = ConfigWatch::new(loaded.digest);
-    let step = unedited.decide(look(&src, unedited.seen(), false), now);
+    let step = unedited.decide(look(&src, unedited.seen(), false, settled()), now);
     assert!(matches!(step.action, Action::Stay), "{step:?}");
     // Edited between the load and the first tick (while the app starts).
     std::fs::write(&src.path, B).expect("edit");
     let mut w = ConfigWatch::new(loaded.digest);
-    let step = w.decide(look(&src, w.seen(), false), now);
+    let step = w.decide(look(&src, w.seen(), false, settled()), now);
     assert!(is_load(&step, Attempt::First), "{step:?}");
 }
 
@@ -69,16 +112,19 @@ fn a_failed_read_leaves_the_file_unseen_so_the_next_tick_reads_it() {
     let now = Instant::now();
     let mut w = ConfigWatch::new(Digest::of(A.as_bytes()));
     assert!(matches!(
-        w.decide(look(&src, None, false), now).action,
+        w.decide(look(&src, None, false, settled()), now).action,
         Action::Stay
     ));
     assert!(w.seen().is_some(), "an old file's stamp is trusted");
-    assert!(matches!(look(&src, w.seen(), false), Look::Unchanged));
+    assert!(matches!(
+        look(&src, w.seen(), false, settled()),
+        Look::Unchanged
+    ));
     // The file changes, and its read fails (EMFILE): nothing is marked as seen.
     write_old(&src.path, B);
     assert!(matches!(w.decide(emfile(), now).action, Action::Warn(_)));
     assert_eq!(w.seen(), None);
-    let step = w.decide(look(&src, w.seen(), false), now);
+    let step = w.decide(look(&src, w.seen(), false, settled()), now);
     assert!(step.recovered, "readable again");
     assert!(is_load(&step, Attempt::First), "{step:?}");
 }
@@ -151,7 +197,7 @@ fn a_same_size_edit_that_restores_the_mtime_is_seen() {
     let src = source(&dir);
     write_old(&src.path, A);
     let mut w = ConfigWatch::new(Digest::of(A.as_bytes()));
-    w.decide(look(&src, None, false), Instant::now());
+    w.decide(look(&src, None, false, settled()), Instant::now());
     let mtime = std::fs::metadata(&src.path)
         .and_then(|m| m.modified())
         .expect("mtime");
@@ -163,7 +209,7 @@ fn a_same_size_edit_that_restores_the_mtime_is_seen() {
         .open(&src.path)
         .and_then(|f| f.set_modified(mtime))
         .expect("restore mtime");
-    let step = w.decide(look(&src, w.seen(), false), Instant::now());
+    let step = w.decide(look(&src, w.seen(), false, settled()), Instant::now());
     assert!(is_load(&step, Attempt::First), "{step:?}");
 }
 
@@ -175,7 +221,8 @@ fn touches_renames_of_the_same_content_and_fresh_stamps_are_no_reload() {
     let mut w = ConfigWatch::new(Digest::of(A.as_bytes()));
     let now = Instant::now();
     assert!(matches!(
-        w.decide(look(&src, None, false), now).action,
+        w.decide(look(&src, None, false, SystemTime::now()), now)
+            .action,
         Action::Stay
     ));
     assert_eq!(
@@ -183,21 +230,26 @@ fn touches_renames_of_the_same_content_and_fresh_stamps_are_no_reload() {
         None,
         "a stamp this fresh is not trusted: read again"
     );
-    assert!(matches!(look(&src, w.seen(), false), Look::Read { .. }));
+    assert!(matches!(
+        look(&src, w.seen(), false, SystemTime::now()),
+        Look::Read { .. }
+    ));
     let tmp = dir.path().join("c.yaml.tmp");
     std::fs::write(&tmp, A).expect("write");
     std::fs::rename(&tmp, &src.path).expect("rename");
     assert!(matches!(
-        w.decide(look(&src, w.seen(), false), now).action,
+        w.decide(look(&src, w.seen(), false, SystemTime::now()), now)
+            .action,
         Action::Stay
     ));
     std::fs::remove_file(&src.path).expect("remove");
     assert!(matches!(
-        w.decide(look(&src, w.seen(), false), now).action,
+        w.decide(look(&src, w.seen(), false, SystemTime::now()), now)
+            .action,
         Action::Warn(_)
     ));
     std::fs::write(&src.path, A).expect("write back");
-    let back = w.decide(look(&src, w.seen(), false), now);
+    let back = w.decide(look(&src, w.seen(), false, SystemTime::now()), now);
     assert!(
         back.recovered && matches!(back.action, Action::Stay),
         "back with the running content"
