@@ -23,7 +23,8 @@
 //!
 //! Dependencies point one way: `health::verdict`, `eviction`, `relay` ← `pick` ← `backend` ←
 //! `metrics` ← `table` ← `health` (monitor) / `proxy` / `admin` ← `app` ← `signals` ← `main`;
-//! `config` reads `backend` and `pick`; `dial` reads `config`; `proxy` and `health` read `dial`. Nothing below `metrics` holds a Prometheus
+//! `config` reads `backend` and `pick`; `dial` is a leaf that `backend`, `proxy` and `health`
+//! read. Nothing below `metrics` holds a Prometheus
 //! handle: the domain keeps plain atomics, which `metrics` reads at scrape time.
 
 #![forbid(unsafe_code)]
