@@ -138,12 +138,13 @@ impl Record {
             End::Error(e) => e.as_str(),
             _ => "",
         };
-        let (client, dials, attempts) = (self.client.to_string(), self.dials, self.attempts);
+        let (client, dials, attempts) = (self.client, self.dials, self.attempts);
         let (ended_by, reason) = (end.ended_by(), end.reason());
         macro_rules! emit {
             ($level:ident) => {
                 tracing::$level!(
-                    client,
+                    // Formatted only when the event is enabled: no allocation per connection.
+                    client = %client,
                     backend,
                     zone,
                     rank,
