@@ -28,6 +28,10 @@ pub const ADMIN: &str = "127.0.0.1:7446";
 /// The balancer's defaults that the scenarios' figures depend on (README: config reference).
 pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
 pub const FALL: usize = 2;
+/// `failback_after` (default): how long dc-b must have been ready before connections relayed
+/// to other zones are closed so their clients come home, spread over `FAILBACK_SPREAD`.
+pub const FAILBACK_AFTER: f64 = 60.0;
+pub const FAILBACK_SPREAD: f64 = 10.0;
 /// The client ends a stream connection that delivered nothing for this long (its `--silence`;
 /// kubelet's HTTP/2 health check gives up after about 45 s).
 pub const CLIENT_SILENCE: Duration = Duration::from_secs(30);

@@ -32,6 +32,9 @@ pub struct Heal {
     pub good: &'static [Host],
     /// The states healing leads to.
     pub settled: States,
+    /// How long past [`WINDOW_LIMIT`] the heal window may take to settle (a heal that waits on
+    /// failback: `failback_after` and its spread).
+    pub longer: Duration,
 }
 
 /// What a scenario is, besides its fault.
@@ -126,8 +129,14 @@ fn settled(cast: &Cast, fault_at: f64, from: f64, good: &[Host], states: &[(Host
     held(p.all_good) && held(p.stream_good)
 }
 
-fn window(cast: &Cast, fault_at: f64, from: f64, good: &[Host], states: &[(Host, &str)]) {
-    let _ = poll(WINDOW_LIMIT, || settled(cast, fault_at, from, good, states));
+fn window(
+    cast: &Cast,
+    fault_at: f64,
+    from: f64,
+    (good, states): (&[Host], &[(Host, &str)]),
+    limit: Duration,
+) {
+    let _ = poll(limit, || settled(cast, fault_at, from, good, states));
 }
 
 /// Whether the client's stream delivered an event after `t` (wall clock).
@@ -187,7 +196,13 @@ pub fn run(
                 wall() - fault_at >= d.as_secs_f64()
             });
         }
-        None => window(&cast, fault_at, fault_at, spec.good, spec.settled),
+        None => window(
+            &cast,
+            fault_at,
+            fault_at,
+            (spec.good, spec.settled),
+            WINDOW_LIMIT,
+        ),
     }
     kubectl.push(("during the fault", kubectl_readyz(&cast)));
     let fault_end = wall();
@@ -198,7 +213,13 @@ pub fn run(
         }
         let at = wall();
         heal_at = Some(at);
-        window(&cast, fault_at, at, heal.good, heal.settled);
+        window(
+            &cast,
+            fault_at,
+            at,
+            (heal.good, heal.settled),
+            WINDOW_LIMIT + heal.longer,
+        );
         kubectl.push(("after healing", kubectl_readyz(&cast)));
     }
     let end = wall();

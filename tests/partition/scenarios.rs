@@ -5,11 +5,13 @@
 //! `target/partition-lab/<test>.json` (drawn by `examples/partition_timeline.rs`); the summary
 //! and KubePrism's expected behaviour are in `tests/PARTITION_LAB.md`.
 
-use super::cast::{Readyz, CONNECT_TIMEOUT, FALL};
+use super::cast::{Readyz, CONNECT_TIMEOUT, FAILBACK_AFTER, FAILBACK_SPREAD, FALL};
 use super::etcd::PEER_PORT;
 use super::netlab::Host::{self, DcA, DcB, Node, Witness};
 use super::runner::{run, Heal, Outcome, Spec, States};
 use super::timeline::Phase;
+
+use std::time::Duration;
 
 /// The issue's target: every request and the stream on a good backend within 7 s of the fault.
 const TARGET: f64 = 7.0;
@@ -106,15 +108,20 @@ fn kubectl_ok(o: &Outcome, when: &str) {
 }
 
 #[test]
-fn partition_1_no_quorum_local_apiserver_is_left_for_a_ready_one() {
+fn partition_1_no_quorum_local_apiserver_is_left_for_a_ready_one_and_the_stream_comes_home() {
     let spec = Spec {
         etcd: true,
         readyz: ETCD,
         good: &[DcA, Witness],
         settled: &[(DcB, "unready")],
+        heal: Some(Heal {
+            good: &[DcB],
+            settled: &[(DcA, "ready"), (DcB, "ready"), (Witness, "ready")],
+            longer: Duration::from_secs_f64(FAILBACK_AFTER + FAILBACK_SPREAD),
+        }),
         ..Spec::new(
-            "partition_1_no_quorum_local_apiserver_is_left_for_a_ready_one",
-            "1. no-quorum local apiserver (real etcd): dc-b's etcd peer traffic cut",
+            "partition_1_no_quorum_local_apiserver_is_left_for_a_ready_one_and_the_stream_comes_home",
+            "1. no-quorum local apiserver (real etcd): dc-b's etcd peer traffic cut; then heal",
         )
     };
     run(
@@ -123,6 +130,46 @@ fn partition_1_no_quorum_local_apiserver_is_left_for_a_ready_one() {
         |o| {
             let p = served_throughout(o, spec.name);
             within(p, probe_bound(READ_BUDGET, 0.0), spec.name);
+            // Healed: dc-b's etcd member catches up and its apiserver turns ready. New
+            // connections go home at once (same zone first); the stream, relayed to another
+            // zone during the fault, is closed once dc-b has been ready for `failback_after`,
+            // within the failback spread, and its client re-dials home.
+            let heal = o.phase("heal");
+            kubectl_ok(o, "after healing");
+            no_errors(heal, "healed");
+            let home = o
+                .timeline
+                .states
+                .iter()
+                .find(|c| c.t > heal.from && c.site == "dc-b" && c.to == "ready")
+                .map(|c| c.t - heal.from)
+                .expect("dc-b turns ready after healing");
+            let stream = heal.stream_good.expect("the stream comes back to dc-b");
+            super::netlab::lab_print(&format!(
+                "{}: dc-b ready {home:.1} s after healing, the stream back on it {:.1} s after that \
+                 (failback_after {FAILBACK_AFTER} s + spread {FAILBACK_SPREAD} s)",
+                spec.name,
+                stream - home
+            ));
+            assert!(
+                stream - home <= FAILBACK_AFTER + FAILBACK_SPREAD + SLACK,
+                "the stream came home {:.1} s after dc-b turned ready",
+                stream - home
+            );
+            // Latency alone never moves it: not before failback_after.
+            assert!(
+                stream - home >= FAILBACK_AFTER,
+                "the stream came home {:.1} s after dc-b turned ready, before failback_after",
+                stream - home
+            );
+            let away: Vec<_> = o
+                .timeline
+                .requests
+                .iter()
+                .filter(|r| r.start > heal.from + home + 0.1 && r.end <= heal.to)
+                .filter(|r| r.site.as_deref() != Some("dc-b"))
+                .collect();
+            assert!(away.is_empty(), "after dc-b is ready again: {away:?}");
         },
     );
 }
@@ -191,6 +238,7 @@ fn partition_4_site_isolation_fails_open_to_the_local_apiserver_and_back() {
         heal: Some(Heal {
             good: &[Witness, DcA],
             settled: DCB_UNREADY,
+            longer: Duration::ZERO,
         }),
         ..Spec::new(
             "partition_4_site_isolation_fails_open_to_the_local_apiserver_and_back",
