@@ -8,7 +8,8 @@
 //! figures (`figures`).
 
 use std::collections::BTreeMap;
-use std::path::PathBuf;
+use std::net::Ipv4Addr;
+use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use readyprism::sim::pki::Ca;
@@ -93,10 +94,90 @@ pub enum ClientEvent {
     },
 }
 
+/// How the balancer learns the apiservers in the membership scenario: the seeds it is
+/// configured with, and discovery's poll interval.
+pub struct Members {
+    pub seeds: &'static [Host],
+    pub interval: &'static str,
+}
+
+/// What every simulated apiserver of a cast shares.
+struct ApiserverFiles<'f> {
+    ca: &'f Ca,
+    ca_path: &'f Path,
+    /// The Endpoints object it serves (membership scenario), re-read on every request.
+    endpoints: Option<&'f Path>,
+}
+
+/// The `kubernetes` Endpoints object with `ips` × the `https` port, written whole (rename) so
+/// that an apiserver never serves half of it.
+fn write_endpoints(path: &Path, ips: &[Ipv4Addr]) {
+    let addresses: Vec<_> = ips
+        .iter()
+        .map(|ip| serde_json::json!({ "ip": ip.to_string() }))
+        .collect();
+    let object = serde_json::json!({
+        "kind": "Endpoints",
+        "apiVersion": "v1",
+        "metadata": { "name": "kubernetes", "namespace": "default" },
+        "subsets": [{
+            "addresses": addresses,
+            "ports": [{ "name": "https", "port": APISERVER_PORT, "protocol": "TCP" }],
+        }],
+    });
+    let tmp = path.with_extension("json.tmp");
+    std::fs::write(&tmp, object.to_string()).unwrap_or_else(|e| panic!("{tmp:?}: {e}"));
+    std::fs::rename(&tmp, path).unwrap_or_else(|e| panic!("{path:?}: {e}"));
+}
+
+/// Starts one simulated apiserver named `name` on `ip:6443` in `host`'s namespace, with a
+/// certificate for `ip`, requiring the kubelet's client certificate.
+fn spawn_apiserver(
+    lab: &NetLab,
+    files: &ApiserverFiles,
+    host: Host,
+    ip: Ipv4Addr,
+    name: &str,
+    readyz: Readyz,
+) -> LabProcess {
+    let ip = ip.to_string();
+    let cert = files.ca.server(&[&ip, "127.0.0.1"]).expect("server cert");
+    let cert_path = write(lab, &format!("{name}.crt"), &cert.cert_pem);
+    let key_path = write(lab, &format!("{name}.key"), &cert.key_pem);
+    let mut cmd = lab.command(host, BIN);
+    cmd.args(["--log-format", "json", "sim-apiserver", "--name", name])
+        .args(["--listen", &format!("{ip}:{APISERVER_PORT}")])
+        .arg("--cert")
+        .arg(&cert_path)
+        .arg("--key")
+        .arg(&key_path)
+        .arg("--client-ca")
+        .arg(files.ca_path)
+        .arg("--require-client-cert");
+    if let Some(endpoints) = files.endpoints {
+        cmd.arg("--endpoints-file").arg(endpoints);
+    }
+    match readyz {
+        Readyz::Pass => {}
+        Readyz::Etcd => {
+            cmd.args(["--etcd", "http://127.0.0.1:2379"]);
+        }
+        Readyz::EtcdDown => {
+            cmd.args(["--etcd", "http://127.0.0.1:9"]);
+        }
+    }
+    lab.spawn(&format!("apiserver-{name}"), cmd)
+        .expect("spawn sim-apiserver")
+}
+
 /// The apiservers, the balancer and (once started) the client of one scenario.
 pub struct Cast<'a> {
     lab: &'a NetLab,
     apiservers: BTreeMap<Host, LabProcess>,
+    /// Apiservers started later ([`Cast::start_apiserver`]), by name.
+    joined: BTreeMap<String, LabProcess>,
+    authority: Ca,
+    endpoints: Option<PathBuf>,
     balancer: LabProcess,
     client: Option<LabProcess>,
     ca: PathBuf,
@@ -129,57 +210,75 @@ impl<'a> Cast<'a> {
     /// Issues the certificates, starts one apiserver per site and the balancer on the node, and
     /// waits until they all listen. `readyz` gives each site's `/readyz`.
     pub fn start(lab: &'a NetLab, readyz: [(Host, Readyz); 3]) -> Cast<'a> {
+        Cast::start_with(lab, readyz, None)
+    }
+
+    /// [`Cast::start`]; with `members`, the balancer follows the cluster's list instead of
+    /// knowing every site: its config names only the seeds, the zones by network (no `zone:`),
+    /// and discovery on, and every apiserver serves the Endpoints object of [`Cast::set_endpoints`]
+    /// (all three sites until then).
+    pub fn start_with(
+        lab: &'a NetLab,
+        readyz: [(Host, Readyz); 3],
+        members: Option<&Members>,
+    ) -> Cast<'a> {
         let ca = Ca::new("partition-lab-ca").expect("CA");
         let ca_path = write(lab, "ca.crt", &ca.cert_pem);
         let kubelet = ca.client("node").expect("kubelet cert");
         let kubelet_pem = write(lab, "kubelet-client-current.pem", &kubelet.combined_pem());
+        let endpoints = members.map(|_| lab.path("endpoints.json"));
+        if let Some(path) = &endpoints {
+            write_endpoints(path, &Host::SITES.map(Host::ip));
+        }
         let mut apiservers = BTreeMap::new();
         for (site, readyz) in readyz {
-            let ip = site.ip().to_string();
-            let cert = ca.server(&[&ip, "127.0.0.1"]).expect("server cert");
-            let cert_path = write(lab, &format!("{}.crt", site.name()), &cert.cert_pem);
-            let key_path = write(lab, &format!("{}.key", site.name()), &cert.key_pem);
-            let mut cmd = lab.command(site, BIN);
-            cmd.args([
-                "--log-format",
-                "json",
-                "sim-apiserver",
-                "--name",
-                site.name(),
-            ])
-            .args(["--listen", &format!("{ip}:{APISERVER_PORT}")])
-            .arg("--cert")
-            .arg(&cert_path)
-            .arg("--key")
-            .arg(&key_path)
-            .arg("--client-ca")
-            .arg(&ca_path)
-            .arg("--require-client-cert");
-            match readyz {
-                Readyz::Pass => {}
-                Readyz::Etcd => {
-                    cmd.args(["--etcd", "http://127.0.0.1:2379"]);
-                }
-                // Port 9 (discard): nothing listens there in the lab, so the read is refused.
-                Readyz::EtcdDown => {
-                    cmd.args(["--etcd", "http://127.0.0.1:9"]);
-                }
-            }
-            let proc = lab
-                .spawn(&format!("apiserver-{}", site.name()), cmd)
-                .expect("spawn sim-apiserver");
+            let files = ApiserverFiles {
+                ca: &ca,
+                ca_path: &ca_path,
+                endpoints: endpoints.as_deref(),
+            };
+            let proc = spawn_apiserver(lab, &files, site, site.ip(), site.name(), readyz);
             apiservers.insert(site, proc);
         }
+        let (zone, backends, discovery) = match members {
+            None => (
+                "zone: dc-b\n".to_string(),
+                Host::SITES
+                    .iter()
+                    .map(|s| {
+                        format!(
+                            "  - {{ address: \"{}:{APISERVER_PORT}\", zone: {} }}\n",
+                            s.ip(),
+                            s.name()
+                        )
+                    })
+                    .collect::<String>(),
+                String::new(),
+            ),
+            Some(m) => (
+                format!(
+                    "zones:\n{}",
+                    Host::SITES
+                        .iter()
+                        .map(|s| {
+                            let [a, b, c, _] = s.ip().octets();
+                            format!("  {}: [\"{a}.{b}.{c}.0/24\"]\n", s.name())
+                        })
+                        .collect::<String>()
+                ),
+                m.seeds
+                    .iter()
+                    .map(|s| format!("  - {{ address: \"{}:{APISERVER_PORT}\" }}\n", s.ip()))
+                    .collect::<String>(),
+                format!(
+                    "discovery:\n  endpoints: true\n  interval: {}\n  cache: {}\n",
+                    m.interval,
+                    lab.path("backends-cache.json").display()
+                ),
+            ),
+        };
         let config = format!(
-            "listen: [\"{LISTEN}\"]\nadmin: \"{ADMIN}\"\nzone: dc-b\nbackends:\n{}tls:\n  ca: {}\n  client_cert: {}\n",
-            Host::SITES
-                .iter()
-                .map(|s| format!(
-                    "  - {{ address: \"{}:{APISERVER_PORT}\", zone: {} }}\n",
-                    s.ip(),
-                    s.name()
-                ))
-                .collect::<String>(),
+            "listen: [\"{LISTEN}\"]\nadmin: \"{ADMIN}\"\n{zone}backends:\n{backends}{discovery}tls:\n  ca: {}\n  client_cert: {}\n",
             ca_path.display(),
             kubelet_pem.display(),
         );
@@ -199,6 +298,9 @@ impl<'a> Cast<'a> {
         let cast = Cast {
             lab,
             apiservers,
+            joined: BTreeMap::new(),
+            authority: ca,
+            endpoints,
             balancer,
             client: None,
             ca: ca_path,
@@ -222,6 +324,45 @@ impl<'a> Cast<'a> {
         });
         assert!(up, "readyprism did not start: {}", cast.balancer.log_text());
         cast
+    }
+
+    /// Starts another apiserver named `name` on `ip` in `host`'s namespace (a control-plane node
+    /// joining; the address must exist there: [`NetLab::add_address`]) and waits until it listens.
+    pub fn start_apiserver(&mut self, host: Host, ip: Ipv4Addr, name: &str) {
+        let files = ApiserverFiles {
+            ca: &self.authority,
+            ca_path: &self.ca,
+            endpoints: self.endpoints.as_deref(),
+        };
+        let proc = spawn_apiserver(self.lab, &files, host, ip, name, Readyz::Pass);
+        let up = poll(Duration::from_secs(10), || {
+            proc.log_text().contains("simulated apiserver listening")
+        });
+        assert!(up, "apiserver {name} did not start: {}", proc.log_text());
+        self.joined.insert(name.to_string(), proc);
+    }
+
+    /// What every apiserver's Endpoints object says from now on: `ips` × the `https` port.
+    pub fn set_endpoints(&self, ips: &[Ipv4Addr]) {
+        let path = self
+            .endpoints
+            .as_ref()
+            .expect("a cast started with members serves an Endpoints object");
+        write_endpoints(path, ips);
+    }
+
+    /// The balancer's `/status` document.
+    pub fn status(&self) -> Result<serde_json::Value, String> {
+        let script = "import sys, urllib.request; print(urllib.request.urlopen(sys.argv[1], timeout=5).read().decode())";
+        let url = format!("http://{ADMIN}/status");
+        let out = self.lab.output(
+            Host::Node,
+            "python3",
+            &["-c", script, &url],
+            &[],
+            Duration::from_secs(10),
+        )?;
+        serde_json::from_slice(&out.stdout).map_err(|e| format!("/status: {e}"))
     }
 
     /// Every backend state change the balancer has logged so far, in order.

@@ -16,4 +16,5 @@ pub mod runner;
 pub mod timeline;
 
 mod lab_tests;
+mod membership;
 mod scenarios;

@@ -659,6 +659,23 @@ impl NetLab {
         cmd
     }
 
+    /// Gives a host's link a second address in the lab's segment (a control-plane node that joins
+    /// in that site: no added delay from the site's own hosts, the site's from the others').
+    pub fn add_address(&self, host: Host, ip: Ipv4Addr) -> Result<(), String> {
+        let addr = format!("{ip}/16");
+        run(&[
+            "ip",
+            "-n",
+            &self.ns(host),
+            "addr",
+            "add",
+            &addr,
+            "dev",
+            "eth0",
+        ])
+        .map(|_| ())
+    }
+
     /// Runs a program in a host's namespace to completion and captures its output.
     pub fn output(
         &self,

@@ -1,0 +1,202 @@
+//! Lab scenario 9 (issue 16): the control plane changes while the client runs, and no node's
+//! config does. The balancer is configured with two seeds (dc-a, witness), the zones by network
+//! and discovery on; dc-b's apiserver is known only from the cluster's Endpoints object. A
+//! control-plane node joins in dc-b (`dc-b2`, 10.77.2.2), then dc-b's first apiserver leaves the
+//! Endpoints object (its process keeps answering, as a node being drained does).
+//!
+//! Asserted: the join moves nothing (the stream stays where it is); the leave moves only the
+//! leaving backend's connections (the stream, closed with the reason `removed`, re-dials to
+//! dc-b2 in the same zone) within the bound of 3 good answers; no client-visible error; the config
+//! file never changes.
+
+use std::net::Ipv4Addr;
+use std::time::Duration;
+
+use super::cast::{poll, wall, Cast, ClientEvent, Members, Readyz, APISERVER_PORT};
+use super::netlab::{lab_print, Host, NetLab};
+
+/// Discovery's poll interval in this scenario (the default is 30 s; the scenario is about what
+/// moves, not about waiting).
+const INTERVAL: f64 = 2.0;
+/// A discovered backend missing from this many consecutive good answers is removed.
+const MISSES: f64 = 3.0;
+const JITTER: f64 = 1.1;
+const EVICT_SPREAD: f64 = 0.5;
+const SLACK: f64 = 1.5;
+const JOINER: Ipv4Addr = Ipv4Addr::new(10, 77, 2, 2);
+
+fn address(ip: Ipv4Addr) -> String {
+    format!("{ip}:{APISERVER_PORT}")
+}
+
+/// The `/status` entry of the backend at `ip`, if listed: (source, state).
+fn listed(cast: &Cast, ip: Ipv4Addr) -> Option<(String, String)> {
+    let status = cast.status().ok()?;
+    let b = status["backends"]
+        .as_array()?
+        .iter()
+        .find(|b| b["address"] == address(ip).as_str())?;
+    Some((
+        b["source"].as_str()?.to_string(),
+        b["state"].as_str()?.to_string(),
+    ))
+}
+
+/// The stream connections the client made: (connection, site, first event, last event).
+fn stream_connections(events: &[ClientEvent]) -> Vec<(u32, String, f64, f64)> {
+    let mut out: Vec<(u32, String, f64, f64)> = Vec::new();
+    for e in events {
+        if let ClientEvent::Line { t, c, site } = e {
+            match out.iter_mut().find(|s| s.0 == *c) {
+                Some(s) => s.3 = *t,
+                None => out.push((*c, site.clone(), *t, *t)),
+            }
+        }
+    }
+    out
+}
+
+#[test]
+fn partition_9_a_control_plane_node_joins_and_another_leaves_without_a_config_change() {
+    let name = "partition_9_a_control_plane_node_joins_and_another_leaves_without_a_config_change";
+    let Some(lab) = NetLab::start(name) else {
+        return;
+    };
+    let members = Members {
+        seeds: &[Host::DcA, Host::Witness],
+        interval: "2s",
+    };
+    let pass = [
+        (Host::DcA, Readyz::Pass),
+        (Host::DcB, Readyz::Pass),
+        (Host::Witness, Readyz::Pass),
+    ];
+    let mut cast = Cast::start_with(&lab, pass, Some(&members));
+    let config = std::fs::read(lab.path("readyprism.yaml")).expect("the config");
+    let dcb = Host::DcB.ip();
+    let found = poll(Duration::from_secs(30), || {
+        listed(&cast, dcb) == Some(("discovered".into(), "ready".into()))
+    });
+    assert!(
+        found,
+        "dc-b was never discovered and ready: {:?}\n{}",
+        cast.status(),
+        cast.balancer_log()
+    );
+    let zone = cast.status().expect("status")["zone"].clone();
+    assert_eq!(zone, "dc-b", "the node's zone from its address 10.77.2.10");
+    cast.start_client();
+    let settled = |cast: &Cast, site: &str| {
+        let events = cast.client_events();
+        stream_connections(&events)
+            .last()
+            .is_some_and(|s| s.1 == site && s.3 > wall() - 1.0)
+    };
+    assert!(
+        poll(Duration::from_secs(10), || settled(&cast, "dc-b")),
+        "the stream is not on dc-b (same zone first): {:?}",
+        cast.client_events()
+    );
+
+    // A control-plane node joins in dc-b.
+    lab.add_address(Host::DcB, JOINER)
+        .expect("the joiner's address");
+    cast.start_apiserver(Host::DcB, JOINER, "dc-b2");
+    let joined_at = wall();
+    cast.set_endpoints(&[Host::DcA.ip(), dcb, JOINER, Host::Witness.ip()]);
+    let joined = poll(Duration::from_secs(30), || {
+        listed(&cast, JOINER) == Some(("discovered".into(), "ready".into()))
+    });
+    assert!(joined, "dc-b2 never joined: {:?}", cast.status());
+    let join_ready = wall() - joined_at;
+    // Several requests while both are in the list (they may go to either: same zone).
+    let before_leave = cast.client_events().len();
+    assert!(poll(Duration::from_secs(10), || {
+        cast.client_events().len() >= before_leave + 10
+    }));
+
+    // dc-b's first apiserver leaves the cluster's list.
+    let left_at = wall();
+    cast.set_endpoints(&[Host::DcA.ip(), JOINER, Host::Witness.ip()]);
+    let removed = poll(Duration::from_secs(30), || {
+        cast.status().is_ok() && listed(&cast, dcb).is_none()
+    });
+    assert!(removed, "dc-b was never removed: {:?}", cast.status());
+    let removed_after = wall() - left_at;
+    assert!(
+        poll(Duration::from_secs(15), || settled(&cast, "dc-b2")),
+        "the stream did not move to dc-b2: {:?}",
+        cast.client_events()
+    );
+    // Let requests run a while after the move.
+    let moved = cast.client_events().len();
+    assert!(poll(Duration::from_secs(10), || {
+        cast.client_events().len() >= moved + 10
+    }));
+    cast.stop_client();
+    let events = cast.client_events();
+
+    let streams = stream_connections(&events);
+    let closes = cast.metrics("readyprism_unready_closes_total");
+    let text = format!(
+        "9. a control-plane node joins (dc-b2) and dc-b leaves; no config change\n  \
+         dc-b2 discovered and ready {join_ready:.1} s after it joined the Endpoints object; \
+         dc-b removed {removed_after:.1} s after it left (interval {INTERVAL} s, {MISSES} good answers)\n  \
+         stream connections: {:?}\n  closes: {closes:?}\n  polls: {:?}",
+        streams
+            .iter()
+            .map(|s| format!("{} {:+.1}..{:+.1}", s.1, s.2 - left_at, s.3 - left_at))
+            .collect::<Vec<_>>(),
+        cast.metrics("readyprism_discovery_polls_total"),
+    );
+    lab_print(&text);
+
+    let errors: Vec<_> = events
+        .iter()
+        .filter(|e| {
+            matches!(
+                e,
+                ClientEvent::Req { ok: false, .. } | ClientEvent::DialError { .. }
+            )
+        })
+        .collect();
+    assert!(errors.is_empty(), "client-visible errors: {errors:?}");
+    // The join moved nothing: one stream connection, on dc-b, from the start until the leave.
+    let before: Vec<_> = streams.iter().filter(|s| s.2 < left_at).collect();
+    assert_eq!(before.len(), 1, "the join moved the stream: {streams:?}");
+    assert_eq!(before[0].1, "dc-b");
+    // The leave moved the stream once, to dc-b2, within 3 good answers and the spread.
+    let after: Vec<_> = streams.iter().filter(|s| s.2 >= left_at).collect();
+    assert_eq!(after.len(), 1, "one re-dial after the leave: {streams:?}");
+    assert_eq!(after[0].1, "dc-b2", "the same zone's remaining apiserver");
+    let bound = (MISSES + 1.0) * INTERVAL * JITTER + EVICT_SPREAD + SLACK;
+    assert!(
+        after[0].2 - left_at <= bound,
+        "the stream moved {:.1} s after the leave; bound {bound:.1} s",
+        after[0].2 - left_at
+    );
+    let dcb_address = address(dcb);
+    assert!(
+        closes.iter().any(|l| l.contains(&dcb_address)
+            && l.contains("reason=\"removed\"")
+            && l.ends_with(" 1")),
+        "dc-b's stream closed with the reason removed: {closes:?}"
+    );
+    // After the removal, no request goes to dc-b.
+    let late: Vec<_> = events
+        .iter()
+        .filter(|e| {
+            matches!(e, ClientEvent::Req { t0, site: Some(s), .. }
+                if t0 > &(left_at + removed_after + 0.1) && s == "dc-b")
+        })
+        .collect();
+    assert!(
+        late.is_empty(),
+        "requests to dc-b after its removal: {late:?}"
+    );
+    assert_eq!(
+        std::fs::read(lab.path("readyprism.yaml")).expect("the config"),
+        config,
+        "no config change"
+    );
+}
