@@ -12,7 +12,7 @@ v1.14.0-rc.1; each cited where it is applied), plus stricter ones marked "strict
 the manifest and the service spec without rejecting unknown keys, so a misspelt key would be
 silently ignored on the node; here it is an error.
 """
-import argparse, json, os, re, shlex, stat, subprocess, sys, tempfile
+import argparse, json, os, re, shlex, shutil, stat, subprocess, sys, tempfile
 
 import yaml
 
@@ -364,7 +364,7 @@ def launch_script(ext, host, out, config=None, drop=(), args=None):
         lines.append(f"mount -o remount,bind,ro {q(root)}")
     env = list(spec["container"].get("environment") or []) + list(esc.get("environment") or [])
     argv = [spec["container"]["entrypoint"]] + (args if args else list(spec["container"].get("args") or []))
-    lines.append("exec env -i " + " ".join(q(e) for e in env) + f" chroot {q(root)} " + " ".join(q(a) for a in argv))
+    lines.append("exec env -i " + " ".join(q(e) for e in env) + f" {q(shutil.which('chroot') or '/usr/sbin/chroot')} {q(root)} " + " ".join(q(a) for a in argv))
     with open(out, "w") as w:
         w.write("\n".join(lines) + "\n")
 
@@ -420,7 +420,9 @@ def selftest():
     expect("restart never", fit_errors(s(lambda d: d.update(restart="never")), esc, cfg))
     expect("kubelet PKI not mounted", fit_errors(s(lambda d: d["container"].update(
         mounts=[x for x in d["container"]["mounts"] if x["destination"] != "/var/lib/kubelet/pki"])), esc, cfg))
-    expect("discovery cache read-only", fit_errors(s(lambda d: [x.update(options=["bind", "ro"]) for x in d["container"]["mounts"]]), esc, cfg))
+    cached = {**cfg, "discovery": {"endpoints": True, "cache": "/var/lib/readyprism/backends.json"}}
+    expect("discovery cache read-only", fit_errors(s(lambda d: [x.update(options=["bind", "ro"]) for x in d["container"]["mounts"]]), esc, cached))
+    expect("writable mount nothing is written to", fit_errors(s(lambda d: [x.update(options=["bind", "rw"]) for x in d["container"]["mounts"]]), esc, cached))
     schema = json.load(open(os.path.join(ROOT, "talos", "schema", SCHEMAS["v1.14"])))
     expect("ExtensionServiceConfig key the schema lacks", schema_errors(
         schema, kinds(schema)["ExtensionServiceConfig"], {**esc, "configFile": []}))
