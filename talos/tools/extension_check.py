@@ -213,8 +213,18 @@ def fit_errors(spec, esc, cfg):
     return errs
 
 
+def version_errors(manifest, cargo_toml):
+    """The project's rule: the extension's version is the binary's (Cargo.toml [package] version)."""
+    m = re.search(r'^\[package\][^\[]*?^version\s*=\s*"([^"]+)"', cargo_toml, re.M | re.S)
+    version = ((manifest or {}).get("metadata") or {}).get("version")
+    if not m or m.group(1) != version:
+        return [f"manifest.yaml: metadata.version {version!r} is not Cargo.toml's {m.group(1) if m else None!r}"]
+    return []
+
+
 def check_sources(binary):
-    errs = manifest_errors(yaml.safe_load(open(os.path.join(EXT, "manifest.yaml"))))
+    manifest = yaml.safe_load(open(os.path.join(EXT, "manifest.yaml")))
+    errs = manifest_errors(manifest) + version_errors(manifest, open(os.path.join(ROOT, "Cargo.toml")).read())
     spec = yaml.safe_load(open(os.path.join(EXT, "readyprism.yaml")))
     errs += spec_errors(spec)
     escs = load_docs(os.path.join(EXT, "extension-service-config.yaml"))

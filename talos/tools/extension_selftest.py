@@ -7,7 +7,7 @@ import json, os
 import yaml
 
 from extension_check import (EXT, NAME, esc_errors, fit_errors, manifest_errors, role_errors,
-                             spec_errors)
+                             spec_errors, version_errors)
 from validate import ROOT, SCHEMAS, kinds, load_docs, schema_errors
 
 
@@ -44,6 +44,10 @@ def selftest():
     expect("constraint excluding 1.13", manifest_errors(m(compatibility={"talos": {"version": ">= v1.14.0"}})))
     expect("unparsable constraint", manifest_errors(m(compatibility={"talos": {"version": "~> 1.13"}})))
     expect("non-semver version", manifest_errors(m(version="latest")))
+    cargo = open(os.path.join(ROOT, "Cargo.toml")).read()
+    if version_errors(good_m, cargo):
+        failed.append(f"the shipped manifest's version: {version_errors(good_m, cargo)}")
+    expect("manifest version behind Cargo.toml", version_errors(m(version="0.0.1"), cargo))
     expect("empty author", manifest_errors(m(author="")))
     expect("upper-case service name", spec_errors(s(lambda d: d.update(name="ReadyPrism"))))
     expect("restart sometimes", spec_errors(s(lambda d: d.update(restart="sometimes"))))
