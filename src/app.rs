@@ -27,8 +27,9 @@ use crate::tls::{self, Applied, TlsError, TlsSource};
 /// One line each, naming the culprit.
 #[derive(Debug, thiserror::Error)]
 pub enum ApplyError {
-    /// A listener could not be bound (port in use, address not local, …).
-    #[error("cannot listen on {addr}: {cause}")]
+    /// A listener could not be bound (port in use, address not local, …). A taken 7445 (KubePrism's
+    /// port) says how to check whether KubePrism still holds it.
+    #[error("cannot listen on {addr}: {cause}{}", kubeprism_hint(.addr, .cause))]
     Bind {
         /// Which listener field the address comes from.
         field: ListenField,
@@ -43,6 +44,18 @@ pub enum ApplyError {
     /// Internal: the table writer is gone (only during shutdown).
     #[error("the routing table is shutting down")]
     TableGone,
+}
+
+/// KubePrism, the balancer readyprism replaces on Talos, listens on 7445 too: a deployment that
+/// did not turn it off (a delete of a `KubePrismConfig` the node does not have is skipped
+/// silently) shows up as this port in use, so the one error line says what to check.
+fn kubeprism_hint(addr: &SocketAddr, cause: &std::io::Error) -> &'static str {
+    const KUBEPRISM_PORT: u16 = 7445;
+    if addr.port() == KUBEPRISM_PORT && cause.kind() == std::io::ErrorKind::AddrInUse {
+        ": is KubePrism still enabled? (talosctl get kubeprismstatuses)"
+    } else {
+        ""
+    }
 }
 
 impl ApplyError {

@@ -215,3 +215,39 @@ fn unreadable_files_and_busy_ports_are_one_clear_line_each() {
     }
     drop(busy);
 }
+
+/// Binds `127.0.0.N:7445` for the first loopback address `N` where the port is free (a test may not
+/// take 127.0.0.1:7445, where a real balancer may run); every 127/8 address is local on Linux.
+fn hold_port_7445() -> std::net::TcpListener {
+    (2..=254)
+        .find_map(|n| std::net::TcpListener::bind(format!("127.0.0.{n}:7445")).ok())
+        .expect("some 127.0.0.N:7445 is free")
+}
+
+#[test]
+fn a_taken_port_7445_asks_whether_kubeprism_is_still_enabled() {
+    let lab = Lab::new();
+    let ca = lab.path("ca.crt").display().to_string();
+    let held = hold_port_7445();
+    let taken = held.local_addr().expect("addr").to_string();
+    let busy = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    let other = busy.local_addr().expect("addr").to_string();
+    let config = |listen: &str| {
+        format!("listen: [\"{listen}\"]\nadmin: \"127.0.0.1:0\"\nbackends:\n  - address: 127.0.0.1:1\ntls:\n  ca: {ca}\n")
+    };
+    let hint = "is KubePrism still enabled? (talosctl get kubeprismstatuses)";
+
+    let file = lab.write("kubeprism.yaml", &config(&taken));
+    let err = stderr(&readyprism(&["run", "--config", &file]));
+    let want = format!("{file}:1:1: listen[0]: cannot listen on {taken}: ");
+    assert!(err.contains(&want), "{err:?} lacks {want:?}");
+    assert!(err.contains(hint), "{err:?} lacks {hint:?}");
+    assert_eq!(err.trim().lines().count(), 1, "one line: {err:?}");
+
+    // Another port in use is only that: KubePrism holds 7445 alone.
+    let file = lab.write("other.yaml", &config(&other));
+    let err = stderr(&readyprism(&["run", "--config", &file]));
+    assert!(err.contains(&format!("cannot listen on {other}")), "{err}");
+    assert!(!err.contains("KubePrism"), "{err}");
+    drop((held, busy));
+}

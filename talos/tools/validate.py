@@ -11,14 +11,21 @@
 2. The readyprism config embedded in each patch, and the kubeadm one, pass `readyprism check
    --skip-node-files` as written (the cluster CA and kubelet certificate exist only on a node), and
    `readyprism check` with those paths pointed at generated stand-ins; all of them resolve to the
-   same config, and the node zone is one of the backend zones.
+   same config. It is one config for the whole cluster: a `zones` map holding every IP backend,
+   no node `zone`, discovery on with its cache set. The SELinux variant (v1.14 + selinux-ca.yaml,
+   `tls.ca` moved into /etc/readyprism) passes the same checks.
 3. Each static pod (3 Talos forms + kubeadm) is a valid Kubernetes Pod (strict schema,
-   kubernetes-validate), carries the required fields, mounts every path its config names, and is
-   the same pod as the others but for the config directory; worker and control-plane patches
+   kubernetes-validate), carries the required fields, mounts every path its config names (the
+   discovery cache's directory read-write, everything else read-only, no mountPropagation), and
+   is the same pod as the others but for the config directory; worker and control-plane patches
    differ only in the worker's cluster endpoint.
 4. The alert rules and the dashboard use only metric names and labels that README.md lists.
+5. No per-zone copies: the old per-zone marker comment appears in no file under talos/ or .ci/.
+6. talos/README.md never advises `get staticpodstatus` except for control-plane nodes (Talos
+   collects it only there), tells to check `kubeprismstatuses`, and does not send readers to
+   /system/etc (gone in 1.14).
 """
-import argparse, copy, json, os, re, subprocess, sys, tempfile
+import argparse, copy, ipaddress, json, os, re, subprocess, sys, tempfile
 
 import jsonschema
 import yaml
@@ -26,7 +33,13 @@ import yaml
 ROOT = os.path.normpath(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
 TALOS = os.path.join(ROOT, "talos")
 SCHEMAS = {"v1.13": "v1.13.9.config.schema.json", "v1.14": "v1.14.0-rc.1.config.schema.json"}
+# Patches applied beside the role patches (schema-checked only; the variant is built in main()).
+EXTRA_PATCHES = {"v1.14": ["selinux-ca"]}
 CONFIG_IN_POD = "/etc/readyprism/config.yaml"
+CACHE_DIR = "/var/lib/readyprism"
+NODE_CA, SELINUX_CA = "/etc/kubernetes/pki/ca.crt", "/etc/readyprism/ca.crt"
+# The per-zone marker of the old layout, spelled in two parts so this file does not carry it.
+ZONE_MARKER = "readyprism-" + "node-zone"
 failures = []
 
 
@@ -82,10 +95,11 @@ def check_patch_schemas():
     for version, schema_file in SCHEMAS.items():
         schema = json.load(open(os.path.join(TALOS, "schema", schema_file)))
         by_kind = kinds(schema)
-        for role in ("worker", "controlplane"):
+        for role in ("worker", "controlplane", *EXTRA_PATCHES.get(version, [])):
             rel = f"talos/{version}/{role}.yaml"
             docs = load_docs(os.path.join(ROOT, rel))
-            patches[rel] = docs
+            if role in ("worker", "controlplane"):
+                patches[rel] = docs
             for i, doc in enumerate(docs):
                 where = f"{rel} document {i + 1}"
                 if doc.get("$patch") == "delete":
@@ -182,16 +196,48 @@ def supports_skip(binary):
     return "--skip-node-files" in res.stdout
 
 
+def host_ip(address):
+    """The IP of a `host:port` backend address, or None for a DNS name."""
+    host = address.rsplit(":", 1)[0].strip("[]")
+    try:
+        return ipaddress.ip_address(host)
+    except ValueError:
+        return None
+
+
+def check_fleet_config(where, cfg):
+    """One config for the whole cluster: zones from addresses, discovery on, its cache set."""
+    zones = cfg.get("zones") or {}
+    nets = [(z, ipaddress.ip_network(n)) for z, ns in zones.items() for n in ns]
+    problems = []
+    if not nets:
+        problems.append("no `zones` map (each node's zone must come from its addresses)")
+    if "zone" in cfg:
+        problems.append(f"sets this node's `zone: {cfg['zone']}`: the file would differ per zone")
+    for b in cfg.get("backends", []):
+        ip = host_ip(b["address"])
+        if "zone" in b:
+            problems.append(f"backend {b['address']} sets `zone`; the zones map gives it")
+        elif ip is not None and not any(ip in n for _, n in nets):
+            problems.append(f"backend {b['address']} is in no zone of the map")
+    disc = cfg.get("discovery") or {}
+    if disc.get("endpoints") is not True:
+        problems.append("discovery.endpoints is not true (the backend list must follow the cluster)")
+    if os.path.dirname(disc.get("cache") or "") != CACHE_DIR:
+        problems.append(f"discovery.cache {disc.get('cache')!r} is not a file in {CACHE_DIR}")
+    for p in problems:
+        fail(where, p)
+    if not problems:
+        ok(where, f"one config for the cluster: {len(zones)} zones, {len(cfg['backends'])} seed(s), "
+           f"discovery on, cache {disc['cache']}")
+
+
 def check_config(where, text, binary, tmp, stand):
     """`readyprism check` on the config as written, with --skip-node-files (its CA and kubelet
     certificate exist only on a node), and again with the node-only paths pointed at generated
     stand-ins so the file loading is exercised too. Returns (parsed config, resolved form)."""
     cfg = yaml.safe_load(text)
-    zones = {b.get("zone") for b in cfg.get("backends", [])}
-    if cfg.get("zone") not in zones:
-        fail(where, f"node zone {cfg.get('zone')!r} is not a backend zone {sorted(z for z in zones if z)}")
-    if "# readyprism-node-zone" not in text:
-        fail(where, "the node zone line lacks its `# readyprism-node-zone` marker (README's sed uses it)")
+    check_fleet_config(where, cfg)
     base = os.path.join(tmp, re.sub(r"[^A-Za-z0-9]+", "_", where))
     if not supports_skip(binary):
         fail(where, "readyprism check has no --skip-node-files flag (README documents it)")
@@ -211,8 +257,28 @@ def check_config(where, text, binary, tmp, stand):
             return cfg, None
         if resolved is None:
             resolved = res.stdout
-    ok(where, f"readyprism check passed ({'; '.join(w for w, _ in runs)}; {len(cfg['backends'])} backends, zone {cfg.get('zone')})")
+    ok(where, f"readyprism check passed ({'; '.join(w for w, _ in runs)}; {len(cfg['backends'])} seed backends)")
     return cfg, resolved
+
+
+def check_selinux_variant(docs, binary, tmp, stand):
+    """v1.14 worker + selinux-ca.yaml with `tls.ca` moved as selinux-ca.yaml's sed says: the CA
+    file lands inside the config directory the pod mounts, and the config still checks."""
+    where = "talos/v1.14/worker.yaml + selinux-ca.yaml"
+    text, host_dir, pod = embedded(where, docs)
+    if text is None or text.count(f"ca: {NODE_CA}") != 1:
+        fail(where, f"the embedded config must say `ca: {NODE_CA}` once (selinux-ca.yaml's sed edits it)")
+        return
+    extra = load_docs(os.path.join(TALOS, "v1.14", "selinux-ca.yaml"))
+    names = [d.get("name") for d in extra if d.get("kind") == "EtcFileConfig"]
+    if names != ["readyprism/ca.crt"] or "/etc/" + names[0] != SELINUX_CA:
+        fail(where, f"selinux-ca.yaml must hold one EtcFileConfig readyprism/ca.crt, has {names}")
+        return
+    variant = text.replace(f"ca: {NODE_CA}", f"ca: {SELINUX_CA}")
+    local = dict(stand)
+    local[SELINUX_CA] = stand[NODE_CA]
+    cfg, _ = check_config(where, variant, binary, tmp, local)
+    check_pod(where + " (static pod)", pod, cfg, host_dir)
 
 
 def covered(path, mounts):
@@ -249,7 +315,10 @@ def check_pod(where, pod, cfg, host_dir):
         (sc.get("readOnlyRootFilesystem") is True, "readOnlyRootFilesystem true"),
         (sc.get("seccompProfile", {}).get("type") == "RuntimeDefault", "seccompProfile RuntimeDefault"),
         (not sc.get("privileged"), "not privileged"),
-        (all(m.get("readOnly") is True for m in c.get("volumeMounts", [])), "every volumeMount readOnly"),
+        (all(m.get("readOnly") is (m["mountPath"] != CACHE_DIR) for m in c.get("volumeMounts", [])),
+         f"every volumeMount readOnly but {CACHE_DIR} (readOnly: false)"),
+        (not [m for m in c.get("volumeMounts", []) if "mountPropagation" in m],
+         "no mountPropagation (a directory mount sees renamed files; containerd may refuse it)"),
         (all(set(v) == {"name", "hostPath"} for v in spec.get("volumes", [])), "only hostPath volumes"),
     ]
     if cfg is not None:
@@ -261,6 +330,11 @@ def check_pod(where, pod, cfg, host_dir):
     mounts = {m["mountPath"]: m["name"] for m in c.get("volumeMounts", [])}
     host = {v["name"]: v["hostPath"]["path"] for v in spec.get("volumes", []) if "hostPath" in v}
     need = [CONFIG_IN_POD] + ([p for p in (cfg or {}).get("tls", {}).values() if p])
+    cache = ((cfg or {}).get("discovery") or {}).get("cache")
+    if cache:
+        need.append(cache)
+        if mounts.get(CACHE_DIR) is None or host.get(mounts[CACHE_DIR]) != CACHE_DIR:
+            fail(where, f"the discovery cache {cache} needs {CACHE_DIR} mounted from the same host path")
     for p in need:
         if not covered(p, mounts):
             fail(where, f"{p} is not under any volumeMount")
@@ -274,16 +348,51 @@ def check_pod(where, pod, cfg, host_dir):
 
 
 def normalized(pod):
-    """The pod without what may differ between the forms: the config directory's host path, hostPath
-    `type` and mount propagation."""
+    """The pod without what may differ between the forms: the config directory's host path and
+    hostPath `type`."""
     p = copy.deepcopy(pod)
     for v in p["spec"].get("volumes", []):
         v["hostPath"].pop("type", None)
         if v["name"] == "config":
             v["hostPath"]["path"] = "<config dir>"
-    for m in p["spec"]["containers"][0].get("volumeMounts", []):
-        m.pop("mountPropagation", None)
     return p
+
+
+def check_no_zone_marker():
+    """One patch per role for the cluster: nothing may still carry the per-zone copy marker."""
+    hits = []
+    for top in ("talos", ".ci"):
+        for d, _, files in os.walk(os.path.join(ROOT, top)):
+            for name in files:
+                path = os.path.join(d, name)
+                try:
+                    text = open(path, encoding="utf-8").read()
+                except (UnicodeDecodeError, OSError):
+                    continue
+                if ZONE_MARKER in text:
+                    hits.append(os.path.relpath(path, ROOT))
+    for rel in hits:
+        fail(rel, f"carries the per-zone marker `# {ZONE_MARKER}` (one patch per role now; zones: maps nodes)")
+    if not hits:
+        ok("talos/, .ci/", "no per-zone marker anywhere")
+
+
+def check_readme():
+    """Talos facts in talos/README.md that a careless edit would break."""
+    rel = "talos/README.md"
+    lines = open(os.path.join(TALOS, "README.md")).read().splitlines()
+    bad = [(i + 1, l) for i, l in enumerate(lines)
+           if re.search(r"get (static)?podstatus", l) and "control-plane" not in l]
+    for n, l in bad:
+        fail(f"{rel}:{n}", f"advises `get staticpodstatus` without saying control-plane only "
+             f"(Talos collects it on control planes only): {l.strip()}")
+    if not any("get kubeprismstatuses" in l for l in lines):
+        fail(rel, "does not tell to check `talosctl get kubeprismstatuses` (must be empty)")
+    stale = [(i + 1) for i, l in enumerate(lines) if "/system/etc" in l]
+    for n in stale:
+        fail(f"{rel}:{n}", "mentions /system/etc, which Talos 1.14 does not have (/etc is an overlay)")
+    if not bad and not stale:
+        ok(rel, "staticpodstatus only for control planes; kubeprismstatuses checked; no /system/etc")
 
 
 def known_metrics():
@@ -351,6 +460,7 @@ def main():
             cfg, resolved[rel] = check_config(f"{rel} (embedded config)", text, a.readyprism, tmp, stand)
             check_pod(f"{rel} (static pod)", pod, cfg, host_dir)
             pods[rel] = pod
+        check_selinux_variant(patches["talos/v1.14/worker.yaml"], a.readyprism, tmp, stand)
         rel = "talos/kubeadm/readyprism.yaml"
         text = open(os.path.join(TALOS, "kubeadm", "config.yaml")).read()
         cfg, resolved["talos/kubeadm/config.yaml"] = check_config("talos/kubeadm/config.yaml", text, a.readyprism, tmp, stand)
@@ -369,6 +479,8 @@ def main():
     if not differ:
         ok("static pods", f"{len(pods)} forms are the same pod but for the config directory")
     check_observability()
+    check_no_zone_marker()
+    check_readme()
     print(f"validate: {len(failures)} failure(s)")
     return 1 if failures else 0
 
