@@ -17,6 +17,8 @@ use tokio_util::task::TaskTracker;
 use crate::admin::{Admin, StatusDoc};
 use crate::backend::BackendSpec;
 use crate::config::{Config, ListenField};
+use crate::discovery::membership::Member;
+use crate::discovery::{Discovered, Parts};
 use crate::health::Monitor;
 use crate::metrics::Metrics;
 use crate::proxy::Proxy;
@@ -99,6 +101,7 @@ pub struct App {
     tasks: TaskTracker,
     background: CancellationToken,
     monitors: Vec<MonitorHandle>,
+    discovered: Discovered,
     listeners: Vec<Listener>,
     admin_listener: Listener,
     admin_tasks: TaskTracker,
@@ -162,6 +165,7 @@ impl App {
             tasks,
             background,
             monitors: Vec::new(),
+            discovered: Discovered::new(&config),
             listeners: Vec::new(),
             admin_listener: Listener {
                 configured: config.admin,
@@ -176,6 +180,7 @@ impl App {
             return Err(e);
         }
         app.reconcile_monitors(&config, false);
+        app.follow_discovery(&config);
         for (configured, (listener, bound)) in bound {
             app.spawn_listener(configured, listener, bound);
         }
@@ -256,6 +261,7 @@ impl App {
             None
         };
 
+        self.follow_discovery(&new);
         self.configure_table(&new).await?;
         match self.tls.apply(tls_state) {
             Applied::Replaced { client_cert, .. } => {
@@ -326,12 +332,56 @@ impl App {
         tracing::info!("stopped");
     }
 
+    /// The next backend list discovery found (pending while it is off or finds nothing new):
+    /// the main loop waits on it beside signals and hands it to [`App::set_discovered`].
+    pub async fn next_discovered(&mut self) -> Vec<Member> {
+        self.discovered.next().await
+    }
+
+    /// Applies a discovered list: the table gets static ∪ discovered (removed backends have their
+    /// connections closed, reason removed), new backends get monitors and are probed at once.
+    pub async fn set_discovered(&mut self, members: Vec<Member>) -> Result<(), ApplyError> {
+        let (added, removed) = self.discovered.set(members);
+        let list = |a: &[SocketAddr]| {
+            a.iter()
+                .map(ToString::to_string)
+                .collect::<Vec<_>>()
+                .join(",")
+        };
+        tracing::info!(
+            added = list(&added),
+            removed = list(&removed),
+            "discovered backends changed"
+        );
+        let config = self.config.clone();
+        self.configure_table(&config).await?;
+        self.reconcile_monitors(&config, false);
+        Ok(())
+    }
+
+    /// Starts, restarts or stops the discovery poll for `config`.
+    fn follow_discovery(&mut self, config: &Config) {
+        let parts = Parts {
+            table: &self.table,
+            tls: &self.tls,
+            metrics: &self.metrics,
+            tasks: &self.tasks,
+            background: &self.background,
+        };
+        self.discovered.follow(config, parts);
+    }
+
     async fn configure_table(&self, config: &Config) -> Result<(), ApplyError> {
         let (done, wait) = oneshot::channel();
         self.writer
             .send(TableCmd::Configure {
                 routing: config.routing.clone(),
-                backends: config.backends.iter().cloned().map(Arc::new).collect(),
+                backends: self
+                    .discovered
+                    .backends(config)
+                    .into_iter()
+                    .map(Arc::new)
+                    .collect(),
                 done,
             })
             .await
@@ -343,8 +393,9 @@ impl App {
     /// when `restart_all`), and starts monitors for backends without one, each from the health
     /// the table already holds.
     fn reconcile_monitors(&mut self, config: &Config, restart_all: bool) {
+        let specs = self.discovered.backends(config);
         self.monitors.retain(|m| {
-            let keep = !restart_all && config.backends.iter().any(|b| *b == *m.spec);
+            let keep = !restart_all && specs.iter().any(|b| b.probed_alike(&m.spec));
             if !keep {
                 m.stop.cancel();
             }

@@ -40,6 +40,7 @@ pub mod bench_support;
 pub mod cli;
 pub mod config;
 pub(crate) mod dial;
+pub mod discovery;
 pub(crate) mod eviction;
 pub mod health;
 pub(crate) mod metrics;

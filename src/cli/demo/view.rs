@@ -38,8 +38,8 @@ impl Frame<'_> {
             .backends
             .iter()
             .map(|b| {
-                let [_, zone, state, latency, active, rank, _] = status::backend_cells(b);
-                format!("{zone} {state} {latency} active {active} rank {rank}")
+                let [_, zone, source, state, latency, active, rank, _] = status::backend_cells(b);
+                format!("{zone} {source} {state} {latency} active {active} rank {rank}")
             })
             .collect();
         format!(
@@ -168,8 +168,8 @@ mod tests {
         let (s, t) = (sample(), traffic());
         assert_eq!(
             frame(&s, &t).line(),
-            "[ 12s] dc-a unready 0.31ms active 0 rank - | dc-b ready 23.3ms active 12 rank 0 | \
-             - unknown - active 0 rank - | last: dc-a dc-a dc-b FAILED | \
+            "[ 12s] dc-a config unready 0.31ms active 0 rank - | dc-b config ready 23.3ms active 12 rank 0 | \
+             - discovered unknown - active 0 rank - | last: dc-a dc-a dc-b FAILED | \
              long-lived: on dc-b, moved 1 time(s), last dc-a -> dc-b | \
              simulated apiserver dc-a: LOST QUORUM (/readyz 500); regains it in 4s"
         );

@@ -1,0 +1,198 @@
+//! What the app holds of discovery: the discovered backends, the poll task that finds them, and
+//! the merge with the static backends into the list the table is configured with.
+//!
+//! Owns the task's lifecycle across reloads (restarted when `discovery:` changes, told the new
+//! static addresses otherwise) and turning a discovered address into a backend. Does not own the
+//! poll (`Poller`) nor the table (`App` configures it, one writer as for a reload).
+
+use std::net::{IpAddr, SocketAddr};
+use std::sync::Arc;
+
+use rustls_pki_types::ServerName;
+use tokio::sync::{mpsc, watch};
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+
+use super::membership::{Member, Membership};
+use super::{cache, Poller};
+use crate::backend::{BackendId, BackendSource, BackendSpec};
+use crate::config::{Config, DiscoveryConfig};
+use crate::metrics::Metrics;
+use crate::table::Table;
+use crate::tls::TlsSource;
+
+/// The running poll task and what it was started with.
+struct Running {
+    config: DiscoveryConfig,
+    seeds: watch::Sender<Vec<SocketAddr>>,
+    stop: CancellationToken,
+}
+
+/// Discovery as the app holds it: the members and the task (none while discovery is off).
+pub struct Discovered {
+    members: Vec<Member>,
+    running: Option<Running>,
+    updates: mpsc::Sender<Vec<Member>>,
+    incoming: mpsc::Receiver<Vec<Member>>,
+}
+
+/// What the poll task needs from the app.
+pub(crate) struct Parts<'a> {
+    /// The routing table.
+    pub table: &'a Arc<Table>,
+    /// The TLS cell.
+    pub tls: &'a Arc<TlsSource>,
+    /// The metrics.
+    pub metrics: &'a Arc<Metrics>,
+    /// The app's task set.
+    pub tasks: &'a TaskTracker,
+    /// The app's background token (the task is a child of it).
+    pub background: &'a CancellationToken,
+}
+
+impl Discovered {
+    /// Nothing discovered, no task. With `config.discovery.endpoints`, the cache (if any) is read
+    /// first (blocks: a small file, once): its backends start with source `cache`.
+    pub fn new(config: &Config) -> Discovered {
+        let (updates, incoming) = mpsc::channel(4);
+        let members = match (&config.discovery.cache, config.discovery.endpoints) {
+            (Some(path), true) => cached(path, &seeds(config)),
+            _ => Vec::new(),
+        };
+        Discovered {
+            members,
+            running: None,
+            updates,
+            incoming,
+        }
+    }
+
+    /// The static backends, then the discovered ones not equal to a static one: what the table
+    /// is configured with.
+    pub fn backends(&self, config: &Config) -> Vec<BackendSpec> {
+        let seeds = seeds(config);
+        let discovered = self
+            .members
+            .iter()
+            .filter(|m| !seeds.contains(&m.addr))
+            .map(|m| spec(m, config));
+        config.backends.iter().cloned().chain(discovered).collect()
+    }
+
+    /// Starts, restarts or stops the poll task for `config` (start-up and reload). Discovery
+    /// turned off forgets the discovered backends; otherwise they are kept.
+    pub(crate) fn follow(&mut self, config: &Config, parts: Parts<'_>) {
+        let d = &config.discovery;
+        if let Some(r) = &self.running {
+            if r.config == *d {
+                r.seeds.send_replace(seeds(config));
+                return;
+            }
+            r.stop.cancel();
+            self.running = None;
+        }
+        if !d.endpoints {
+            self.members.clear();
+            return;
+        }
+        let (seeds_tx, seeds_rx) = watch::channel(seeds(config));
+        let stop = parts.background.child_token();
+        let poller = Poller {
+            table: parts.table.clone(),
+            tls: parts.tls.clone(),
+            interval: d.interval,
+            timeout: config.health.timeout,
+            cache: d.cache.clone(),
+            seeds: seeds_rx,
+            updates: self.updates.clone(),
+            metrics: parts.metrics.clone(),
+            membership: Membership::new(&self.members),
+        };
+        parts.tasks.spawn(poller.run(stop.clone()));
+        self.running = Some(Running {
+            config: d.clone(),
+            seeds: seeds_tx,
+            stop,
+        });
+    }
+
+    /// The next list the poll task found (pending while discovery is off or nothing changes).
+    pub async fn next(&mut self) -> Vec<Member> {
+        match self.incoming.recv().await {
+            Some(list) => list,
+            None => std::future::pending().await, // never: `self.updates` keeps it open
+        }
+    }
+
+    /// Takes `members` as the discovered list; answers (added, removed) addresses for the log.
+    pub fn set(&mut self, members: Vec<Member>) -> (Vec<SocketAddr>, Vec<SocketAddr>) {
+        let has = |list: &[Member], a: SocketAddr| list.iter().any(|m| m.addr == a);
+        let added = members
+            .iter()
+            .map(|m| m.addr)
+            .filter(|a| !has(&self.members, *a))
+            .collect();
+        let removed = self
+            .members
+            .iter()
+            .map(|m| m.addr)
+            .filter(|a| !has(&members, *a))
+            .collect();
+        self.members = members;
+        (added, removed)
+    }
+}
+
+/// The static backends given as IP:port (a DNS-named one never equals a discovered IP).
+fn seeds(config: &Config) -> Vec<SocketAddr> {
+    config
+        .backends
+        .iter()
+        .filter_map(|b| Some(SocketAddr::new(b.host.parse::<IpAddr>().ok()?, b.port)))
+        .collect()
+}
+
+/// A discovered backend: id `IP:port` (`[v6]:port`), zone from the `zones:` map by its IP, TLS
+/// name `discovery.server_name` or its IP.
+pub fn spec(m: &Member, config: &Config) -> BackendSpec {
+    let ip = m.addr.ip();
+    BackendSpec {
+        id: BackendId::new(&m.addr.to_string()),
+        host: ip.to_string(),
+        port: m.addr.port(),
+        zone: config.zones.zone_of(ip).map(|z| z.zone.to_string()),
+        server_name: config
+            .discovery
+            .server_name
+            .clone()
+            .unwrap_or(ServerName::IpAddress(ip.into())),
+        source: m.source,
+    }
+}
+
+/// The cache's backends (minus the static ones) as members with source `cache`; a missing or
+/// unusable cache is said once and ignored.
+fn cached(path: &std::path::Path, seeds: &[SocketAddr]) -> Vec<Member> {
+    match cache::load(path) {
+        Ok(addrs) => {
+            let members: Vec<Member> = addrs
+                .into_iter()
+                .filter(|a| !seeds.contains(a))
+                .map(|addr| Member {
+                    addr,
+                    source: BackendSource::Cache,
+                })
+                .collect();
+            tracing::info!(file = %path.display(), backends = members.len(), "discovery cache read");
+            members
+        }
+        Err(cache::LoadError::Missing) => {
+            tracing::info!(file = %path.display(), "no discovery cache yet; starting from the config's backends");
+            Vec::new()
+        }
+        Err(e) => {
+            tracing::warn!(file = %path.display(), error = %e, "discovery cache ignored; starting from the config's backends");
+            Vec::new()
+        }
+    }
+}
