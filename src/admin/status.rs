@@ -7,7 +7,8 @@ use std::sync::atomic::Ordering;
 
 use serde::{Deserialize, Serialize};
 
-use crate::backend::{BackendSource, Snapshot, ZoneSource};
+pub use crate::backend::BackendSource;
+use crate::backend::{Snapshot, ZoneSource};
 use crate::health::verdict::State;
 use crate::pick::Pick;
 use crate::tls::ClientCert;

@@ -28,6 +28,7 @@ use tokio_util::sync::CancellationToken;
 use crate::backend::BackendSpec;
 use crate::health::Jitter;
 use crate::metrics::Metrics;
+pub use crate::metrics::DISCOVERY_RESULTS as RESULTS;
 use crate::pick::Pick;
 use crate::table::Table;
 use crate::tls::TlsSource;
