@@ -1,6 +1,7 @@
 //! `readyprism demo`: three simulated apiservers with mutual TLS, the real balancer in front of them,
 //! and its own client traffic, shown live, so a newcomer watches connections leave the local
-//! apiserver when it loses quorum and come back when it recovers.
+//! apiserver when it loses quorum and come back when it recovers, and a fourth apiserver join the
+//! cluster's Endpoints object and take traffic through discovery.
 //!
 //! Owns the demo's scenario and client traffic; `view` renders it. Does not own any balancer
 //! behaviour (`app`), the simulated apiserver or the certificates (`sim`).
@@ -42,6 +43,14 @@ const FIRST_FLIP: Duration = Duration::from_secs(4);
 /// After dc-a regains quorum, the long-lived connection opens this much later (rise takes two
 /// probes at the demo's 250 ms fast interval).
 const LONG_LIVED_DELAY: Duration = Duration::from_millis(1500);
+/// The fourth apiserver: its name, and its `/readyz` delay in ms (nearer than dc-b, so it wins
+/// the picks while dc-a has no quorum).
+const JOINER: (&str, u64) = ("new-cp", 10);
+/// It joins the Endpoints object this long after the start: after dc-a's first recovery, before
+/// dc-a loses quorum again, so the next loss sends traffic to it.
+const JOIN_AT: Duration = Duration::from_secs(10);
+/// The demo's discovery interval: the shortest allowed, so the join shows within a second or two.
+const DISCOVERY_INTERVAL: &str = "1s";
 /// One short client connection this often, and the screen refreshes as often.
 const TICK: Duration = Duration::from_secs(1);
 /// Bound on connecting through the balancer and reading the apiserver's name.
@@ -73,6 +82,8 @@ pub struct DemoReport {
     pub long_lived_moves: u64,
     /// Times dc-a switched between ready and lost quorum.
     pub flips: u64,
+    /// The fourth apiserver joined the Endpoints object.
+    pub joined: bool,
 }
 
 /// Why the demo could not run.
@@ -123,9 +134,13 @@ pub async fn run_until_signalled(opts: DemoOptions) -> Result<DemoReport, DemoEr
 /// Runs the demo until `duration` passes or `quit` is cancelled, then shuts everything down in
 /// order and removes its temporary files.
 pub async fn run(opts: DemoOptions, quit: CancellationToken) -> Result<DemoReport, DemoError> {
-    let scenario = Scenario::start(&opts).await?;
-    let app = &scenario.app;
-    let listen = app.listen_addrs().first().copied().unwrap_or(opts.listen);
+    let mut scenario = Scenario::start(&opts).await?;
+    let listen = scenario
+        .app
+        .listen_addrs()
+        .first()
+        .copied()
+        .unwrap_or(opts.listen);
     let traffic = Arc::new(Mutex::new(Traffic::default()));
     let (stop, clients) = (CancellationToken::new(), TaskTracker::new());
     clients.spawn(traffic::short_clients(
@@ -148,6 +163,7 @@ pub async fn run(opts: DemoOptions, quit: CancellationToken) -> Result<DemoRepor
     tokio::pin!(until_end);
     // dc-a starts without quorum: fastest, local, and unready — the field report's trap.
     let (mut next_flip, mut dc_a_ready, mut flips) = (start + FIRST_FLIP, false, 0u64);
+    let mut joined = false;
     let mut tick = interval(TICK);
     tick.set_missed_tick_behavior(MissedTickBehavior::Skip);
     let tty = std::io::stdout().is_terminal();
@@ -155,6 +171,16 @@ pub async fn run(opts: DemoOptions, quit: CancellationToken) -> Result<DemoRepor
         tokio::select! {
             _ = quit.cancelled() => { tracing::info!("ending the demo"); break }
             _ = &mut until_end => break,
+            _ = sleep_until(start + JOIN_AT), if !joined => {
+                joined = true;
+                scenario.join();
+                tracing::info!(apiserver = JOINER.0, "demo: a fourth apiserver joined the cluster's Endpoints object");
+            }
+            list = scenario.app.next_discovered() => {
+                if let Err(e) = scenario.app.set_discovered(list).await {
+                    tracing::warn!(error = %e, "discovered backends not applied");
+                }
+            }
             _ = sleep_until(next_flip) => {
                 dc_a_ready = !dc_a_ready;
                 scenario.fakes[0].control.set_ready(dc_a_ready);
@@ -180,11 +206,12 @@ pub async fn run(opts: DemoOptions, quit: CancellationToken) -> Result<DemoRepor
                     elapsed: now - start,
                     remaining: end.map(|e| e - now),
                     listen,
-                    admin: app.admin_addr(),
-                    status: &app.status(),
+                    admin: scenario.app.admin_addr(),
+                    status: &scenario.app.status(),
                     traffic: &t,
                     dc_a_ready,
                     next_flip_in: next_flip - now,
+                    join_in: (!joined).then(|| (start + JOIN_AT).saturating_duration_since(now)),
                 };
                 let text = if tty { format!("\x1b[H\x1b[2J{}", frame.screen()) } else { frame.line() + "\n" };
                 if let Err(e) = write_stdout(&text) {
@@ -205,6 +232,7 @@ pub async fn run(opts: DemoOptions, quit: CancellationToken) -> Result<DemoRepor
         failed: t.failed,
         long_lived_moves: t.long_moves,
         flips,
+        joined,
     };
     if opts.show {
         let text = format!(
@@ -229,12 +257,15 @@ fn write_stdout(text: &str) -> std::io::Result<()> {
     out.flush()
 }
 
-/// The demo's world: certificates on disk, three simulated apiservers and the balancer.
+/// The demo's world: certificates on disk, three simulated apiservers, a fourth that joins later,
+/// and the balancer.
 struct Scenario {
     /// Kept for its `Drop`, which removes the certificate files.
     dir: DemoDir,
     /// In [`SITES`] order.
     fakes: Vec<FakeApiserver>,
+    /// The fourth apiserver, in no config: only the Endpoints object lists it, from [`JOIN_AT`].
+    joiner: FakeApiserver,
     app: App,
 }
 
@@ -265,12 +296,36 @@ impl Scenario {
         if let Some(local) = fakes.first() {
             local.control.set_ready(false); // the demo opens with the local apiserver lost quorum
         }
+        let any_port = SocketAddr::from(([127, 0, 0, 1], 0));
+        let joiner = FakeApiserver::bind(JOINER.0, any_port, tls.clone())
+            .map_err(|e| DemoError::Fake(format!("{}: {e}", JOINER.0)))?;
+        joiner
+            .control
+            .set_readyz_delay(Duration::from_millis(JOINER.1));
         let addrs: Vec<SocketAddr> = fakes.iter().map(|f| f.addr).collect();
+        // Every apiserver serves the cluster's Endpoints object: the three sites, for now.
+        for f in fakes.iter().chain([&joiner]) {
+            f.control.set_endpoints(&addrs);
+        }
         let yaml = demo_yaml(opts.listen, opts.admin, &addrs, &ca_path, &client_path);
         let config = Config::parse(&yaml, "demo").map_err(DemoError::Config)?;
         let app = App::start(config).await.map_err(DemoError::Start)?;
         wait_for_first_probes(&app).await;
-        Ok(Scenario { dir, fakes, app })
+        Ok(Scenario {
+            dir,
+            fakes,
+            joiner,
+            app,
+        })
+    }
+
+    /// The fourth apiserver joins: every Endpoints object now lists it too.
+    fn join(&self) {
+        let mut addrs: Vec<SocketAddr> = self.fakes.iter().map(|f| f.addr).collect();
+        addrs.push(self.joiner.addr);
+        for f in self.fakes.iter().chain([&self.joiner]) {
+            f.control.set_endpoints(&addrs);
+        }
     }
 
     /// Balancer first (drain, then cut), then the apiservers, then the files.
@@ -279,7 +334,7 @@ impl Scenario {
         if timeout(bound, self.app.shutdown()).await.is_err() {
             tracing::warn!(?bound, "balancer shutdown took longer than its bound");
         }
-        for fake in &self.fakes {
+        for fake in self.fakes.iter().chain([&self.joiner]) {
             fake.stop().await;
         }
         drop(self.dir);
@@ -300,7 +355,7 @@ fn demo_yaml(
         .map(|(a, (zone, _))| format!("  - {{ address: \"{a}\", zone: {zone} }}\n"))
         .collect();
     format!(
-        "listen: [\"{listen}\"]\nadmin: \"{admin}\"\nzone: {zone}\nbackends:\n{list}health:\n  interval: 1s\n  timeout: 500ms\n  fast_interval: 250ms\n  rise: 2\n  fall: 2\ntls:\n  ca: {ca}\n  client_cert: {client}\nconnect_timeout: 1s\nwhen_none_ready: fail_open\nshutdown_grace: 1s\n",
+        "listen: [\"{listen}\"]\nadmin: \"{admin}\"\nzone: {zone}\nbackends:\n{list}health:\n  interval: 1s\n  timeout: 500ms\n  fast_interval: 250ms\n  rise: 2\n  fall: 2\ntls:\n  ca: {ca}\n  client_cert: {client}\nconnect_timeout: 1s\nwhen_none_ready: fail_open\nshutdown_grace: 1s\ndiscovery:\n  endpoints: true\n  interval: {DISCOVERY_INTERVAL}\n",
         zone = SITES[0].0,
         ca = quote(ca),
         client = quote(client),
@@ -358,6 +413,11 @@ mod tests {
         assert_eq!(config.health.interval, Duration::from_secs(1));
         assert_eq!(config.shutdown_grace, Duration::from_secs(1));
         assert_eq!(config.tls.ca, ca);
+        assert!(
+            config.discovery.endpoints,
+            "the fourth apiserver joins through discovery"
+        );
+        assert_eq!(config.discovery.interval, Duration::from_secs(1));
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -372,6 +432,7 @@ mod tests {
             "{report:?}"
         );
         assert_eq!((report.failed, report.flips), (0, 0), "{report:?}");
+        assert!(!report.joined, "the fourth apiserver joins later");
         let prefix = format!("readyprism-demo-{}-", std::process::id());
         let leftovers = std::fs::read_dir(std::env::temp_dir())
             .expect("temp dir is readable")
