@@ -150,6 +150,13 @@ impl App {
             tls: tls.clone(),
             shutting_down: false.into(),
         });
+        let parts = Parts {
+            table: table.clone(),
+            tls: tls.clone(),
+            metrics: metrics.clone(),
+            tasks: tasks.clone(),
+            background: background.clone(),
+        };
         let admin_tasks = TaskTracker::new();
         let admin_stop = CancellationToken::new();
         admin_tasks.spawn(admin.clone().serve(admin_l, admin_stop.clone()));
@@ -165,7 +172,7 @@ impl App {
             tasks,
             background,
             monitors: Vec::new(),
-            discovered: Discovered::new(&config),
+            discovered: Discovered::start(&config, parts),
             listeners: Vec::new(),
             admin_listener: Listener {
                 configured: config.admin,
@@ -180,7 +187,6 @@ impl App {
             return Err(e);
         }
         app.reconcile_monitors(&config, false);
-        app.follow_discovery(&config);
         for (configured, (listener, bound)) in bound {
             app.spawn_listener(configured, listener, bound);
         }
@@ -261,7 +267,7 @@ impl App {
             None
         };
 
-        self.follow_discovery(&new);
+        self.discovered.follow(&new);
         self.configure_table(&new).await?;
         match self.tls.apply(tls_state) {
             Applied::Replaced { client_cert, .. } => {
@@ -341,34 +347,12 @@ impl App {
     /// Applies a discovered list: the table gets static ∪ discovered (removed backends have their
     /// connections closed, reason removed), new backends get monitors and are probed at once.
     pub async fn set_discovered(&mut self, members: Vec<Member>) -> Result<(), ApplyError> {
-        let (added, removed) = self.discovered.set(members);
-        let list = |a: &[SocketAddr]| {
-            a.iter()
-                .map(ToString::to_string)
-                .collect::<Vec<_>>()
-                .join(",")
-        };
-        tracing::info!(
-            added = list(&added),
-            removed = list(&removed),
-            "discovered backends changed"
-        );
-        let config = self.config.clone();
-        self.configure_table(&config).await?;
-        self.reconcile_monitors(&config, false);
+        if self.discovered.set(members) {
+            let config = self.config.clone();
+            self.configure_table(&config).await?;
+            self.reconcile_monitors(&config, false);
+        }
         Ok(())
-    }
-
-    /// Starts, restarts or stops the discovery poll for `config`.
-    fn follow_discovery(&mut self, config: &Config) {
-        let parts = Parts {
-            table: &self.table,
-            tls: &self.tls,
-            metrics: &self.metrics,
-            tasks: &self.tasks,
-            background: &self.background,
-        };
-        self.discovered.follow(config, parts);
     }
 
     async fn configure_table(&self, config: &Config) -> Result<(), ApplyError> {
@@ -376,12 +360,7 @@ impl App {
         self.writer
             .send(TableCmd::Configure {
                 routing: config.routing.clone(),
-                backends: self
-                    .discovered
-                    .backends(config)
-                    .into_iter()
-                    .map(Arc::new)
-                    .collect(),
+                backends: self.discovered.backends(config),
                 done,
             })
             .await

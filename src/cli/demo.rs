@@ -3,31 +3,30 @@
 //! apiserver when it loses quorum and come back when it recovers, and a fourth apiserver join the
 //! cluster's Endpoints object and take traffic through discovery.
 //!
-//! Owns the demo's scenario and client traffic; `view` renders it. Does not own any balancer
-//! behaviour (`app`), the simulated apiserver or the certificates (`sim`).
+//! Owns the demo's timeline (flips, the join) and client traffic; `scenario` starts and stops its
+//! world, `view` renders it. Does not own any balancer behaviour (`app`), the simulated apiserver
+//! or the certificates (`sim`).
 
 mod files;
+mod scenario;
 mod traffic;
 mod view;
 
 use std::collections::BTreeMap;
 use std::io::{IsTerminal, Write};
 use std::net::SocketAddr;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use tokio::time::{interval, sleep_until, timeout, Instant, MissedTickBehavior};
+use tokio::time::{interval, sleep_until, Instant, MissedTickBehavior};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
-use crate::app::{self, App, ApplyError};
-use crate::config::{Config, ConfigError};
-use crate::health::verdict::State;
+use crate::app::ApplyError;
+use crate::config::ConfigError;
 use crate::signals::Termination;
-use crate::sim::apiserver::FakeApiserver;
-use crate::sim::pki::Ca;
-use files::DemoDir;
+use scenario::Scenario;
 use traffic::Traffic;
 use view::Frame;
 
@@ -257,133 +256,6 @@ fn write_stdout(text: &str) -> std::io::Result<()> {
     out.flush()
 }
 
-/// The demo's world: certificates on disk, three simulated apiservers, a fourth that joins later,
-/// and the balancer.
-struct Scenario {
-    /// Kept for its `Drop`, which removes the certificate files.
-    dir: DemoDir,
-    /// In [`SITES`] order.
-    fakes: Vec<FakeApiserver>,
-    /// The fourth apiserver, in no config: only the Endpoints object lists it, from [`JOIN_AT`].
-    joiner: FakeApiserver,
-    app: App,
-}
-
-impl Scenario {
-    async fn start(opts: &DemoOptions) -> Result<Scenario, DemoError> {
-        let dir = DemoDir::create()?;
-        let ca = Ca::new("readyprism-demo-ca").map_err(DemoError::Pki)?;
-        let ca_path = dir.write("ca.crt", &ca.cert_pem)?;
-        let client = ca
-            .client("demo-node")
-            .map_err(DemoError::Pki)?
-            .combined_pem();
-        let client_path = dir.write("kubelet-client-current.pem", &client)?;
-        let tls = crate::sim::apiserver::server_tls(
-            &ca,
-            &ca.server(&["127.0.0.1"]).map_err(DemoError::Pki)?,
-        )
-        .map_err(|e| DemoError::Fake(e.to_string()))?;
-        let mut fakes = Vec::new();
-        for (name, delay_ms) in SITES {
-            let any_port = SocketAddr::from(([127, 0, 0, 1], 0));
-            let fake = FakeApiserver::bind(name, any_port, tls.clone());
-            let fake = fake.map_err(|e| DemoError::Fake(format!("{name}: {e}")))?;
-            fake.control
-                .set_readyz_delay(Duration::from_millis(delay_ms));
-            fakes.push(fake);
-        }
-        if let Some(local) = fakes.first() {
-            local.control.set_ready(false); // the demo opens with the local apiserver lost quorum
-        }
-        let any_port = SocketAddr::from(([127, 0, 0, 1], 0));
-        let joiner = FakeApiserver::bind(JOINER.0, any_port, tls.clone())
-            .map_err(|e| DemoError::Fake(format!("{}: {e}", JOINER.0)))?;
-        joiner
-            .control
-            .set_readyz_delay(Duration::from_millis(JOINER.1));
-        let addrs: Vec<SocketAddr> = fakes.iter().map(|f| f.addr).collect();
-        // Every apiserver serves the cluster's Endpoints object: the three sites, for now.
-        for f in fakes.iter().chain([&joiner]) {
-            f.control.set_endpoints(&addrs);
-        }
-        let yaml = demo_yaml(opts.listen, opts.admin, &addrs, &ca_path, &client_path);
-        let config = Config::parse(&yaml, "demo").map_err(DemoError::Config)?;
-        let app = App::start(config).await.map_err(DemoError::Start)?;
-        wait_for_first_probes(&app).await;
-        Ok(Scenario {
-            dir,
-            fakes,
-            joiner,
-            app,
-        })
-    }
-
-    /// The fourth apiserver joins: every Endpoints object now lists it too.
-    fn join(&self) {
-        let mut addrs: Vec<SocketAddr> = self.fakes.iter().map(|f| f.addr).collect();
-        addrs.push(self.joiner.addr);
-        for f in self.fakes.iter().chain([&self.joiner]) {
-            f.control.set_endpoints(&addrs);
-        }
-    }
-
-    /// Balancer first (drain, then cut), then the apiservers, then the files.
-    async fn stop(self) {
-        let bound = app::shutdown_bound(self.app.config());
-        if timeout(bound, self.app.shutdown()).await.is_err() {
-            tracing::warn!(?bound, "balancer shutdown took longer than its bound");
-        }
-        for fake in self.fakes.iter().chain([&self.joiner]) {
-            fake.stop().await;
-        }
-        drop(self.dir);
-    }
-}
-
-fn demo_yaml(
-    listen: SocketAddr,
-    admin: SocketAddr,
-    backends: &[SocketAddr],
-    ca: &Path,
-    client: &Path,
-) -> String {
-    let quote = |p: &Path| serde_json::Value::from(p.to_string_lossy()).to_string();
-    let list: String = backends
-        .iter()
-        .zip(SITES)
-        .map(|(a, (zone, _))| format!("  - {{ address: \"{a}\", zone: {zone} }}\n"))
-        .collect();
-    format!(
-        "listen: [\"{listen}\"]\nadmin: \"{admin}\"\nzone: {zone}\nbackends:\n{list}health:\n  interval: 1s\n  timeout: 500ms\n  fast_interval: 250ms\n  rise: 2\n  fall: 2\ntls:\n  ca: {ca}\n  client_cert: {client}\nconnect_timeout: 1s\nwhen_none_ready: fail_open\nshutdown_grace: 1s\ndiscovery:\n  endpoints: true\n  interval: {DISCOVERY_INTERVAL}\n",
-        zone = SITES[0].0,
-        ca = quote(ca),
-        client = quote(client),
-    )
-}
-
-/// The first probes run at once; waiting for all of them means the first connections (the
-/// long-lived one above all, which failback never moves) already go where the picker wants them.
-async fn wait_for_first_probes(app: &App) {
-    let table = app.table();
-    let mut changes = table.subscribe();
-    let waited = timeout(Duration::from_secs(3), async {
-        while table
-            .load()
-            .backends
-            .iter()
-            .any(|b| b.health.state == State::Unknown)
-        {
-            if changes.changed().await.is_err() {
-                return;
-            }
-        }
-    });
-    if waited.await.is_err() {
-        tracing::warn!("not every simulated apiserver answered its first probe within 3s");
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -396,28 +268,6 @@ mod tests {
             admin: any_port,
             show: false,
         }
-    }
-
-    #[test]
-    fn generated_config_pins_the_demo_timings() {
-        let addrs: Vec<SocketAddr> = ["127.0.0.1:1001", "127.0.0.1:1002", "127.0.0.1:1003"]
-            .iter()
-            .map(|a| a.parse().expect("literal"))
-            .collect();
-        let (o, ca) = (opts(Duration::ZERO), Path::new("/tmp/a dir/ca.crt"));
-        let yaml = demo_yaml(o.listen, o.admin, &addrs, ca, Path::new("/tmp/c.pem"));
-        let config = Config::parse(&yaml, "demo").expect("the demo config is valid");
-        assert_eq!(config.routing.zone.as_deref(), Some("dc-a"));
-        let zones: Vec<_> = config.backends.iter().map(|b| b.zone.as_deref()).collect();
-        assert_eq!(zones, [Some("dc-a"), Some("dc-b"), Some("witness")]);
-        assert_eq!(config.health.interval, Duration::from_secs(1));
-        assert_eq!(config.shutdown_grace, Duration::from_secs(1));
-        assert_eq!(config.tls.ca, ca);
-        assert!(
-            config.discovery.endpoints,
-            "the fourth apiserver joins through discovery"
-        );
-        assert_eq!(config.discovery.interval, Duration::from_secs(1));
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

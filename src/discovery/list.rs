@@ -32,56 +32,62 @@ struct Running {
 pub struct Discovered {
     members: Vec<Member>,
     running: Option<Running>,
+    parts: Parts,
     updates: mpsc::Sender<Vec<Member>>,
     incoming: mpsc::Receiver<Vec<Member>>,
 }
 
 /// What the poll task needs from the app.
-pub(crate) struct Parts<'a> {
+pub(crate) struct Parts {
     /// The routing table.
-    pub table: &'a Arc<Table>,
+    pub table: Arc<Table>,
     /// The TLS cell.
-    pub tls: &'a Arc<TlsSource>,
+    pub tls: Arc<TlsSource>,
     /// The metrics.
-    pub metrics: &'a Arc<Metrics>,
+    pub metrics: Arc<Metrics>,
     /// The app's task set.
-    pub tasks: &'a TaskTracker,
+    pub tasks: TaskTracker,
     /// The app's background token (the task is a child of it).
-    pub background: &'a CancellationToken,
+    pub background: CancellationToken,
 }
 
 impl Discovered {
-    /// Nothing discovered, no task. With `config.discovery.endpoints`, the cache (if any) is read
-    /// first (blocks: a small file, once): its backends start with source `cache`.
-    pub fn new(config: &Config) -> Discovered {
+    /// With `config.discovery.endpoints`: the cache (if any) read (blocks: a small file, once at
+    /// start-up), its backends with source `cache`, and the poll task started; else nothing.
+    pub(crate) fn start(config: &Config, parts: Parts) -> Discovered {
         let (updates, incoming) = mpsc::channel(4);
         let members = match (&config.discovery.cache, config.discovery.endpoints) {
             (Some(path), true) => cached(path, &seeds(config)),
             _ => Vec::new(),
         };
-        Discovered {
+        let mut d = Discovered {
             members,
             running: None,
+            parts,
             updates,
             incoming,
-        }
+        };
+        d.follow(config);
+        d
     }
 
     /// The static backends, then the discovered ones not equal to a static one: what the table
     /// is configured with.
-    pub fn backends(&self, config: &Config) -> Vec<BackendSpec> {
+    pub fn backends(&self, config: &Config) -> Vec<Arc<BackendSpec>> {
         let seeds = seeds(config);
         let discovered = self
             .members
             .iter()
             .filter(|m| !seeds.contains(&m.addr))
             .map(|m| spec(m, config));
-        config.backends.iter().cloned().chain(discovered).collect()
+        let all = config.backends.iter().cloned().chain(discovered);
+        all.map(Arc::new).collect()
     }
 
     /// Starts, restarts or stops the poll task for `config` (start-up and reload). Discovery
     /// turned off forgets the discovered backends; otherwise they are kept.
-    pub(crate) fn follow(&mut self, config: &Config, parts: Parts<'_>) {
+    pub(crate) fn follow(&mut self, config: &Config) {
+        let parts = &self.parts;
         let d = &config.discovery;
         if let Some(r) = &self.running {
             if r.config == *d {
@@ -124,22 +130,28 @@ impl Discovered {
         }
     }
 
-    /// Takes `members` as the discovered list; answers (added, removed) addresses for the log.
-    pub fn set(&mut self, members: Vec<Member>) -> (Vec<SocketAddr>, Vec<SocketAddr>) {
-        let has = |list: &[Member], a: SocketAddr| list.iter().any(|m| m.addr == a);
-        let added = members
+    /// Takes `members` as the discovered list and logs what changed; false (and ignored) when
+    /// discovery is off meanwhile: a list the stopped task sent before a reload turned it off.
+    pub fn set(&mut self, members: Vec<Member>) -> bool {
+        if self.running.is_none() {
+            return false;
+        }
+        let has = |list: &[Member], a: &SocketAddr| list.iter().any(|m| m.addr == *a);
+        let text = |a: Vec<String>| a.join(",");
+        let new = members
             .iter()
             .map(|m| m.addr)
-            .filter(|a| !has(&self.members, *a))
-            .collect();
-        let removed = self
+            .filter(|a| !has(&self.members, a));
+        let gone = self
             .members
             .iter()
             .map(|m| m.addr)
-            .filter(|a| !has(&members, *a))
-            .collect();
+            .filter(|a| !has(&members, a));
+        let added = text(new.map(|a| a.to_string()).collect());
+        let removed = text(gone.map(|a| a.to_string()).collect());
+        tracing::info!(added, removed, "discovered backends changed");
         self.members = members;
-        (added, removed)
+        true
     }
 }
 
