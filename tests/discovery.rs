@@ -98,6 +98,27 @@ fn discovery_adds_a_backend_and_removes_it_after_three_good_answers_without_it()
             > 0,
         "probed"
     );
+    // `readyprism status` shows the source; the gauge counts backends by it.
+    let o = readyprism(&["status", "--admin", &p.admin.to_string()]);
+    let table = String::from_utf8_lossy(&o.stdout).to_string();
+    let row = table
+        .lines()
+        .find(|l| l.starts_with(&addr(&b)))
+        .expect("b's row");
+    assert!(row.contains(" discovered "), "{table}");
+    assert!(
+        table.lines().nth(1).is_some_and(|h| h.contains("SOURCE")),
+        "{table}"
+    );
+    let text = blocking_get(p.admin, "/metrics").1;
+    assert_eq!(
+        metric(&text, "readyprism_backends", "source=\"discovered\""),
+        Some(1.0)
+    );
+    assert_eq!(
+        metric(&text, "readyprism_backends", "source=\"config\""),
+        Some(1.0)
+    );
     let mut held = held_on(&rt, &p, "b");
 
     serve(&[&a, &b], &[&a]);

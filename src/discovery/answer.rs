@@ -12,6 +12,10 @@ use serde::Deserialize;
 /// hundred bytes for five); anything near this is not the object we asked for.
 pub const MAX_ANSWER: usize = 1 << 20;
 
+/// The most addresses an answer may list: 64. A control plane has 3 to 7 apiservers; an object
+/// listing more is not one, and each backend costs a monitor with its probes.
+pub const MAX_ADDRESSES: usize = 64;
+
 /// Why an answer changes nothing. Each has its `readyprism_discovery_polls_total` result label.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum BadAnswer {
@@ -21,6 +25,9 @@ pub enum BadAnswer {
     /// Longer than [`MAX_ANSWER`].
     #[error("the answer is larger than 1 MiB")]
     TooLarge,
+    /// More than [`MAX_ADDRESSES`] addresses (counted as `too_large`).
+    #[error("the Endpoints object lists {0} addresses, more than {MAX_ADDRESSES}")]
+    TooMany(usize),
     /// The body is not JSON.
     #[error("not JSON: {0}")]
     NotJson(String),
@@ -37,7 +44,7 @@ impl BadAnswer {
     pub fn label(&self) -> &'static str {
         match self {
             BadAnswer::Status(_) => "bad_status",
-            BadAnswer::TooLarge => "too_large",
+            BadAnswer::TooLarge | BadAnswer::TooMany(_) => "too_large",
             BadAnswer::NotJson(_) => "not_json",
             BadAnswer::NotEndpoints(_) => "not_endpoints",
             BadAnswer::NoAddresses => "no_addresses",
@@ -117,6 +124,9 @@ pub fn addresses(status: u16, body: &[u8], complete: bool) -> Result<Vec<SocketA
     out.dedup();
     if out.is_empty() {
         return Err(BadAnswer::NoAddresses);
+    }
+    if out.len() > MAX_ADDRESSES {
+        return Err(BadAnswer::TooMany(out.len()));
     }
     Ok(out)
 }
@@ -220,6 +230,16 @@ mod tests {
         }
         let huge = vec![b' '; MAX_ANSWER + 1];
         assert_eq!(addresses(200, &huge, true), Err(BadAnswer::TooLarge));
+        let many: Vec<SocketAddr> = (1..=65u16)
+            .map(|p| SocketAddr::from(([10, 0, 0, 1], p)))
+            .collect();
+        let e = addresses(200, endpoints_json(&many).as_bytes(), true);
+        assert_eq!(
+            e,
+            Err(BadAnswer::TooMany(65)),
+            "no more than 64 backends from one answer"
+        );
+        assert_eq!(e.expect_err("too many").label(), "too_large");
     }
 
     #[test]
@@ -232,7 +252,7 @@ mod tests {
     proptest::proptest! {
         #[test]
         fn any_listed_set_reads_back_sorted_and_deduplicated(
-            raw in proptest::collection::vec((proptest::prelude::any::<[u8; 4]>(), 1u16..), 1..20)
+            raw in proptest::collection::vec((proptest::prelude::any::<[u8; 4]>(), 1u16..), 1..MAX_ADDRESSES)
         ) {
             let addrs: Vec<SocketAddr> = raw.iter().map(|(ip, port)| SocketAddr::from((*ip, *port))).collect();
             let mut want = addrs.clone();

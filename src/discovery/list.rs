@@ -74,14 +74,7 @@ impl Discovered {
     /// The static backends, then the discovered ones not equal to a static one: what the table
     /// is configured with.
     pub fn backends(&self, config: &Config) -> Vec<Arc<BackendSpec>> {
-        let seeds = seeds(config);
-        let discovered = self
-            .members
-            .iter()
-            .filter(|m| !seeds.contains(&m.addr))
-            .map(|m| spec(m, config));
-        let all = config.backends.iter().cloned().chain(discovered);
-        all.map(Arc::new).collect()
+        merge(config, &self.members)
     }
 
     /// Starts, restarts or stops the poll task for `config` (start-up and reload). Discovery
@@ -155,6 +148,17 @@ impl Discovered {
     }
 }
 
+/// [`Discovered::backends`] for `members`.
+fn merge(config: &Config, members: &[Member]) -> Vec<Arc<BackendSpec>> {
+    let seeds = seeds(config);
+    let discovered = members
+        .iter()
+        .filter(|m| !seeds.contains(&m.addr))
+        .map(|m| spec(m, config));
+    let all = config.backends.iter().cloned().chain(discovered);
+    all.map(Arc::new).collect()
+}
+
 /// The static backends given as IP:port (a DNS-named one never equals a discovered IP).
 fn seeds(config: &Config) -> Vec<SocketAddr> {
     config
@@ -206,5 +210,55 @@ fn cached(path: &std::path::Path, seeds: &[SocketAddr]) -> Vec<Member> {
             tracing::warn!(file = %path.display(), error = %e, "discovery cache ignored; starting from the config's backends");
             Vec::new()
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_discovered_backend_is_named_ip_port_zoned_by_the_map_and_verified_by_its_ip() {
+        let yaml = "zones: { dc-b: [\"fd00:2::/64\"] }\nbackends:\n  - address: 10.0.1.10:6443\ntls:\n  ca: /ca.crt\n";
+        let mut config = Config::parse(yaml, "node.yaml").expect("valid");
+        let m = Member {
+            addr: "[fd00:2::10]:6443".parse().expect("literal"),
+            source: BackendSource::Discovered,
+        };
+        let b = spec(&m, &config);
+        assert_eq!(b.id.as_str(), "[fd00:2::10]:6443");
+        assert_eq!((b.host.as_str(), b.port), ("fd00:2::10", 6443));
+        assert_eq!(b.zone.as_deref(), Some("dc-b"));
+        assert_eq!(
+            crate::config::server_name_text(&b.server_name),
+            "fd00:2::10"
+        );
+        config.discovery.server_name = Some(ServerName::try_from("kubernetes").expect("name"));
+        assert_eq!(
+            crate::config::server_name_text(&spec(&m, &config).server_name),
+            "kubernetes"
+        );
+    }
+
+    #[test]
+    fn an_address_equal_to_a_static_backend_is_not_listed_twice() {
+        let yaml = "backends:\n  - address: 10.0.1.10:6443\ntls:\n  ca: /ca.crt\n";
+        let config = Config::parse(yaml, "node.yaml").expect("valid");
+        let member = |a: &str| Member {
+            addr: a.parse().expect("literal"),
+            source: BackendSource::Discovered,
+        };
+        let members = [member("10.0.1.10:6443"), member("10.0.2.10:6443")];
+        let ids: Vec<_> = merge(&config, &members)
+            .iter()
+            .map(|b| (b.id.to_string(), b.source))
+            .collect();
+        assert_eq!(
+            ids,
+            [
+                ("10.0.1.10:6443".to_string(), BackendSource::Config),
+                ("10.0.2.10:6443".to_string(), BackendSource::Discovered)
+            ]
+        );
     }
 }
