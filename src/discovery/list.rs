@@ -1,12 +1,14 @@
 //! What the app holds of discovery: the discovered backends, the poll task that finds them, and
 //! the merge with the static backends into the list the table is configured with.
 //!
-//! Owns the task's lifecycle across reloads (restarted when `discovery:` changes, told the new
-//! static addresses otherwise) and turning a discovered address into a backend. Does not own the
-//! poll (`Poller`) nor the table (`App` configures it, one writer as for a reload).
+//! Owns the task's lifecycle across reloads (restarted when `discovery:` or `health.timeout`
+//! changes, told the new static addresses otherwise) and turning a discovered address into a
+//! backend. Does not own the poll (`Poller`) nor the table (`App` configures it, one writer as
+//! for a reload).
 
 use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
+use std::time::Duration;
 
 use rustls_pki_types::ServerName;
 use tokio::sync::{mpsc, watch};
@@ -23,7 +25,8 @@ use crate::tls::TlsSource;
 
 /// The running poll task and what it was started with.
 struct Running {
-    config: DiscoveryConfig,
+    /// The `discovery:` block and the health timeout (the poll's bound) it runs with.
+    config: (DiscoveryConfig, Duration),
     seeds: watch::Sender<Vec<SocketAddr>>,
     stop: CancellationToken,
 }
@@ -83,7 +86,7 @@ impl Discovered {
         let parts = &self.parts;
         let d = &config.discovery;
         if let Some(r) = &self.running {
-            if r.config == *d {
+            if r.config == (d.clone(), config.health.timeout) {
                 r.seeds.send_replace(seeds(config));
                 return;
             }
@@ -109,7 +112,7 @@ impl Discovered {
         };
         parts.tasks.spawn(poller.run(stop.clone()));
         self.running = Some(Running {
-            config: d.clone(),
+            config: (d.clone(), config.health.timeout),
             seeds: seeds_tx,
             stop,
         });
