@@ -232,7 +232,9 @@ fn the_cache_serves_a_discovered_backend_after_a_restart_with_every_static_backe
     let p = Proc::start(&file);
     wait_listed(&rt, &p, &b, BackendSource::Cache);
     assert_eq!(rt.block_on(landed(p.listen)), "b", "clients get through");
-    assert_eq!(backend(&p, &a).map(|s| s.state), Some(State::Unready));
+    rt.block_on(poll("the static backend is down", || {
+        backend(&p, &a).is_some_and(|s| s.state == State::Unready)
+    }));
 }
 
 #[test]
