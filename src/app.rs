@@ -17,6 +17,8 @@ use tokio_util::task::TaskTracker;
 use crate::admin::{Admin, StatusDoc};
 use crate::backend::BackendSpec;
 use crate::config::{Config, ListenField};
+use crate::discovery::membership::Member;
+use crate::discovery::{Discovered, Parts};
 use crate::health::Monitor;
 use crate::metrics::Metrics;
 use crate::proxy::Proxy;
@@ -112,6 +114,7 @@ pub struct App {
     tasks: TaskTracker,
     background: CancellationToken,
     monitors: Vec<MonitorHandle>,
+    discovered: Discovered,
     listeners: Vec<Listener>,
     admin_listener: Listener,
     admin_tasks: TaskTracker,
@@ -160,6 +163,13 @@ impl App {
             tls: tls.clone(),
             shutting_down: false.into(),
         });
+        let parts = Parts {
+            table: table.clone(),
+            tls: tls.clone(),
+            metrics: metrics.clone(),
+            tasks: tasks.clone(),
+            background: background.clone(),
+        };
         let admin_tasks = TaskTracker::new();
         let admin_stop = CancellationToken::new();
         admin_tasks.spawn(admin.clone().serve(admin_l, admin_stop.clone()));
@@ -175,6 +185,7 @@ impl App {
             tasks,
             background,
             monitors: Vec::new(),
+            discovered: Discovered::start(&config, parts),
             listeners: Vec::new(),
             admin_listener: Listener {
                 configured: config.admin,
@@ -269,6 +280,7 @@ impl App {
             None
         };
 
+        self.discovered.follow(&new);
         self.configure_table(&new).await?;
         match self.tls.apply(tls_state) {
             Applied::Replaced { client_cert, .. } => {
@@ -339,12 +351,29 @@ impl App {
         tracing::info!("stopped");
     }
 
+    /// The next backend list discovery found (pending while it is off or finds nothing new):
+    /// the main loop waits on it beside signals and hands it to [`App::set_discovered`].
+    pub async fn next_discovered(&mut self) -> Vec<Member> {
+        self.discovered.next().await
+    }
+
+    /// Applies a discovered list: the table gets static ∪ discovered (removed backends have their
+    /// connections closed, reason removed), new backends get monitors and are probed at once.
+    pub async fn set_discovered(&mut self, members: Vec<Member>) -> Result<(), ApplyError> {
+        if self.discovered.set(members) {
+            let config = self.config.clone();
+            self.configure_table(&config).await?;
+            self.reconcile_monitors(&config, false);
+        }
+        Ok(())
+    }
+
     async fn configure_table(&self, config: &Config) -> Result<(), ApplyError> {
         let (done, wait) = oneshot::channel();
         self.writer
             .send(TableCmd::Configure {
                 routing: config.routing.clone(),
-                backends: config.backends.iter().cloned().map(Arc::new).collect(),
+                backends: self.discovered.backends(config),
                 done,
             })
             .await
@@ -356,8 +385,9 @@ impl App {
     /// when `restart_all`), and starts monitors for backends without one, each from the health
     /// the table already holds.
     fn reconcile_monitors(&mut self, config: &Config, restart_all: bool) {
+        let specs = self.discovered.backends(config);
         self.monitors.retain(|m| {
-            let keep = !restart_all && config.backends.iter().any(|b| *b == *m.spec);
+            let keep = !restart_all && specs.iter().any(|b| b.probed_alike(&m.spec));
             if !keep {
                 m.stop.cancel();
             }

@@ -58,6 +58,54 @@ pub struct BackendSpec {
     pub zone: Option<String>,
     /// The TLS name the probe verifies the apiserver certificate against.
     pub server_name: ServerName<'static>,
+    /// Where the backend comes from: the config file, or discovery.
+    pub source: BackendSource,
+}
+
+impl BackendSpec {
+    /// Whether `other` is checked the same way (everything but the source is equal): a cached
+    /// backend that an answer confirms keeps its monitor.
+    pub fn probed_alike(&self, other: &BackendSpec) -> bool {
+        (
+            &self.id,
+            &self.host,
+            self.port,
+            &self.zone,
+            &self.server_name,
+        ) == (
+            &other.id,
+            &other.host,
+            other.port,
+            &other.zone,
+            &other.server_name,
+        )
+    }
+}
+
+/// Where a backend comes from (shown in `/status` and `readyprism status`).
+#[derive(
+    Debug, Clone, Copy, Default, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize,
+)]
+#[serde(rename_all = "snake_case")]
+pub enum BackendSource {
+    /// The config file's `backends:` (a seed: never removed by discovery).
+    #[default]
+    Config,
+    /// The `default/kubernetes` Endpoints object, in an answer since start-up.
+    Discovered,
+    /// The discovery cache read at start-up, not yet confirmed by an answer.
+    Cache,
+}
+
+impl BackendSource {
+    /// `config`, `discovered` or `cache`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            BackendSource::Config => "config",
+            BackendSource::Discovered => "discovered",
+            BackendSource::Cache => "cache",
+        }
+    }
 }
 
 /// The config-derived settings that decide routing, declared once: the config holds them, the

@@ -32,6 +32,7 @@ impl SnapshotBench {
                         zone: Some(if i % 3 == 0 { "dc-a" } else { "dc-b" }.into()),
                         server_name: rustls_pki_types::ServerName::try_from("kubernetes")
                             .expect("a valid DNS name"),
+                        source: crate::backend::BackendSource::Config,
                     }),
                     health: Health {
                         state: State::Ready,

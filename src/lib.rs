@@ -16,13 +16,15 @@
 //! [`eviction`] (closing a backend's connections, and why), [`table`] (the one `ArcSwap`, its
 //! writer and its pure transitions), [`health`] (probe, rise/fall, monitor), [`pick`] (pure),
 //! [`proxy`] (and its per-connection record) + [`relay`], [`dial`] (and what a failed dial
-//! means), [`accept`], [`admin`] (and the `/status` type), [`metrics`], [`tls`], [`app`]
-//! (wiring), [`signals`], [`watched_file`] (reading a config or certificate file safely: its cap,
-//! stamp, digest and watch intervals; a leaf both `config` and `tls` use).
+//! means), [`accept`], [`admin`] (and the `/status` type), [`metrics`], [`tls`], [`discovery`]
+//! (the backend list following the cluster's Endpoints object), [`app`] (wiring), [`signals`],
+//! [`watched_file`] (reading a config or certificate file safely: its cap, stamp, digest and
+//! watch intervals; a leaf both `config` and `tls` use).
 //! Operator tools: [`cli`] (`status`, `demo`). Simulation for the demo and tests: `sim`.
 //!
 //! Dependencies point one way: `health::verdict`, `eviction`, `relay` ← `pick` ← `backend` ←
-//! `metrics` ← `table` ← `health` (monitor) / `proxy` / `admin` ← `app` ← `signals` ← `main`;
+//! `metrics` ← `table` ← `health` (monitor) / `proxy` / `admin` / `discovery` ← `app` ←
+//! `signals` ← `main`;
 //! `config` reads `backend` and `pick`; `dial` is a leaf that `backend`, `proxy` and `health`
 //! read. Nothing below `metrics` holds a Prometheus
 //! handle: the domain keeps plain atomics, which `metrics` reads at scrape time.
@@ -40,6 +42,7 @@ pub mod bench_support;
 pub mod cli;
 pub mod config;
 pub(crate) mod dial;
+pub mod discovery;
 pub(crate) mod eviction;
 pub mod health;
 pub(crate) mod metrics;

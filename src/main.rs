@@ -89,7 +89,7 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
-    /// Run three simulated apiservers behind the balancer and watch the picks live.
+    /// Run simulated apiservers behind the balancer (a fourth joins through discovery) and watch the picks live.
     #[cfg(feature = "sim")]
     Demo {
         /// Stop after this long (e.g. 30s, 2m); default: until Ctrl-C.

@@ -1,5 +1,6 @@
 //! Signals and what they do: SIGHUP (or a change of the config file's content) reloads the
-//! config, SIGTERM/SIGINT shut down within `shutdown_grace` + 1 s.
+//! config, SIGTERM/SIGINT shut down within `shutdown_grace` + 1 s. The same loop applies each
+//! backend list discovery finds, so the app has one caller that changes it.
 //!
 //! Handlers are installed before anything is served ([`Signals::install`] comes before
 //! `App::start`), so a signal right after start never takes its default action and kills the
@@ -70,6 +71,12 @@ impl Signals {
                 _ = self.hup.recv() => Trigger::Hup,
                 _ = tick.tick() => Trigger::Tick,
                 name = self.end.recv() => break name,
+                list = app.next_discovered() => {
+                    if let Err(e) = app.set_discovered(list).await {
+                        tracing::warn!(error = %e, "discovered backends not applied");
+                    }
+                    continue;
+                }
             };
             // SIGHUP reads whatever the file holds; a tick reads when the stamp changed or a retry
             // is due.

@@ -19,6 +19,11 @@ fn each_kind_of_config_error_names_file_field_and_line() {
         (format!("backends:\n  - address: a:1\ntls:\n  ca: {ca}\nwhen_none_ready: sometimes\n"), "5:", "when_none_ready"),
         (format!("backends:\n  - address: a:1\ntls:\n  ca: {ca}\nadmin: localhost:7446\n"), "5:", "admin"),
         (format!("backends:\n  - address: a:1\ntls:\n  ca: {ca}\n  client_key: /k.pem\n"), "5:", "tls.client_key"),
+        (format!("backends:\n  - address: a:1\ntls:\n  ca: {ca}\ndiscovery:\n  endpoints: true\n  interval: 500ms\n"), "7:", "discovery.interval"),
+        (format!("backends:\n  - address: a:1\ntls:\n  ca: {ca}\nhealth:\n  interval: 5s\ndiscovery:\n  interval: 0s\n"), "8:", "discovery.interval"),
+        (format!("backends:\n  - address: a:1\ntls:\n  ca: {ca}\ndiscovery:\n  endpoints: true\n  cache: [a, b]\n"), "7:", "discovery.cache"),
+        (format!("backends:\n  - address: a:1\ntls:\n  ca: {ca}\ndiscovery:\n  cache: backends.json\n"), "6:", "discovery.cache"),
+        (format!("backends:\n  - address: a:1\ntls:\n  ca: {ca}\ndiscovery:\n  endpoint: true\n"), "6:", "endpoint"),
         ("backends:\n  - address: a:1\n  tls: [\n".to_string(), "", "bad.yaml"),
     ];
     for (i, (text, pos, field)) in cases.iter().enumerate() {

@@ -7,6 +7,7 @@ use std::sync::atomic::Ordering;
 
 use serde::{Deserialize, Serialize};
 
+pub use crate::backend::BackendSource;
 use crate::backend::{Snapshot, ZoneSource};
 use crate::health::verdict::State;
 use crate::pick::Pick;
@@ -67,7 +68,7 @@ pub struct StatusDoc {
     pub client_cert: CertStatus,
     /// The snapshot generation the document was made from.
     pub generation: u64,
-    /// Every configured backend, in config order.
+    /// Every backend, the configured ones first in config order, then the discovered ones.
     pub backends: Vec<BackendStatus>,
 }
 
@@ -78,6 +79,10 @@ pub struct BackendStatus {
     pub address: String,
     /// The backend's zone.
     pub zone: Option<String>,
+    /// Where it comes from: `config`, `discovered`, or `cache` (read from the discovery cache at
+    /// start-up, not yet confirmed by an answer). Absent from older balancers' documents.
+    #[serde(default)]
+    pub source: BackendSource,
     /// Health state after hysteresis.
     pub state: State,
     /// Smoothed `/readyz` latency in milliseconds, two decimals; null until measured.
@@ -111,6 +116,7 @@ impl StatusDoc {
             .map(|(i, b)| BackendStatus {
                 address: b.spec.id.to_string(),
                 zone: b.spec.zone.clone(),
+                source: b.spec.source,
                 state: b.health.state,
                 latency_ms: b
                     .health
@@ -179,6 +185,7 @@ mod tests {
                         zone: None,
                         server_name: rustls_pki_types::ServerName::try_from("kubernetes")
                             .expect("name"),
+                        source: crate::backend::BackendSource::Config,
                     }),
                     health: Health {
                         state,

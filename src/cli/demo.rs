@@ -1,32 +1,32 @@
 //! `readyprism demo`: three simulated apiservers with mutual TLS, the real balancer in front of them,
 //! and its own client traffic, shown live, so a newcomer watches connections leave the local
-//! apiserver when it loses quorum and come back when it recovers.
+//! apiserver when it loses quorum and come back when it recovers, and a fourth apiserver join the
+//! cluster's Endpoints object and take traffic through discovery.
 //!
-//! Owns the demo's scenario and client traffic; `view` renders it. Does not own any balancer
-//! behaviour (`app`), the simulated apiserver or the certificates (`sim`).
+//! Owns the demo's timeline (flips, the join) and client traffic; `scenario` starts and stops its
+//! world, `view` renders it. Does not own any balancer behaviour (`app`), the simulated apiserver
+//! or the certificates (`sim`).
 
 mod files;
+mod scenario;
 mod traffic;
 mod view;
 
 use std::collections::BTreeMap;
 use std::io::{IsTerminal, Write};
 use std::net::SocketAddr;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use tokio::time::{interval, sleep_until, timeout, Instant, MissedTickBehavior};
+use tokio::time::{interval, sleep_until, Instant, MissedTickBehavior};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
-use crate::app::{self, App, ApplyError};
-use crate::config::{Config, ConfigError};
-use crate::health::verdict::State;
+use crate::app::ApplyError;
+use crate::config::ConfigError;
 use crate::signals::Termination;
-use crate::sim::apiserver::FakeApiserver;
-use crate::sim::pki::Ca;
-use files::DemoDir;
+use scenario::Scenario;
 use traffic::Traffic;
 use view::Frame;
 
@@ -42,6 +42,14 @@ const FIRST_FLIP: Duration = Duration::from_secs(4);
 /// After dc-a regains quorum, the long-lived connection opens this much later (rise takes two
 /// probes at the demo's 250 ms fast interval).
 const LONG_LIVED_DELAY: Duration = Duration::from_millis(1500);
+/// The fourth apiserver: its name, and its `/readyz` delay in ms (nearer than dc-b, so it wins
+/// the picks while dc-a has no quorum).
+const JOINER: (&str, u64) = ("new-cp", 10);
+/// It joins the Endpoints object this long after the start: after dc-a's first recovery, before
+/// dc-a loses quorum again, so the next loss sends traffic to it.
+const JOIN_AT: Duration = Duration::from_secs(10);
+/// The demo's discovery interval: the shortest allowed, so the join shows within a second or two.
+const DISCOVERY_INTERVAL: &str = "1s";
 /// One short client connection this often, and the screen refreshes as often.
 const TICK: Duration = Duration::from_secs(1);
 /// Bound on connecting through the balancer and reading the apiserver's name.
@@ -73,6 +81,8 @@ pub struct DemoReport {
     pub long_lived_moves: u64,
     /// Times dc-a switched between ready and lost quorum.
     pub flips: u64,
+    /// The fourth apiserver joined the Endpoints object.
+    pub joined: bool,
 }
 
 /// Why the demo could not run.
@@ -123,9 +133,13 @@ pub async fn run_until_signalled(opts: DemoOptions) -> Result<DemoReport, DemoEr
 /// Runs the demo until `duration` passes or `quit` is cancelled, then shuts everything down in
 /// order and removes its temporary files.
 pub async fn run(opts: DemoOptions, quit: CancellationToken) -> Result<DemoReport, DemoError> {
-    let scenario = Scenario::start(&opts).await?;
-    let app = &scenario.app;
-    let listen = app.listen_addrs().first().copied().unwrap_or(opts.listen);
+    let mut scenario = Scenario::start(&opts).await?;
+    let listen = scenario
+        .app
+        .listen_addrs()
+        .first()
+        .copied()
+        .unwrap_or(opts.listen);
     let traffic = Arc::new(Mutex::new(Traffic::default()));
     let (stop, clients) = (CancellationToken::new(), TaskTracker::new());
     clients.spawn(traffic::short_clients(
@@ -148,6 +162,7 @@ pub async fn run(opts: DemoOptions, quit: CancellationToken) -> Result<DemoRepor
     tokio::pin!(until_end);
     // dc-a starts without quorum: fastest, local, and unready — the field report's trap.
     let (mut next_flip, mut dc_a_ready, mut flips) = (start + FIRST_FLIP, false, 0u64);
+    let mut joined = false;
     let mut tick = interval(TICK);
     tick.set_missed_tick_behavior(MissedTickBehavior::Skip);
     let tty = std::io::stdout().is_terminal();
@@ -155,6 +170,16 @@ pub async fn run(opts: DemoOptions, quit: CancellationToken) -> Result<DemoRepor
         tokio::select! {
             _ = quit.cancelled() => { tracing::info!("ending the demo"); break }
             _ = &mut until_end => break,
+            _ = sleep_until(start + JOIN_AT), if !joined => {
+                joined = true;
+                scenario.join();
+                tracing::info!(apiserver = JOINER.0, "demo: a fourth apiserver joined the cluster's Endpoints object");
+            }
+            list = scenario.app.next_discovered() => {
+                if let Err(e) = scenario.app.set_discovered(list).await {
+                    tracing::warn!(error = %e, "discovered backends not applied");
+                }
+            }
             _ = sleep_until(next_flip) => {
                 dc_a_ready = !dc_a_ready;
                 scenario.fakes[0].control.set_ready(dc_a_ready);
@@ -180,11 +205,12 @@ pub async fn run(opts: DemoOptions, quit: CancellationToken) -> Result<DemoRepor
                     elapsed: now - start,
                     remaining: end.map(|e| e - now),
                     listen,
-                    admin: app.admin_addr(),
-                    status: &app.status(),
+                    admin: scenario.app.admin_addr(),
+                    status: &scenario.app.status(),
                     traffic: &t,
                     dc_a_ready,
                     next_flip_in: next_flip - now,
+                    join_in: (!joined).then(|| (start + JOIN_AT).saturating_duration_since(now)),
                 };
                 let text = if tty { format!("\x1b[H\x1b[2J{}", frame.screen()) } else { frame.line() + "\n" };
                 if let Err(e) = write_stdout(&text) {
@@ -205,6 +231,7 @@ pub async fn run(opts: DemoOptions, quit: CancellationToken) -> Result<DemoRepor
         failed: t.failed,
         long_lived_moves: t.long_moves,
         flips,
+        joined,
     };
     if opts.show {
         let text = format!(
@@ -229,106 +256,6 @@ fn write_stdout(text: &str) -> std::io::Result<()> {
     out.flush()
 }
 
-/// The demo's world: certificates on disk, three simulated apiservers and the balancer.
-struct Scenario {
-    /// Kept for its `Drop`, which removes the certificate files.
-    dir: DemoDir,
-    /// In [`SITES`] order.
-    fakes: Vec<FakeApiserver>,
-    app: App,
-}
-
-impl Scenario {
-    async fn start(opts: &DemoOptions) -> Result<Scenario, DemoError> {
-        let dir = DemoDir::create()?;
-        let ca = Ca::new("readyprism-demo-ca").map_err(DemoError::Pki)?;
-        let ca_path = dir.write("ca.crt", &ca.cert_pem)?;
-        let client = ca
-            .client("demo-node")
-            .map_err(DemoError::Pki)?
-            .combined_pem();
-        let client_path = dir.write("kubelet-client-current.pem", &client)?;
-        let tls = crate::sim::apiserver::server_tls(
-            &ca,
-            &ca.server(&["127.0.0.1"]).map_err(DemoError::Pki)?,
-        )
-        .map_err(|e| DemoError::Fake(e.to_string()))?;
-        let mut fakes = Vec::new();
-        for (name, delay_ms) in SITES {
-            let any_port = SocketAddr::from(([127, 0, 0, 1], 0));
-            let fake = FakeApiserver::bind(name, any_port, tls.clone());
-            let fake = fake.map_err(|e| DemoError::Fake(format!("{name}: {e}")))?;
-            fake.control
-                .set_readyz_delay(Duration::from_millis(delay_ms));
-            fakes.push(fake);
-        }
-        if let Some(local) = fakes.first() {
-            local.control.set_ready(false); // the demo opens with the local apiserver lost quorum
-        }
-        let addrs: Vec<SocketAddr> = fakes.iter().map(|f| f.addr).collect();
-        let yaml = demo_yaml(opts.listen, opts.admin, &addrs, &ca_path, &client_path);
-        let config = Config::parse(&yaml, "demo").map_err(DemoError::Config)?;
-        let app = App::start(config).await.map_err(DemoError::Start)?;
-        wait_for_first_probes(&app).await;
-        Ok(Scenario { dir, fakes, app })
-    }
-
-    /// Balancer first (drain, then cut), then the apiservers, then the files.
-    async fn stop(self) {
-        let bound = app::shutdown_bound(self.app.config());
-        if timeout(bound, self.app.shutdown()).await.is_err() {
-            tracing::warn!(?bound, "balancer shutdown took longer than its bound");
-        }
-        for fake in &self.fakes {
-            fake.stop().await;
-        }
-        drop(self.dir);
-    }
-}
-
-fn demo_yaml(
-    listen: SocketAddr,
-    admin: SocketAddr,
-    backends: &[SocketAddr],
-    ca: &Path,
-    client: &Path,
-) -> String {
-    let quote = |p: &Path| serde_json::Value::from(p.to_string_lossy()).to_string();
-    let list: String = backends
-        .iter()
-        .zip(SITES)
-        .map(|(a, (zone, _))| format!("  - {{ address: \"{a}\", zone: {zone} }}\n"))
-        .collect();
-    format!(
-        "listen: [\"{listen}\"]\nadmin: \"{admin}\"\nzone: {zone}\nbackends:\n{list}health:\n  interval: 1s\n  timeout: 500ms\n  fast_interval: 250ms\n  rise: 2\n  fall: 2\ntls:\n  ca: {ca}\n  client_cert: {client}\nconnect_timeout: 1s\nwhen_none_ready: fail_open\nshutdown_grace: 1s\n",
-        zone = SITES[0].0,
-        ca = quote(ca),
-        client = quote(client),
-    )
-}
-
-/// The first probes run at once; waiting for all of them means the first connections (the
-/// long-lived one above all, which failback never moves) already go where the picker wants them.
-async fn wait_for_first_probes(app: &App) {
-    let table = app.table();
-    let mut changes = table.subscribe();
-    let waited = timeout(Duration::from_secs(3), async {
-        while table
-            .load()
-            .backends
-            .iter()
-            .any(|b| b.health.state == State::Unknown)
-        {
-            if changes.changed().await.is_err() {
-                return;
-            }
-        }
-    });
-    if waited.await.is_err() {
-        tracing::warn!("not every simulated apiserver answered its first probe within 3s");
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -343,23 +270,6 @@ mod tests {
         }
     }
 
-    #[test]
-    fn generated_config_pins_the_demo_timings() {
-        let addrs: Vec<SocketAddr> = ["127.0.0.1:1001", "127.0.0.1:1002", "127.0.0.1:1003"]
-            .iter()
-            .map(|a| a.parse().expect("literal"))
-            .collect();
-        let (o, ca) = (opts(Duration::ZERO), Path::new("/tmp/a dir/ca.crt"));
-        let yaml = demo_yaml(o.listen, o.admin, &addrs, ca, Path::new("/tmp/c.pem"));
-        let config = Config::parse(&yaml, "demo").expect("the demo config is valid");
-        assert_eq!(config.routing.zone.as_deref(), Some("dc-a"));
-        let zones: Vec<_> = config.backends.iter().map(|b| b.zone.as_deref()).collect();
-        assert_eq!(zones, [Some("dc-a"), Some("dc-b"), Some("witness")]);
-        assert_eq!(config.health.interval, Duration::from_secs(1));
-        assert_eq!(config.shutdown_grace, Duration::from_secs(1));
-        assert_eq!(config.tls.ca, ca);
-    }
-
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn demo_sends_traffic_to_the_local_zone_and_cleans_up() {
         let report = run(opts(Duration::from_secs(3)), CancellationToken::new())
@@ -372,6 +282,7 @@ mod tests {
             "{report:?}"
         );
         assert_eq!((report.failed, report.flips), (0, 0), "{report:?}");
+        assert!(!report.joined, "the fourth apiserver joins later");
         let prefix = format!("readyprism-demo-{}-", std::process::id());
         let leftovers = std::fs::read_dir(std::env::temp_dir())
             .expect("temp dir is readable")

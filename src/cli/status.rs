@@ -90,7 +90,7 @@ fn routable(doc: &StatusDoc) -> bool {
 }
 
 /// The human view of a status document: a summary line, then one row per backend with columns
-/// BACKEND, ZONE, STATE, LATENCY, ACTIVE, RANK, LAST ERROR. RANK is the `/status` document's,
+/// BACKEND, ZONE, SOURCE, STATE, LATENCY, ACTIVE, RANK, LAST ERROR. RANK is the `/status` document's,
 /// 0-based (0 = dialed first), so the table and the JSON never disagree; `-` marks a missing
 /// value. Multi-line errors are folded onto one line. Every cell shows control characters as
 /// visible escapes and is cut (with `…`) at 80 characters (`cell::MAX_CELL`), LAST ERROR at 220
@@ -127,15 +127,16 @@ pub fn render_table(doc: &StatusDoc) -> String {
     let header = [
         "BACKEND",
         "ZONE",
+        "SOURCE",
         "STATE",
         "LATENCY",
         "ACTIVE",
         "RANK",
         "LAST ERROR",
     ];
-    let mut rows: Vec<[String; 7]> = vec![header.map(String::from)];
+    let mut rows: Vec<[String; 8]> = vec![header.map(String::from)];
     rows.extend(doc.backends.iter().map(backend_cells));
-    let mut widths = [0usize; 7];
+    let mut widths = [0usize; 8];
     for r in &rows {
         for (w, cell) in widths.iter_mut().zip(r) {
             *w = (*w).max(cell.chars().count());
@@ -160,7 +161,7 @@ pub fn render_table(doc: &StatusDoc) -> String {
 }
 
 /// One backend as the table's cells, in column order (`-` for missing), escaped and cut.
-pub fn backend_cells(b: &BackendStatus) -> [String; 7] {
+pub fn backend_cells(b: &BackendStatus) -> [String; 8] {
     let dash = || "-".to_string();
     let cut = |s: &str| cell::cell(s, MAX_CELL);
     let error = b.last_error.as_deref().map(|e| {
@@ -173,6 +174,7 @@ pub fn backend_cells(b: &BackendStatus) -> [String; 7] {
     [
         cut(&b.address),
         b.zone.as_deref().map_or_else(dash, cut),
+        b.source.as_str().to_string(),
         b.state.as_str().to_string(),
         b.latency_ms.map(format_ms).unwrap_or_else(dash),
         b.active_connections.to_string(),
@@ -214,6 +216,7 @@ pub(crate) fn sample() -> StatusDoc {
         BackendStatus {
             address: address.to_string(),
             zone: zone.map(str::to_string),
+            source: crate::backend::BackendSource::Config,
             state,
             latency_ms,
             last_error: last_error.map(str::to_string),
@@ -249,7 +252,10 @@ pub(crate) fn sample() -> StatusDoc {
                 12,
                 Some(0),
             ),
-            b("[fd00::3]:6443", None, State::Unknown, None, None, 0, None),
+            BackendStatus {
+                source: crate::backend::BackendSource::Discovered,
+                ..b("[fd00::3]:6443", None, State::Unknown, None, None, 0, None)
+            },
         ],
     }
 }
@@ -263,10 +269,10 @@ mod tests {
     fn table_shows_summary_and_one_aligned_row_per_backend() {
         let want = "\
 node zone dc-a (address 10.0.1.5)  ready yes  mode normal  client cert loaded
-BACKEND         ZONE  STATE    LATENCY  ACTIVE  RANK  LAST ERROR
-10.0.1.10:6443  dc-a  unready  0.31ms   0       -     HTTP 500: [+]ping ok; [-]etcd failed
-10.0.2.10:6443  dc-b  ready    23.3ms   12      0     -
-[fd00::3]:6443  -     unknown  -        0       -     -
+BACKEND         ZONE  SOURCE      STATE    LATENCY  ACTIVE  RANK  LAST ERROR
+10.0.1.10:6443  dc-a  config      unready  0.31ms   0       -     HTTP 500: [+]ping ok; [-]etcd failed
+10.0.2.10:6443  dc-b  config      ready    23.3ms   12      0     -
+[fd00::3]:6443  -     discovered  unknown  -        0       -     -
 ";
         assert_eq!(render_table(&sample()), want);
     }

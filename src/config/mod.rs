@@ -3,8 +3,9 @@
 //! Every error names the file, the field and the line (and column when the YAML parser knows it).
 //! `raw` owns the serde shape and scalar parsing, `locate` finds lines for cross-field errors,
 //! `file` reads the file safely, `watch` notices when its content changes, `zones` matches
-//! addresses against the `zones:` map.
+//! addresses against the `zones:` map, `discovery` resolves the `discovery:` block.
 
+mod discovery;
 pub mod file;
 mod locate;
 mod place;
@@ -22,6 +23,7 @@ use rustls_pki_types::ServerName;
 use crate::backend::{BackendSpec, Routing};
 pub use crate::backend::{NodeZone, ZoneSource};
 use crate::watched_file::Digest;
+pub use discovery::DiscoveryConfig;
 pub use place::ListenField;
 pub use raw::DurationValue;
 use raw::{CidrValue, Networks, RawBackend, RawConfig, RawHealth, RawTls, ZoneName};
@@ -117,6 +119,8 @@ pub struct Config {
     pub shutdown_grace: Duration,
     /// The admin server may listen on a non-loopback address (off: only loopback).
     pub allow_remote_admin: bool,
+    /// Whether and how the backend list follows the cluster's Endpoints object.
+    pub discovery: DiscoveryConfig,
 }
 
 impl Config {
@@ -204,6 +208,7 @@ impl Config {
             failback_after: Some(DurationValue(
                 self.routing.failback_after.unwrap_or_default(),
             )),
+            discovery: Some(self.discovery.to_raw()),
             allow_remote_admin: self.allow_remote_admin.then_some(true),
         };
         yaml_serde::to_string(&raw).unwrap_or_else(|e| format!("# cannot print config: {e}\n"))

@@ -31,7 +31,21 @@ pub struct RawConfig {
     pub shutdown_grace: Option<DurationValue>,
     pub failback_after: Option<DurationValue>,
     #[serde(skip_serializing_if = "Option::is_none")]
+    pub discovery: Option<RawDiscovery>,
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub allow_remote_admin: Option<bool>,
+}
+
+/// The `discovery:` block.
+#[derive(Debug, Default, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawDiscovery {
+    pub endpoints: Option<bool>,
+    pub interval: Option<DurationValue>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cache: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub server_name: Option<String>,
 }
 
 /// One `backends:` entry.

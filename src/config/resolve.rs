@@ -14,7 +14,7 @@ use super::locate;
 use super::raw::{DurationValue, Networks, RawBackend, RawConfig, RawHealth, RawTls, ZoneName};
 use super::zones::ZoneMap;
 use super::{Config, ConfigError, HealthConfig, TlsFiles, DEFAULT_ADMIN, DEFAULT_LISTEN};
-use crate::backend::{BackendId, BackendSpec, NodeZone, Routing, ZoneSource};
+use crate::backend::{BackendId, BackendSource, BackendSpec, NodeZone, Routing, ZoneSource};
 use crate::pick::WhenNoneReady;
 
 // (default, maximum) of every duration. The maxima are far beyond any sensible setting and keep
@@ -39,7 +39,7 @@ pub(super) struct Resolver<'a> {
 }
 
 impl Resolver<'_> {
-    fn invalid(
+    pub(super) fn invalid(
         &self,
         line: Option<usize>,
         field: impl Into<String>,
@@ -132,6 +132,7 @@ impl Resolver<'_> {
             self.duration("shutdown_grace", raw.shutdown_grace, SHUTDOWN_GRACE, true)?;
         let failback_after =
             self.duration("failback_after", raw.failback_after, FAILBACK_AFTER, true)?;
+        let discovery = self.discovery(raw.discovery)?;
         let mut routing = Routing {
             when_none_ready: raw.when_none_ready.unwrap_or(WhenNoneReady::FailOpen),
             connect_timeout,
@@ -149,6 +150,7 @@ impl Resolver<'_> {
             tls,
             shutdown_grace,
             allow_remote_admin,
+            discovery,
         })
     }
 
@@ -274,6 +276,7 @@ impl Resolver<'_> {
                 port,
                 zone,
                 server_name,
+                source: BackendSource::Config,
             });
         }
         Ok(out)

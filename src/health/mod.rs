@@ -209,16 +209,16 @@ fn log_change(spec: &BackendSpec, from: State, to: State, health: &Health) {
 pub const JITTER_PERCENT: u32 = 10;
 
 /// ±[`JITTER_PERCENT`] jitter.
-struct Jitter(u64);
+pub(crate) struct Jitter(u64);
 
 impl Jitter {
-    fn seeded(name: &str) -> Self {
+    pub(crate) fn seeded(name: &str) -> Self {
         use std::hash::BuildHasher;
         Jitter(std::collections::hash_map::RandomState::new().hash_one(name) | 1)
     }
 
     /// `base` scaled by a uniform factor in [1 − j, 1 + j), j = [`JITTER_PERCENT`] %.
-    fn around(&mut self, base: Duration) -> Duration {
+    pub(crate) fn around(&mut self, base: Duration) -> Duration {
         // xorshift64: statistical quality is irrelevant here, only spread.
         self.0 ^= self.0 << 13;
         self.0 ^= self.0 >> 7;

@@ -183,34 +183,7 @@ impl HttpsProbe {
     }
 
     async fn dial(&self, tls: &TlsState, budget: Duration) -> Result<Conn, Failure> {
-        let attempts = std::sync::atomic::AtomicU32::new(0);
-        let memory = &self.live.addresses;
-        let tcp = crate::dial::connect(&self.spec.host, self.spec.port, budget, &attempts, memory)
-            .await
-            .map_err(|e| match e.blame() {
-                Blame::ThisNode => Failure::ThisNode(e.to_string()),
-                Blame::Backend => Failure::unanswered(e.to_string()),
-            })?;
-        if let Err(e) = tcp.set_nodelay(true) {
-            tracing::debug!(error = %e, "probe: cannot set TCP_NODELAY");
-        }
-        let stream = TlsConnector::from(tls.client.clone())
-            .connect(self.spec.server_name.clone(), tcp)
-            .await
-            .map_err(|e| Failure::unanswered(tls_reason(&e)))?;
-        let (sender, connection) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
-            .await
-            .map_err(|e| Failure::unanswered(http_reason(&e)))?;
-        let driver = tokio::spawn(async move {
-            // Ends when the connection closes; errors surface on the next request instead.
-            let _ = connection.await;
-        });
-        Ok(Conn {
-            sender,
-            driver,
-            tls_generation: tls.generation,
-            dialed: Instant::now(),
-        })
+        connect(&self.spec, &self.live, tls, budget).await
     }
 
     async fn request(&mut self, reused: bool) -> Result<Duration, Failure> {
@@ -226,20 +199,13 @@ impl HttpsProbe {
             }
         };
         conn.sender.ready().await.map_err(stale)?;
-        let req = Request::get(self.path.as_str())
-            .header(header::HOST, self.spec.id.as_str())
-            .header(
-                header::USER_AGENT,
-                concat!("readyprism/", env!("CARGO_PKG_VERSION")),
-            )
-            .header(header::ACCEPT, "*/*")
-            .body(Empty::<Bytes>::new())
+        let req = request(&self.path, self.spec.id.as_str(), "*/*")
             .map_err(|e| Failure::unanswered(format!("HTTP: bad request: {e}")))?;
         let start = Instant::now();
         let resp = conn.sender.send_request(req).await.map_err(stale)?;
         let latency = start.elapsed();
         let status = resp.status();
-        let (body, complete) = read_bounded(resp.into_body()).await;
+        let (body, complete) = read_bounded(resp.into_body(), MAX_READYZ_BODY).await;
         if !complete {
             self.conn = None; // unread bytes would poison the next request
         }
@@ -257,14 +223,97 @@ impl HttpsProbe {
     }
 }
 
+/// A fresh HTTPS connection to `spec`: the dial path client connections use (with the backend's
+/// address memory), TLS verified against `spec.server_name`, then an HTTP/1 handshake.
+async fn connect(
+    spec: &BackendSpec,
+    live: &BackendLive,
+    tls: &TlsState,
+    budget: Duration,
+) -> Result<Conn, Failure> {
+    let attempts = std::sync::atomic::AtomicU32::new(0);
+    let memory = &live.addresses;
+    let tcp = crate::dial::connect(&spec.host, spec.port, budget, &attempts, memory)
+        .await
+        .map_err(|e| match e.blame() {
+            Blame::ThisNode => Failure::ThisNode(e.to_string()),
+            Blame::Backend => Failure::unanswered(e.to_string()),
+        })?;
+    if let Err(e) = tcp.set_nodelay(true) {
+        tracing::debug!(error = %e, "probe: cannot set TCP_NODELAY");
+    }
+    let stream = TlsConnector::from(tls.client.clone())
+        .connect(spec.server_name.clone(), tcp)
+        .await
+        .map_err(|e| Failure::unanswered(tls_reason(&e)))?;
+    let (sender, connection) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
+        .await
+        .map_err(|e| Failure::unanswered(http_reason(&e)))?;
+    let driver = tokio::spawn(async move {
+        // Ends when the connection closes; errors surface on the next request instead.
+        let _ = connection.await;
+    });
+    Ok(Conn {
+        sender,
+        driver,
+        tls_generation: tls.generation,
+        dialed: Instant::now(),
+    })
+}
+
+/// One `GET path` on a fresh connection to `spec` (the probe's dial, TLS and HTTP client),
+/// reading at most `limit` bytes of the body: the status, the body read, and whether it was all
+/// of it. Any failure before an answer is the reason as the probe words it. Not bounded in time:
+/// the caller times it out. Discovery's poll.
+pub(crate) async fn get(
+    spec: &BackendSpec,
+    live: &BackendLive,
+    tls: &TlsState,
+    path: &str,
+    budget: Duration,
+    limit: usize,
+) -> Result<(StatusCode, Vec<u8>, bool), String> {
+    let failed = |f: Failure| match f {
+        Failure::Stale(r) | Failure::ThisNode(r) | Failure::Backend { reason: r, .. } => r,
+    };
+    let mut conn = connect(spec, live, tls, budget).await.map_err(failed)?;
+    let req = request(path, spec.id.as_str(), "application/json")
+        .map_err(|e| format!("HTTP: bad request: {e}"))?;
+    conn.sender.ready().await.map_err(|e| http_reason(&e))?;
+    let resp = conn
+        .sender
+        .send_request(req)
+        .await
+        .map_err(|e| http_reason(&e))?;
+    let status = resp.status();
+    let (body, complete) = read_bounded(resp.into_body(), limit).await;
+    Ok((status, body, complete))
+}
+
+/// `GET path` as readyprism sends it.
+fn request(
+    path: &str,
+    host: &str,
+    accept: &'static str,
+) -> Result<Request<Empty<Bytes>>, hyper::http::Error> {
+    Request::get(path)
+        .header(header::HOST, host)
+        .header(
+            header::USER_AGENT,
+            concat!("readyprism/", env!("CARGO_PKG_VERSION")),
+        )
+        .header(header::ACCEPT, accept)
+        .body(Empty::<Bytes>::new())
+}
+
 /// Whether a connection dialed at `dialed` with TLS material `conn_generation` may still be used at
 /// `now`, when the current material is `tls_generation`.
 fn fresh(conn_generation: u64, dialed: Instant, tls_generation: u64, now: Instant) -> bool {
     conn_generation == tls_generation && now.saturating_duration_since(dialed) < MAX_CONN_AGE
 }
 
-/// Reads at most [`MAX_READYZ_BODY`] bytes; `complete` is false if the body was longer or broke.
-async fn read_bounded(mut body: hyper::body::Incoming) -> (Vec<u8>, bool) {
+/// Reads at most `limit` bytes; `complete` is false if the body was longer or broke.
+async fn read_bounded(mut body: hyper::body::Incoming, limit: usize) -> (Vec<u8>, bool) {
     let mut out = Vec::new();
     loop {
         match body.frame().await {
@@ -272,7 +321,7 @@ async fn read_bounded(mut body: hyper::body::Incoming) -> (Vec<u8>, bool) {
             Some(Err(_)) => return (out, false),
             Some(Ok(frame)) => {
                 if let Ok(data) = frame.into_data() {
-                    let room = MAX_READYZ_BODY - out.len();
+                    let room = limit - out.len();
                     out.extend_from_slice(&data[..data.len().min(room)]);
                     if data.len() > room {
                         return (out, false);

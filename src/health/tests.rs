@@ -62,6 +62,7 @@ fn monitor(tx: mpsc::Sender<TableCmd>) -> Monitor {
         port: 1,
         zone: None,
         server_name: rustls_pki_types::ServerName::try_from("a").expect("name"),
+        source: crate::backend::BackendSource::Config,
     });
     Monitor {
         health: HealthConfig {

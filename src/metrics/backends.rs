@@ -14,7 +14,7 @@ use prometheus_client::metrics::gauge::ConstGauge;
 use prometheus_client::metrics::MetricType;
 
 use super::SnapshotSource;
-use crate::backend::Backend;
+use crate::backend::{Backend, BackendSource};
 use crate::eviction::CloseReason;
 
 /// The collector: the current snapshot's backends, encoded on every scrape.
@@ -35,6 +35,11 @@ struct Labels {
 struct WithReason {
     backend: String,
     reason: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct SourceLabel {
+    source: &'static str,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -114,6 +119,23 @@ impl Collector for Backends {
                 };
                 ConstCounter::new(load(n)).encode(m.encode_family(&labels)?)?;
             }
+        }
+        let mut m = encoder.encode_descriptor(
+            "backends",
+            "Backends in the list by source (config, discovered, cache)",
+            None,
+            MetricType::Gauge,
+        )?;
+        for source in [
+            BackendSource::Config,
+            BackendSource::Discovered,
+            BackendSource::Cache,
+        ] {
+            let n = backends.iter().filter(|b| b.spec.source == source).count() as i64;
+            let labels = SourceLabel {
+                source: source.as_str(),
+            };
+            ConstGauge::new(n).encode(m.encode_family(&labels)?)?;
         }
         Ok(())
     }

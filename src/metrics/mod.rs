@@ -63,6 +63,20 @@ struct VersionLabel {
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct NoLabels {}
 
+/// Every `result` of `readyprism_discovery_polls_total`, each exported (at 0) from start-up.
+pub const DISCOVERY_RESULTS: [&str; 10] = [
+    "changed",
+    "unchanged",
+    "no_ready_backend",
+    "dial_failed",
+    "timeout",
+    "bad_status",
+    "not_json",
+    "not_endpoints",
+    "too_large",
+    "no_addresses",
+];
+
 type HistogramFamily = Family<BackendLabel, Histogram, fn() -> Histogram>;
 
 /// The process's metrics. One instance, shared by `Arc`.
@@ -84,6 +98,7 @@ pub struct Metrics {
     /// Client connections relayed to a backend known to fail its checks (failing open).
     pub failed_open: Counter,
     reloads: Family<ResultLabel, Counter>,
+    discovery_polls: Family<ResultLabel, Counter>,
     cert_expiry: Family<NoLabels, Gauge>,
 }
 
@@ -132,6 +147,7 @@ impl Metrics {
             }),
             failed_open: Counter::default(),
             reloads: Family::default(),
+            discovery_polls: Family::default(),
             cert_expiry: Family::default(),
             registry: Registry::default(),
         };
@@ -160,6 +176,8 @@ impl Metrics {
                 m.failed_open.clone();
             "config_reloads", "Config reloads by result",
                 m.reloads.clone();
+            "discovery_polls", "Polls of the default/kubernetes Endpoints object by result",
+                m.discovery_polls.clone();
             "client_cert_expiry_timestamp_seconds", "notAfter of the client certificate in use",
                 m.cert_expiry.clone();
         }
@@ -174,6 +192,12 @@ impl Metrics {
         // Every label value an alert uses exists from start-up, so `increase()` sees the first one.
         for result in ["success", "failure"] {
             drop(m.reloads.get_or_create_owned(&ResultLabel { result }));
+        }
+        for result in DISCOVERY_RESULTS {
+            drop(
+                m.discovery_polls
+                    .get_or_create_owned(&ResultLabel { result }),
+            );
         }
         for reason in ["descriptors", "ports", "memory", "interrupted"] {
             drop(
@@ -237,6 +261,13 @@ impl Metrics {
     pub fn reload(&self, success: bool) {
         let result = if success { "success" } else { "failure" };
         self.reloads.get_or_create(&ResultLabel { result }).inc();
+    }
+
+    /// Counts a discovery poll (`result`: one of [`DISCOVERY_RESULTS`]).
+    pub fn discovery_poll(&self, result: &'static str) {
+        self.discovery_polls
+            .get_or_create(&ResultLabel { result })
+            .inc();
     }
 
     /// Sets (or with `None`, removes) the client certificate's notAfter, in Unix seconds.

@@ -310,6 +310,7 @@ mod tests {
                     port: addr.port(),
                     zone: None,
                     server_name: rustls_pki_types::ServerName::try_from("x").expect("name"),
+                    source: crate::backend::BackendSource::Config,
                 }),
                 health: Health {
                     state: State::Ready,

@@ -59,6 +59,11 @@ pub struct Control {
     pub handshakes: AtomicU64,
     /// A fixed `/readyz` answer (status, body) replacing the ready switch: redirects, huge bodies.
     pub readyz_answer: ArcSwapOption<(u16, String)>,
+    /// The answer (status, body) to `GET /api/v1/namespaces/default/endpoints/kubernetes`;
+    /// unset: 404, as an apiserver without the object. See [`Control::set_endpoints`].
+    pub endpoints: ArcSwapOption<(u16, String)>,
+    /// Endpoints requests answered.
+    pub endpoints_hits: AtomicU64,
     /// DER of the client certificate presented on the latest `/readyz` (None: anonymous).
     pub last_client_cert: ArcSwapOption<Vec<u8>>,
     /// When set, `/readyz` also needs a linearizable read from this etcd client URL to pass.
@@ -111,6 +116,18 @@ impl Control {
     /// kube-apiserver's etcd check does: without quorum, 500 `[-]etcd failed`.
     pub fn set_etcd(&self, client_url: &str) {
         self.etcd.store(Some(Arc::new(client_url.to_string())));
+    }
+
+    /// Serves an Endpoints object listing `addrs` (each with an `https` port), as a cluster with
+    /// these apiservers would.
+    pub fn set_endpoints(&self, addrs: &[SocketAddr]) {
+        let body = crate::discovery::answer::endpoints_json(addrs);
+        self.endpoints.store(Some(Arc::new((200, body))));
+    }
+
+    /// Answers the Endpoints request with `status` and `body` as given (the bad answers).
+    pub fn set_endpoints_answer(&self, status: u16, body: String) {
+        self.endpoints.store(Some(Arc::new((status, body))));
     }
 
     /// Makes `/readyz` a slowloris: status and headers at once, then a 1000-byte body one byte
@@ -225,6 +242,8 @@ impl FakeApiserver {
             readyz_hits: AtomicU64::new(0),
             handshakes: AtomicU64::new(0),
             readyz_answer: ArcSwapOption::empty(),
+            endpoints: ArcSwapOption::empty(),
+            endpoints_hits: AtomicU64::new(0),
             last_client_cert: ArcSwapOption::empty(),
             etcd: ArcSwapOption::empty(),
         });

@@ -1,6 +1,7 @@
 //! What the simulated apiserver answers: `/readyz` (a switch, a script, a fixed answer, or a real
 //! linearizable etcd read), `/livez`, `/whoami` and `/name` (which site this is), `/version`, and
-//! `/watch`, a long-lived stream like a kubelet's watch. Plus the raw echo protocol for relay tests.
+//! `/watch`, a long-lived stream like a kubelet's watch, and the `default/kubernetes` Endpoints
+//! object discovery polls (whatever the test or demo set). Plus the raw echo protocol for relay tests.
 
 use std::convert::Infallible;
 use std::pin::Pin;
@@ -41,6 +42,17 @@ pub(super) async fn answer<B>(
         }
         "/readyz" => readyz(control, peer_cert).await,
         "/livez" => (StatusCode::OK, "ok".to_string()),
+        crate::discovery::PATH => {
+            control.endpoints_hits.fetch_add(1, Ordering::SeqCst);
+            match control.endpoints.load_full() {
+                Some(answer) => {
+                    let (code, body) = (*answer).clone();
+                    let code = StatusCode::from_u16(code).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+                    (code, body)
+                }
+                None => (StatusCode::NOT_FOUND, "endpoints \"kubernetes\" not found".to_string()),
+            }
+        }
         "/name" | "/whoami" => (StatusCode::OK, control.name.clone()),
         "/version" => (StatusCode::OK, format!("{{\"major\":\"1\",\"minor\":\"32\",\"gitVersion\":\"v1.32.0-fake\",\"platform\":\"{}\"}}", control.name)),
         "/watch" => {

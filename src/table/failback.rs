@@ -117,6 +117,7 @@ mod tests {
                         port: 6443,
                         zone: Some(zone.into()),
                         server_name: rustls_pki_types::ServerName::try_from("x").expect("name"),
+                        source: crate::backend::BackendSource::Config,
                     }),
                     health: Health {
                         state,

@@ -181,7 +181,7 @@ fn configure(
         .iter()
         .filter(|o| !specs.iter().any(|s| s.id == o.spec.id))
     {
-        tracing::info!(backend = %gone.spec.id, "backend removed from config; closing its connections");
+        tracing::info!(backend = %gone.spec.id, source = gone.spec.source.as_str(), "backend removed; closing its connections");
         metrics.forget_ready_series(&gone.spec.id, gone.spec.zone.as_deref());
         removed.push(gone.live.clone());
     }

@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::time::Duration;
 
-use super::{Traffic, RECENT, SITES};
+use super::{Traffic, JOINER, RECENT, SITES};
 use crate::admin::StatusDoc;
 use crate::cli::status;
 
@@ -28,6 +28,8 @@ pub(super) struct Frame<'a> {
     pub dc_a_ready: bool,
     /// Time to dc-a's next flip.
     pub next_flip_in: Duration,
+    /// Time until the fourth apiserver joins the Endpoints object; `None` once it has.
+    pub join_in: Option<Duration>,
 }
 
 impl Frame<'_> {
@@ -38,17 +40,18 @@ impl Frame<'_> {
             .backends
             .iter()
             .map(|b| {
-                let [_, zone, state, latency, active, rank, _] = status::backend_cells(b);
-                format!("{zone} {state} {latency} active {active} rank {rank}")
+                let [_, zone, source, state, latency, active, rank, _] = status::backend_cells(b);
+                format!("{zone} {source} {state} {latency} active {active} rank {rank}")
             })
             .collect();
         format!(
-            "[{:>3}s] {} | last: {} | long-lived: {} | {}",
+            "[{:>3}s] {} | last: {} | long-lived: {} | {} | {}",
             self.elapsed.as_secs(),
             per.join(" | "),
             self.recent(),
             self.long_lived(),
-            self.flip()
+            self.flip(),
+            self.join()
         )
     }
 
@@ -65,11 +68,12 @@ impl Frame<'_> {
         };
         format!(
             "readyprism demo: balancer on {listen}, admin on {admin}, three simulated apiservers \
-             with mutual TLS ({secs}s, {clock})\n\
+             with mutual TLS and a fourth joining later ({secs}s, {clock})\n\
              try from another shell:  curl -k https://{listen}/version   {status_cmd}\n\n\
              readyprism's view (STATE follows an apiserver after 2 checks that agree: rise/fall):\n\
              {table}\n\
              {flip}\n\
+             {join}\n\
              new connections go to ready apiservers only: this node's zone first, then the lowest \
              /readyz latency.\n\
              an apiserver that turns unready has its connections closed, so clients re-dial; \
@@ -82,6 +86,7 @@ impl Frame<'_> {
             secs = self.elapsed.as_secs(),
             table = status::render_table(self.status),
             flip = self.flip(),
+            join = self.join(),
             recent = self.recent(),
             counts = counts(&self.traffic.per_backend),
             failed = self.traffic.failed,
@@ -97,6 +102,19 @@ impl Frame<'_> {
             format!("simulated apiserver {name}: has quorum (/readyz 200); loses it in {secs}s")
         } else {
             format!("simulated apiserver {name}: LOST QUORUM (/readyz 500); regains it in {secs}s")
+        }
+    }
+
+    fn join(&self) -> String {
+        let name = JOINER.0;
+        match self.join_in {
+            Some(d) => format!(
+                "simulated cluster: {name} joins the Endpoints object in {}s (discovery adds it)",
+                d.as_secs_f64().ceil()
+            ),
+            None => format!(
+                "simulated cluster: {name} has joined the Endpoints object (SOURCE discovered)"
+            ),
         }
     }
 
@@ -160,6 +178,7 @@ mod tests {
             traffic,
             dc_a_ready: false,
             next_flip_in: Duration::from_millis(3_200),
+            join_in: Some(Duration::from_millis(1_500)),
         }
     }
 
@@ -168,10 +187,11 @@ mod tests {
         let (s, t) = (sample(), traffic());
         assert_eq!(
             frame(&s, &t).line(),
-            "[ 12s] dc-a unready 0.31ms active 0 rank - | dc-b ready 23.3ms active 12 rank 0 | \
-             - unknown - active 0 rank - | last: dc-a dc-a dc-b FAILED | \
+            "[ 12s] dc-a config unready 0.31ms active 0 rank - | dc-b config ready 23.3ms active 12 rank 0 | \
+             - discovered unknown - active 0 rank - | last: dc-a dc-a dc-b FAILED | \
              long-lived: on dc-b, moved 1 time(s), last dc-a -> dc-b | \
-             simulated apiserver dc-a: LOST QUORUM (/readyz 500); regains it in 4s"
+             simulated apiserver dc-a: LOST QUORUM (/readyz 500); regains it in 4s | \
+             simulated cluster: new-cp joins the Endpoints object in 2s (discovery adds it)"
         );
     }
 

@@ -1,0 +1,239 @@
+//! Discovery: the backend list follows the cluster. A poll task asks, every `discovery.interval`
+//! (±10 %), the `default/kubernetes` Endpoints object from a ready backend — the one a new client
+//! connection would get, through the balancer's own pick and dial path, with the kubelet's
+//! certificate — and sends the discovered list to the main loop when it changes.
+//!
+//! A poll, not a watch: the Node authorizer lets a kubelet's identity GET this one object but not
+//! list or watch EndpointSlices. One GET per interval, no retries in between, bounded by the
+//! health timeout.
+//!
+//! `answer` reads an answer (pure), `membership` decides who is in (pure), `cache` keeps the list
+//! on disk, `list` is what the app holds (the members, the task, the merge with the static
+//! backends). This file owns the poll loop. Does not own applying the list (`App::set_discovered`).
+
+pub mod answer;
+pub mod cache;
+mod list;
+pub mod membership;
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::{mpsc, watch};
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+
+use crate::backend::BackendSpec;
+use crate::health::Jitter;
+use crate::metrics::Metrics;
+pub use crate::metrics::DISCOVERY_RESULTS as RESULTS;
+use crate::pick::Pick;
+use crate::table::Table;
+use crate::tls::TlsSource;
+use answer::{BadAnswer, MAX_ANSWER};
+pub use list::Discovered;
+pub(crate) use list::Parts;
+use membership::{Member, Membership};
+
+/// The object polled: every apiserver of the cluster, as the apiservers themselves keep it.
+pub const PATH: &str = "/api/v1/namespaces/default/endpoints/kubernetes";
+
+/// What one poll came to; counted by [`Poll::label`] in `readyprism_discovery_polls_total`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Poll {
+    /// A good answer that changed the list.
+    Changed,
+    /// A good answer that changed nothing.
+    Unchanged,
+    /// No backend is ready to ask.
+    NoReadyBackend,
+    /// The connection or the request failed before an answer (dial, TLS, HTTP).
+    DialFailed(String),
+    /// No answer within the health timeout.
+    Timeout,
+    /// An answer that is not a usable Endpoints object.
+    Bad(BadAnswer),
+}
+
+impl Poll {
+    /// The `result` label: one of [`crate::metrics::DISCOVERY_RESULTS`].
+    pub fn label(&self) -> &'static str {
+        match self {
+            Poll::Changed => "changed",
+            Poll::Unchanged => "unchanged",
+            Poll::NoReadyBackend => "no_ready_backend",
+            Poll::DialFailed(_) => "dial_failed",
+            Poll::Timeout => "timeout",
+            Poll::Bad(b) => b.label(),
+        }
+    }
+
+    fn is_good(&self) -> bool {
+        matches!(self, Poll::Changed | Poll::Unchanged)
+    }
+
+    fn reason(&self) -> String {
+        match self {
+            Poll::Changed | Poll::Unchanged => String::new(),
+            Poll::NoReadyBackend => "no backend is ready to ask".to_string(),
+            Poll::DialFailed(r) => r.clone(),
+            Poll::Timeout => "no answer in time".to_string(),
+            Poll::Bad(b) => b.to_string(),
+        }
+    }
+}
+
+/// The poll task: everything it reads and where it sends the list.
+pub(crate) struct Poller {
+    /// The snapshot to pick from.
+    pub table: Arc<Table>,
+    /// The kubelet's certificate and the CA.
+    pub tls: Arc<TlsSource>,
+    /// Time between polls (±10 %).
+    pub interval: Duration,
+    /// Bound on one poll: the health timeout.
+    pub timeout: Duration,
+    /// Written after each change.
+    pub cache: Option<PathBuf>,
+    /// The static backends' addresses, updated on reload: never members.
+    pub seeds: watch::Receiver<Vec<SocketAddr>>,
+    /// The main loop, which applies each new list.
+    pub updates: mpsc::Sender<Vec<Member>>,
+    /// Counts polls by result.
+    pub metrics: Arc<Metrics>,
+    /// Who is in, from the cache or the previous task.
+    pub membership: Membership,
+}
+
+impl Poller {
+    /// Polls once a backend is ready (or after one interval), then every interval, until
+    /// cancelled. A bad spell is said once (WARN) and its end once (INFO).
+    pub async fn run(mut self, cancel: CancellationToken) {
+        let mut jitter = Jitter::seeded("discovery");
+        let mut rr = 0usize;
+        let mut bad_spell = false;
+        let mut next = Instant::now() + jitter.around(self.interval);
+        let mut generations = self.table.subscribe();
+        while !self.table.load().any_ready() {
+            tokio::select! {
+                _ = cancel.cancelled() => return,
+                _ = tokio::time::sleep_until(next) => break,
+                changed = generations.changed() => if changed.is_err() { return },
+            }
+        }
+        loop {
+            let started = Instant::now();
+            let (poll, asked) = tokio::select! {
+                _ = cancel.cancelled() => return,
+                p = self.poll(rr) => p,
+            };
+            rr = rr.wrapping_add(1);
+            self.metrics.discovery_poll(poll.label());
+            let asked = asked.as_ref().map_or("", |b| b.id.as_str());
+            if poll.is_good() {
+                if std::mem::take(&mut bad_spell) {
+                    tracing::info!(backend = asked, "discovery answers again");
+                }
+            } else if !std::mem::replace(&mut bad_spell, true) {
+                let (result, reason) = (poll.label(), poll.reason());
+                tracing::warn!(
+                    backend = asked,
+                    result,
+                    reason,
+                    "discovery poll failed; the backend list stays as it is"
+                );
+            }
+            if poll == Poll::Changed {
+                let members = self.membership.members();
+                tokio::select! {
+                    _ = cancel.cancelled() => return,
+                    _ = self.write_cache(&members) => {}
+                }
+                if self.updates.send(members).await.is_err() {
+                    return;
+                }
+            }
+            next = started + jitter.around(self.interval);
+            tokio::select! {
+                _ = cancel.cancelled() => return,
+                _ = tokio::time::sleep_until(next) => {}
+            }
+        }
+    }
+
+    /// One GET to the first ready backend in pick order; answers what came of it and whom it
+    /// asked.
+    async fn poll(&mut self, rr: usize) -> (Poll, Option<Arc<BackendSpec>>) {
+        let (spec, live) = {
+            let snap = self.table.load();
+            let (pick, _) = snap.pick(rr);
+            let first = match &pick {
+                Pick::Ready(order) => order.first().map(|&i| &snap.backends[i]),
+                Pick::NoneReady(_) | Pick::Refuse => None,
+            };
+            match first {
+                Some(b) => (b.spec.clone(), b.live.clone()),
+                None => return (Poll::NoReadyBackend, None),
+            }
+        };
+        let tls = self.tls.current();
+        let get = crate::health::probe::get(&spec, &live, &tls, PATH, self.timeout, MAX_ANSWER);
+        let poll = match tokio::time::timeout(self.timeout, get).await {
+            Err(_) => Poll::Timeout,
+            Ok(Err(reason)) => Poll::DialFailed(reason),
+            Ok(Ok((status, body, complete))) => {
+                match answer::addresses(status.as_u16(), &body, complete) {
+                    Err(bad) => Poll::Bad(bad),
+                    Ok(listed) => {
+                        let seeds = self.seeds.borrow().clone();
+                        if self.membership.observe(&listed, &seeds) {
+                            Poll::Changed
+                        } else {
+                            Poll::Unchanged
+                        }
+                    }
+                }
+            }
+        };
+        (poll, Some(spec))
+    }
+
+    /// Writes the cache off the runtime thread; a failure is logged (tried again on the next
+    /// change).
+    async fn write_cache(&self, members: &[Member]) {
+        let Some(path) = self.cache.clone() else {
+            return;
+        };
+        let addrs: Vec<SocketAddr> = members.iter().map(|m| m.addr).collect();
+        match tokio::task::spawn_blocking(move || cache::store(&path, &addrs)).await {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => tracing::warn!(error = %e, "the discovery cache was not written"),
+            Err(e) => tracing::warn!(error = %e, "the discovery cache was not written"),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_poll_result_is_a_label_initialised_at_start_up() {
+        let polls = [
+            Poll::Changed,
+            Poll::Unchanged,
+            Poll::NoReadyBackend,
+            Poll::DialFailed(String::new()),
+            Poll::Timeout,
+            Poll::Bad(BadAnswer::Status(500)),
+            Poll::Bad(BadAnswer::NotJson(String::new())),
+            Poll::Bad(BadAnswer::NotEndpoints(String::new())),
+            Poll::Bad(BadAnswer::TooLarge),
+            Poll::Bad(BadAnswer::NoAddresses),
+        ];
+        let labels: Vec<&str> = polls.iter().map(Poll::label).collect();
+        assert_eq!(labels, crate::metrics::DISCOVERY_RESULTS);
+    }
+}

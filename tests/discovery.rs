@@ -1,0 +1,290 @@
+//! Discovery on the real binary: the `default/kubernetes` Endpoints object adds a backend (probed,
+//! taking connections) and removes it after three good answers without it (its connection closed,
+//! reason removed); every bad answer leaves the list alone and is counted; the cache carries the
+//! list across a restart with every static backend down; a reload keeps discovered backends; a
+//! static backend is never removed.
+//!
+//! Blocking code on OS threads beside the child process: std's `Instant` is right here.
+#![allow(clippy::disallowed_types)]
+
+use std::net::SocketAddr;
+
+use readyprism::admin::status::{BackendSource, BackendStatus, StatusDoc};
+use readyprism::health::verdict::State;
+use readyprism::sim::apiserver::FakeApiserver;
+
+use crate::support::process::Proc;
+use crate::support::*;
+
+/// Discovery every second (the shortest interval), and 127.0.0.0/8 in the node's zone, so a
+/// discovered backend on 127.0.0.1 shares new connections with the static one.
+const DISCOVERY: &str =
+    "zones: { dc-a: [\"127.0.0.0/8\"] }\ndiscovery:\n  endpoints: true\n  interval: 1s\n";
+
+fn status(p: &Proc) -> StatusDoc {
+    serde_json::from_str(&blocking_get(p.admin, "/status").1).expect("status")
+}
+
+fn backend(p: &Proc, f: &FakeApiserver) -> Option<BackendStatus> {
+    status(p)
+        .backends
+        .into_iter()
+        .find(|b| b.address == addr(f))
+}
+
+fn polls(p: &Proc, result: &str) -> u64 {
+    let t = blocking_get(p.admin, "/metrics").1;
+    let labels = format!("result=\"{result}\"");
+    metric(&t, "readyprism_discovery_polls_total", &labels).unwrap_or(-1.0) as u64
+}
+
+/// Every fake serves the same Endpoints object: the poll may go to any ready backend.
+fn serve(fakes: &[&FakeApiserver], listed: &[&FakeApiserver]) {
+    let addrs: Vec<SocketAddr> = listed.iter().map(|f| f.addr).collect();
+    for f in fakes {
+        f.control.set_endpoints(&addrs);
+    }
+}
+
+/// Waits until `f` is listed, ready, with `source`.
+fn wait_listed(rt: &tokio::runtime::Runtime, p: &Proc, f: &FakeApiserver, source: BackendSource) {
+    rt.block_on(poll("the backend listed and ready", || {
+        backend(p, f).is_some_and(|b| b.source == source && b.state == State::Ready)
+    }));
+}
+
+/// A connection through the balancer that landed on `name` (new connections share the zone).
+fn held_on(
+    rt: &tokio::runtime::Runtime,
+    p: &Proc,
+    name: &str,
+) -> tokio::io::BufReader<tokio::net::TcpStream> {
+    rt.block_on(eventually(
+        "a connection lands on the discovered backend",
+        || async {
+            raw(p.listen)
+                .await
+                .filter(|(_, n)| n == name)
+                .map(|(s, _)| s)
+        },
+    ))
+}
+
+#[test]
+fn discovery_adds_a_backend_and_removes_it_after_three_good_answers_without_it() {
+    let rt = tokio::runtime::Runtime::new().expect("runtime");
+    let lab = Lab::new();
+    let (a, file) = lab.fake_and_config(&rt, "discovery.yaml", DISCOVERY);
+    let b = rt.block_on(lab.fake("b"));
+    serve(&[&a, &b], &[&a, &b]);
+    let p = Proc::start(&file);
+    wait_listed(&rt, &p, &b, BackendSource::Discovered);
+    let doc = status(&p);
+    assert_eq!(
+        doc.backends.len(),
+        2,
+        "the static backend is not added twice: {doc:?}"
+    );
+    let found = backend(&p, &b).expect("listed");
+    assert_eq!(
+        found.zone.as_deref(),
+        Some("dc-a"),
+        "its zone from the zones: map"
+    );
+    assert!(
+        b.control
+            .readyz_hits
+            .load(std::sync::atomic::Ordering::SeqCst)
+            > 0,
+        "probed"
+    );
+    // `readyprism status` shows the source; the gauge counts backends by it.
+    let o = readyprism(&["status", "--admin", &p.admin.to_string()]);
+    let table = String::from_utf8_lossy(&o.stdout).to_string();
+    let row = table
+        .lines()
+        .find(|l| l.starts_with(&addr(&b)))
+        .expect("b's row");
+    assert!(row.contains(" discovered "), "{table}");
+    assert!(
+        table.lines().nth(1).is_some_and(|h| h.contains("SOURCE")),
+        "{table}"
+    );
+    let text = blocking_get(p.admin, "/metrics").1;
+    assert_eq!(
+        metric(&text, "readyprism_backends", "source=\"discovered\""),
+        Some(1.0)
+    );
+    assert_eq!(
+        metric(&text, "readyprism_backends", "source=\"config\""),
+        Some(1.0)
+    );
+    let mut held = held_on(&rt, &p, "b");
+
+    serve(&[&a, &b], &[&a]);
+    let before = polls(&p, "unchanged") + polls(&p, "changed");
+    rt.block_on(poll("removed", || backend(&p, &b).is_none()));
+    let good = polls(&p, "unchanged") + polls(&p, "changed") - before;
+    assert!(
+        good >= 3,
+        "removed after three good answers without it, not {good}"
+    );
+    assert!(
+        rt.block_on(read_to_end(&mut held)).is_empty(),
+        "its connection is closed"
+    );
+    let r = p.wait_log("connection ended", |v| {
+        v["fields"]["backend"] == addr(&b).as_str()
+    });
+    assert_eq!(r["fields"]["reason"], "removed", "{r}");
+    assert_eq!(
+        backend(&p, &a).map(|s| s.source),
+        Some(BackendSource::Config)
+    );
+}
+
+#[test]
+fn every_bad_answer_leaves_the_list_alone_and_is_counted() {
+    let rt = tokio::runtime::Runtime::new().expect("runtime");
+    let lab = Lab::new();
+    let (a, file) = lab.fake_and_config(&rt, "bad-answers.yaml", DISCOVERY);
+    let b = rt.block_on(lab.fake("b"));
+    serve(&[&a, &b], &[&a, &b]);
+    let p = Proc::start(&file);
+    // Every result is exported from start-up (the first poll may already have been made).
+    let text = blocking_get(p.admin, "/metrics").1;
+    for result in readyprism::discovery::RESULTS {
+        let labels = format!("result=\"{result}\"");
+        let n = metric(&text, "readyprism_discovery_polls_total", &labels);
+        assert!(n.is_some(), "{result} exported");
+        if !["changed", "unchanged"].contains(&result) {
+            assert_eq!(n, Some(0.0), "{result} at 0");
+        }
+    }
+    wait_listed(&rt, &p, &b, BackendSource::Discovered);
+    let pad = "x".repeat(1 << 20);
+    let bad = [
+        (
+            "bad_status",
+            403,
+            "{\"kind\":\"Status\",\"code\":403}".to_string(),
+        ),
+        ("not_json", 200, "<html>hello</html>".to_string()),
+        (
+            "not_endpoints",
+            200,
+            "{\"kind\":\"Status\",\"apiVersion\":\"v1\"}".to_string(),
+        ),
+        (
+            "too_large",
+            200,
+            format!("{{\"kind\":\"Endpoints\",\"apiVersion\":\"v1\",\"p\":\"{pad}\"}}"),
+        ),
+        (
+            "no_addresses",
+            200,
+            "{\"kind\":\"Endpoints\",\"apiVersion\":\"v1\",\"subsets\":[]}".to_string(),
+        ),
+    ];
+    for (result, status_code, body) in bad {
+        for f in [&a, &b] {
+            f.control.set_endpoints_answer(status_code, body.clone());
+        }
+        // More bad answers in a row than it takes good ones to remove a backend.
+        rt.block_on(poll(result, || polls(&p, result) >= 4));
+        let listed: Vec<String> = status(&p).backends.into_iter().map(|s| s.address).collect();
+        assert_eq!(listed, [addr(&a), addr(&b)], "{result} changed nothing");
+    }
+    let warned = p
+        .logs()
+        .iter()
+        .filter(|v| {
+            v["fields"]["message"] == "discovery poll failed; the backend list stays as it is"
+        })
+        .count();
+    assert_eq!(warned, 1, "one WARN for the whole bad spell");
+    serve(&[&a, &b], &[&a, &b]);
+    p.wait_log("discovery answers again", |_| true);
+}
+
+#[test]
+fn the_cache_serves_a_discovered_backend_after_a_restart_with_every_static_backend_down() {
+    let rt = tokio::runtime::Runtime::new().expect("runtime");
+    let lab = Lab::new();
+    std::fs::create_dir(lab.path("state")).expect("mkdir");
+    let cache = lab.path("state").join("backends.json");
+    let extra = format!("{DISCOVERY}  cache: {}\n", cache.display());
+    let (a, file) = lab.fake_and_config(&rt, "cached.yaml", &extra);
+    let b = rt.block_on(lab.fake("b"));
+    serve(&[&a, &b], &[&a, &b]);
+    let mut first = Proc::start(&file);
+    wait_listed(&rt, &first, &b, BackendSource::Discovered);
+    rt.block_on(poll("the cache written", || {
+        std::fs::read_to_string(&cache).is_ok_and(|t| t.contains(&addr(&b)))
+    }));
+    first.signal("TERM");
+    first.wait_exit();
+
+    rt.block_on(a.stop()); // the only static backend refuses from now on
+                           // The cluster cannot be asked meanwhile: what b says is not an answer.
+    b.control
+        .set_endpoints_answer(503, "etcd leader changed".to_string());
+    let p = Proc::start(&file);
+    wait_listed(&rt, &p, &b, BackendSource::Cache);
+    assert_eq!(rt.block_on(landed(p.listen)), "b", "clients get through");
+    rt.block_on(poll("the static backend is down", || {
+        backend(&p, &a).is_some_and(|s| s.state == State::Unready)
+    }));
+}
+
+#[test]
+fn a_reload_keeps_discovered_backends_and_their_connections() {
+    let rt = tokio::runtime::Runtime::new().expect("runtime");
+    let lab = Lab::new();
+    let (a, file) = lab.fake_and_config(&rt, "reload.yaml", DISCOVERY);
+    let b = rt.block_on(lab.fake("b"));
+    serve(&[&a, &b], &[&a, &b]);
+    let p = Proc::start(&file);
+    wait_listed(&rt, &p, &b, BackendSource::Discovered);
+    let mut held = held_on(&rt, &p, "b");
+    let edited = std::fs::read_to_string(&file).expect("read") + "shutdown_grace: 2s\n";
+    std::fs::write(&file, edited).expect("write");
+    p.signal("HUP");
+    p.wait_log("config reloaded", |_| true);
+    assert_eq!(
+        backend(&p, &b).map(|s| s.source),
+        Some(BackendSource::Discovered)
+    );
+    // The connection relayed to b is still open: it echoes.
+    rt.block_on(async {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        held.get_mut().write_all(b"ping").await.expect("write");
+        let mut buf = [0u8; 4];
+        tokio::time::timeout(patience(), held.read_exact(&mut buf))
+            .await
+            .expect("in time")
+            .expect("the connection to b survived the reload");
+        assert_eq!(&buf, b"ping");
+    });
+}
+
+#[test]
+fn a_static_backend_is_never_removed_even_when_no_answer_lists_it() {
+    let rt = tokio::runtime::Runtime::new().expect("runtime");
+    let lab = Lab::new();
+    let (a, c) = (rt.block_on(lab.fake("a")), rt.block_on(lab.fake("c")));
+    let b = rt.block_on(lab.fake("b"));
+    let file = lab.path("seeds.yaml");
+    let yaml = lab.yaml("dc-a", &[(addr(&a), "dc-a"), (addr(&c), "dc-b")], DISCOVERY);
+    std::fs::write(&file, yaml).expect("write");
+    serve(&[&a, &b, &c], &[&a, &b]);
+    let p = Proc::start(&file);
+    wait_listed(&rt, &p, &b, BackendSource::Discovered);
+    let after = polls(&p, "unchanged");
+    rt.block_on(poll("four more good answers without c", || {
+        polls(&p, "unchanged") >= after + 4
+    }));
+    let c_now = backend(&p, &c).expect("the static backend stays");
+    assert_eq!(c_now.source, BackendSource::Config);
+    assert_eq!(c_now.state, State::Ready);
+}
