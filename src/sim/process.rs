@@ -7,7 +7,11 @@
 use std::net::SocketAddr;
 use std::path::PathBuf;
 
-use super::apiserver::FakeApiserver;
+use std::sync::Arc;
+
+use tokio_util::sync::CancellationToken;
+
+use super::apiserver::{Control, FakeApiserver};
 use crate::signals::Termination;
 
 /// What to serve (also the command line of `readyprism sim-apiserver`).
@@ -35,6 +39,33 @@ pub struct ApiserverOptions {
     /// `/readyz` passes.
     #[arg(long)]
     pub etcd: Option<String>,
+    /// A file holding the `kubernetes` Endpoints object to serve (JSON, as an apiserver answers
+    /// it); re-read when it changes, so a lab can change the cluster's list while this runs.
+    /// Without it (and until the file exists) the object is not found (404).
+    #[arg(long)]
+    pub endpoints_file: Option<PathBuf>,
+}
+
+/// How often `--endpoints-file` is looked at.
+const ENDPOINTS_FILE_CHECK: std::time::Duration = std::time::Duration::from_millis(100);
+
+/// Serves the contents of `path` as the Endpoints object from the first read on, and again each
+/// time they change; until cancelled.
+async fn follow_endpoints_file(path: PathBuf, control: Arc<Control>, stop: CancellationToken) {
+    let mut served: Option<String> = None;
+    loop {
+        if let Ok(text) = tokio::fs::read_to_string(&path).await {
+            if served.as_deref() != Some(text.as_str()) {
+                tracing::info!(file = %path.display(), "serving the Endpoints object from the file");
+                control.set_endpoints_answer(200, text.clone());
+                served = Some(text);
+            }
+        }
+        tokio::select! {
+            () = stop.cancelled() => return,
+            () = tokio::time::sleep(ENDPOINTS_FILE_CHECK) => {}
+        }
+    }
 }
 
 /// Why the simulated apiserver could not run.
@@ -87,9 +118,18 @@ pub async fn run_until_signalled(opts: ApiserverOptions) -> Result<(), SimError>
     if let Some(url) = &opts.etcd {
         fake.control.set_etcd(url);
     }
+    let follow = CancellationToken::new();
+    if let Some(path) = &opts.endpoints_file {
+        tokio::spawn(follow_endpoints_file(
+            path.clone(),
+            fake.control.clone(),
+            follow.clone(),
+        ));
+    }
     tracing::info!(name = %opts.name, listen = %fake.addr, etcd = opts.etcd.as_deref().unwrap_or(""), "simulated apiserver listening");
     let name = signals.recv().await;
     tracing::info!("{name}: stopping");
+    follow.cancel();
     fake.stop().await;
     Ok(())
 }
