@@ -169,6 +169,38 @@ fn demo_with_duration_runs_and_exits_zero() {
     assert!(out.contains("demo over"), "{out}");
 }
 
+/// The demo's fourth apiserver, `new-cp`, joins the simulated cluster's Endpoints object at 10 s;
+/// discovery adds it, and once dc-a loses quorum again (12 s) the demo's clients land on it.
+#[test]
+fn demo_shows_a_fourth_apiserver_joining_through_discovery_and_taking_traffic() {
+    let o = Command::new(env!("CARGO_BIN_EXE_readyprism"))
+        .args([
+            "demo",
+            "--duration",
+            "22s",
+            "--listen",
+            "127.0.0.1:0",
+            "--admin",
+            "127.0.0.1:0",
+        ])
+        .output()
+        .expect("run demo");
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(o.status.success(), "{o:?}");
+    let summary = out
+        .lines()
+        .find(|l| l.starts_with("demo over"))
+        .unwrap_or_else(|| panic!("no summary: {out}"));
+    assert!(
+        summary.contains("new-cp"),
+        "no connection landed on the joined apiserver: {summary}"
+    );
+    assert!(
+        out.contains("discovered"),
+        "the view shows the joined apiserver's source: {out}"
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kubectl_reaches_an_apiserver_through_the_balancer_with_a_kubelet_style_cert() {
     if !kubectl_available(
