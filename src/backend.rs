@@ -217,6 +217,9 @@ pub struct ConnCounters {
     pub connections: AtomicU64,
     /// Dials that failed for the backend's fault.
     pub dial_failures: AtomicU64,
+    /// Connection attempts, by client dials and probes, to an address the same dial had already
+    /// tried (`dial::Tally::reattempts`): the SYNs the re-attempt schedule added.
+    pub dial_reattempts: AtomicU64,
     /// Connections closed because of the backend's state, by [`CloseReason::index`].
     pub closes: [AtomicU64; CloseReason::ALL.len()],
     /// Bytes relayed each way, over every connection.
@@ -224,6 +227,16 @@ pub struct ConnCounters {
 }
 
 impl BackendLive {
+    /// Adds a finished (or dropped) dial's re-attempts to the backend's count; returns its
+    /// attempts, for the connection's record.
+    pub fn count_dial(&self, tally: &crate::dial::Tally) -> u32 {
+        let re = tally.reattempts.load(Ordering::Relaxed);
+        self.counters
+            .dial_reattempts
+            .fetch_add(u64::from(re), Ordering::Relaxed);
+        tally.attempts.load(Ordering::Relaxed)
+    }
+
     /// Counts one relayed connection for as long as the returned guard lives (also on panic).
     pub fn count_active(&self) -> ActiveGuard<'_> {
         self.active.fetch_add(1, Ordering::Relaxed);

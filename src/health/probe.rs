@@ -183,14 +183,15 @@ impl HttpsProbe {
     }
 
     async fn dial(&self, tls: &TlsState, budget: Duration) -> Result<Conn, Failure> {
-        let attempts = std::sync::atomic::AtomicU32::new(0);
+        let tally = crate::dial::Tally::default();
         let memory = &self.live.addresses;
-        let tcp = crate::dial::connect(&self.spec.host, self.spec.port, budget, &attempts, memory)
-            .await
-            .map_err(|e| match e.blame() {
-                Blame::ThisNode => Failure::ThisNode(e.to_string()),
-                Blame::Backend => Failure::unanswered(e.to_string()),
-            })?;
+        let tcp =
+            crate::dial::connect(&self.spec.host, self.spec.port, budget, &tally, memory).await;
+        self.live.count_dial(&tally);
+        let tcp = tcp.map_err(|e| match e.blame() {
+            Blame::ThisNode => Failure::ThisNode(e.to_string()),
+            Blame::Backend => Failure::unanswered(e.to_string()),
+        })?;
         if let Err(e) = tcp.set_nodelay(true) {
             tracing::debug!(error = %e, "probe: cannot set TCP_NODELAY");
         }

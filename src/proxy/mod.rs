@@ -8,7 +8,7 @@
 mod record;
 
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicU32, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -19,7 +19,7 @@ use tracing::Instrument;
 
 use crate::accept::Acceptor;
 use crate::backend::{BackendLive, BackendSpec};
-use crate::dial::Blame;
+use crate::dial::{Blame, Tally};
 use crate::eviction::EvictionWatch;
 use crate::health::verdict::State;
 use crate::metrics::Metrics;
@@ -165,19 +165,22 @@ impl Proxy {
                 continue;
             };
             record.dials += 1;
-            let attempts = AtomicU32::new(0);
+            let tally = Tally::default();
             let dial = crate::dial::connect(
                 &t.spec.host,
                 t.spec.port,
                 plan.connect_timeout,
-                &attempts,
+                &tally,
                 &t.live.addresses,
             );
             let dialed = tokio::select! {
-                _ = self.cut.cancelled() => return Dialed::Cut,
+                _ = self.cut.cancelled() => {
+                    t.live.count_dial(&tally);
+                    return Dialed::Cut;
+                }
                 r = dial => r,
             };
-            record.attempts += attempts.load(Ordering::Relaxed);
+            record.attempts += t.live.count_dial(&tally);
             match dialed {
                 Ok(_) if evict.fired() => evicted = true,
                 Ok(backend) => return Dialed::Connected(backend, i, evict),
