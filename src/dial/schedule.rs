@@ -27,9 +27,10 @@ pub const MAX_ATTEMPTS: usize = 8;
 
 /// An attempt that has not connected after this long is dropped. Below Linux's initial
 /// retransmission timeout (`TCP_TIMEOUT_INIT`, 1 s), so the kernel never retransmits a SYN of
-/// ours: every SYN is an attempt this module planned. 900 ms is far beyond any round trip to an
+/// ours: every SYN is an attempt this module planned, with 200 ms to spare for a busy runtime.
+/// 800 ms is far beyond any round trip to an
 /// apiserver a node should use.
-pub const ATTEMPT_LIFETIME: Duration = Duration::from_millis(900);
+pub const ATTEMPT_LIFETIME: Duration = Duration::from_millis(800);
 
 /// The second gap (between the first re-attempt and the last) is `2 × ATTEMPT_DELAY` scaled by a
 /// factor in `[1 − JITTER, 1 + JITTER)`: dials that started together (a site's kubelets after a
