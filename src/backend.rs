@@ -159,9 +159,9 @@ impl Default for Routing {
     }
 }
 
-/// Client dials to a backend that failed, reported by the proxy to the backend's monitor, which
-/// counts each as a failed check (passive health: a kept-alive probe connection proves nothing
-/// about new connections). Lock-free for the proxy: a count, the latest reason, a wake-up.
+/// Client dials to a backend that failed, and relayed connections to it that TCP gave up on (a
+/// dead path), reported by the proxy to the backend's monitor, which counts each as a failed
+/// check (passive health: a kept-alive probe connection proves nothing about new connections). Lock-free for the proxy: a count, the latest reason, a wake-up.
 #[derive(Debug, Default)]
 pub struct DialReports {
     failed: AtomicU32,
@@ -170,7 +170,8 @@ pub struct DialReports {
 }
 
 impl DialReports {
-    /// A client dial failed with `reason` (e.g. `dial: connection refused`).
+    /// A client dial failed, or a relay hit a dead path, with `reason` (e.g. `dial: connection
+    /// refused`).
     pub fn report(&self, reason: String) {
         self.reason.store(Some(Arc::new(reason)));
         self.failed.fetch_add(1, Ordering::AcqRel);
@@ -202,7 +203,7 @@ pub struct BackendLive {
     pub active: AtomicUsize,
     /// What the proxy counts for this backend; `metrics` exports it at scrape time.
     pub counters: ConnCounters,
-    /// Failed client dials, for the backend's monitor.
+    /// Failed client dials and dead-path relays, for the backend's monitor.
     pub dials: DialReports,
     /// Which of its addresses failed lately (a DNS-named backend): probes and client dials try
     /// the others first.

@@ -92,7 +92,7 @@ impl Collector for Backends {
         }
         let mut m = encoder.encode_descriptor(
             "unready_closes",
-            "Connections closed because of the backend's state, by reason (turned_unready, left_none_ready, refusing, silent, removed)",
+            "Connections closed because of the backend's state, by reason (turned_unready, left_none_ready, refusing, silent, removed, failback, dead_path)",
             None,
             MetricType::Counter,
         )?;
