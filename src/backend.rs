@@ -6,7 +6,7 @@
 //! backend is chosen (`pick`).
 
 use std::fmt;
-use std::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -162,10 +162,19 @@ impl Default for Routing {
 /// Client dials to a backend that failed, and relayed connections to it that TCP gave up on (a
 /// dead path), reported by the proxy to the backend's monitor, which counts each as a failed
 /// check (passive health: a kept-alive probe connection proves nothing about new connections). Lock-free for the proxy: a count, the latest reason, a wake-up.
+///
+/// While a fall that passive failures started is pending, a client dial that connects is
+/// reported too (the monitor asks for it with [`DialReports::set_suspect`]): a new connection that
+/// worked refutes "new connections fail", so a lost SYN on a lossy link (a dial fails when its 3
+/// attempts all lose a packet) is not taken for a black hole twice in a row.
 #[derive(Debug, Default)]
 pub struct DialReports {
     failed: AtomicU32,
     reason: ArcSwapOption<String>,
+    /// Set by the monitor while a successful client dial would clear a pending fall.
+    suspect: AtomicBool,
+    /// A client dial connected while `suspect`.
+    connected: AtomicBool,
     wake: Notify,
 }
 
@@ -178,9 +187,30 @@ impl DialReports {
         self.wake.notify_one();
     }
 
-    /// Waits until at least one failure was reported since the last [`DialReports::take`].
+    /// A client dial connected. One relaxed load unless the monitor asked for it.
+    pub fn connected(&self) {
+        if self.suspect.load(Ordering::Relaxed) && !self.connected.swap(true, Ordering::AcqRel) {
+            self.wake.notify_one();
+        }
+    }
+
+    /// The monitor's side: whether a successful client dial should be reported from now on.
+    pub fn set_suspect(&self, suspect: bool) {
+        self.suspect.store(suspect, Ordering::Relaxed);
+        if !suspect {
+            self.connected.store(false, Ordering::Release);
+        }
+    }
+
+    /// Whether a client dial connected (while suspect) since the last call.
+    pub fn take_connected(&self) -> bool {
+        self.connected.swap(false, Ordering::AcqRel)
+    }
+
+    /// Waits until at least one failure, or a connected dial asked for, was reported since the
+    /// last [`DialReports::take`] and [`DialReports::take_connected`].
     pub async fn reported(&self) {
-        if self.failed.load(Ordering::Acquire) == 0 {
+        if self.failed.load(Ordering::Acquire) == 0 && !self.connected.load(Ordering::Acquire) {
             self.wake.notified().await;
         }
     }

@@ -105,7 +105,12 @@ impl Monitor {
                         tracing::info!(backend = %self.spec.id, "probing again after a shortage on this node");
                     }
                     record(&self.metrics, &outcome);
+                    self.clear_on_connected(&mut rise_fall);
                     let step = rise_fall.observe(&outcome);
+                    // A backend that answered HTTP is judged by its answer, not by new dials.
+                    if outcome.answered() || !step.pending {
+                        self.live.dials.set_suspect(false);
+                    }
                     if !self.publish(&rise_fall, step, &cancel).await {
                         return;
                     }
@@ -148,6 +153,7 @@ impl Monitor {
     /// Counts the failed client dials reported since the last call as failed checks (at most
     /// `fall` of them: one burst cannot count for more) and publishes the result.
     async fn count_dials(&self, rise_fall: &mut RiseFall, cancel: &CancellationToken) -> Dials {
+        self.clear_on_connected(rise_fall);
         let Some((failed, reason)) = self.live.dials.take() else {
             return Dials::None;
         };
@@ -155,10 +161,20 @@ impl Monitor {
         for _ in 0..failed.min(self.health.fall) {
             step = step.then(rise_fall.observe(&Outcome::dial_failed(reason.clone())));
         }
+        // A fall under way from failed dials: a client dial that connects now calls it off.
+        self.live.dials.set_suspect(step.pending);
         if self.publish(rise_fall, step, cancel).await {
             Dials::Counted(step)
         } else {
             Dials::Stop
+        }
+    }
+
+    /// A client dial connected while a fall from failed dials was under way: called off.
+    fn clear_on_connected(&self, rise_fall: &mut RiseFall) {
+        if self.live.dials.take_connected() && rise_fall.clear_fall() {
+            self.live.dials.set_suspect(false);
+            tracing::debug!(backend = %self.spec.id, "a client dial connected: the pending fall from failed dials is called off");
         }
     }
 

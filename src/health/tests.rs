@@ -359,6 +359,38 @@ async fn a_burst_of_passive_failures_makes_one_probe_in_flight_and_at_most_one_e
     handle.await.expect("task ends on cancel");
 }
 
+#[tokio::test(start_paused = true)]
+async fn a_client_dial_that_connects_calls_off_a_fall_that_failed_dials_started() {
+    // fall 2. A failed dial (a lost SYN on a lossy link, or a black hole), then the early probe
+    // fails too: without a connected dial between them that is the fall.
+    for connected_between in [true, false] {
+        let (tx, mut rx) = mpsc::channel(64);
+        let task = monitor(tx);
+        let live = task.live.clone();
+        let calls = Arc::new(Mutex::new(Vec::new()));
+        let probe = Scripted::new(&calls, &[true, false]);
+        let cancel = CancellationToken::new();
+        let handle = tokio::spawn(task.run(probe, cancel.clone()));
+        assert_eq!(next_health(&mut rx).await.state, State::Ready);
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        live.dials.report("dial: timeout after 1s".into());
+        assert_eq!(next_health(&mut rx).await.state, State::Ready, "pending");
+        if connected_between {
+            live.dials.connected(); // while the early probe is in flight
+        }
+        let h = next_health(&mut rx).await;
+        assert_eq!(h.last_error.as_deref(), Some("HTTP 500"), "the early probe");
+        let want = if connected_between {
+            State::Ready
+        } else {
+            State::Unready
+        };
+        assert_eq!(h.state, want, "connected between: {connected_between}");
+        cancel.cancel();
+        handle.await.expect("task ends on cancel");
+    }
+}
+
 /// Waits (on the paused clock) until the probe has been called `n` times.
 async fn poll_calls(calls: &Arc<Mutex<Vec<Instant>>>, n: usize) {
     while calls.lock().expect("calls").len() < n {

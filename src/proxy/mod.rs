@@ -207,7 +207,10 @@ impl Proxy {
             record.attempts += t.live.count_dial(&tally);
             match dialed {
                 Ok(_) if evict.fired() => evicted = true,
-                Ok(backend) => return Dialed::Connected(backend, i, evict),
+                Ok(backend) => {
+                    t.live.dials.connected();
+                    return Dialed::Connected(backend, i, evict);
+                }
                 Err(e) if e.blame() == Blame::ThisNode => {
                     self.metrics.local_dial_failure(e.label());
                     tracing::debug!(backend = %t.spec.id, error = %e, "this node cannot dial; closing the client connection");
