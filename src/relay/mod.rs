@@ -283,6 +283,24 @@ mod tests {
         drop(backend);
     }
 
+    #[tokio::test]
+    async fn a_failed_relay_names_its_leg_and_only_the_backends_timeout_is_a_dead_path() {
+        let (client, backend, task) = relayed().await;
+        socket2::SockRef::from(&backend)
+            .set_linger(Some(Duration::ZERO))
+            .expect("linger");
+        drop(backend); // a reset from the backend
+        let (r, _, _) = task.await.expect("relay task");
+        let e = r.expect_err("reset");
+        assert!(matches!(e, RelayError::Backend(_)), "{e}");
+        assert!(e.to_string().starts_with("backend: "), "{e}");
+        assert!(!e.backend_timed_out(), "a reset is not a dead path");
+        drop(client);
+        let timed_out = || io::Error::from_raw_os_error(libc::ETIMEDOUT);
+        assert!(RelayError::Backend(timed_out()).backend_timed_out());
+        assert!(!RelayError::Client(timed_out()).backend_timed_out());
+    }
+
     /// A short read clears readiness without the EAGAIN read: data followed at once by a FIN
     /// must still bring the EOF, also with the driver on another thread.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
