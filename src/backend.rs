@@ -6,7 +6,7 @@
 //! backend is chosen (`pick`).
 
 use std::fmt;
-use std::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -207,27 +207,58 @@ impl Default for Routing {
     }
 }
 
-/// Client dials to a backend that failed, reported by the proxy to the backend's monitor, which
-/// counts each as a failed check (passive health: a kept-alive probe connection proves nothing
-/// about new connections). Lock-free for the proxy: a count, the latest reason, a wake-up.
+/// Client dials to a backend that failed, and relayed connections to it that TCP gave up on (a
+/// dead path), reported by the proxy to the backend's monitor, which counts each as a failed
+/// check (passive health: a kept-alive probe connection proves nothing about new connections). Lock-free for the proxy: a count, the latest reason, a wake-up.
+///
+/// While a fall that passive failures started is pending, a client dial that connects is
+/// reported too (the monitor asks for it with [`DialReports::set_suspect`]): a new connection that
+/// worked refutes "new connections fail", so a lost SYN on a lossy link (a dial fails when its 3
+/// attempts all lose a packet) is not taken for a black hole twice in a row.
 #[derive(Debug, Default)]
 pub struct DialReports {
     failed: AtomicU32,
     reason: ArcSwapOption<String>,
+    /// Set by the monitor while a successful client dial would clear a pending fall.
+    suspect: AtomicBool,
+    /// A client dial connected while `suspect`.
+    connected: AtomicBool,
     wake: Notify,
 }
 
 impl DialReports {
-    /// A client dial failed with `reason` (e.g. `dial: connection refused`).
+    /// A client dial failed, or a relay hit a dead path, with `reason` (e.g. `dial: connection
+    /// refused`).
     pub fn report(&self, reason: String) {
         self.reason.store(Some(Arc::new(reason)));
         self.failed.fetch_add(1, Ordering::AcqRel);
         self.wake.notify_one();
     }
 
-    /// Waits until at least one failure was reported since the last [`DialReports::take`].
+    /// A client dial connected. One relaxed load unless the monitor asked for it.
+    pub fn connected(&self) {
+        if self.suspect.load(Ordering::Relaxed) && !self.connected.swap(true, Ordering::AcqRel) {
+            self.wake.notify_one();
+        }
+    }
+
+    /// The monitor's side: whether a successful client dial should be reported from now on.
+    pub fn set_suspect(&self, suspect: bool) {
+        self.suspect.store(suspect, Ordering::Relaxed);
+        if !suspect {
+            self.connected.store(false, Ordering::Release);
+        }
+    }
+
+    /// Whether a client dial connected (while suspect) since the last call.
+    pub fn take_connected(&self) -> bool {
+        self.connected.swap(false, Ordering::AcqRel)
+    }
+
+    /// Waits until at least one failure, or a connected dial asked for, was reported since the
+    /// last [`DialReports::take`] and [`DialReports::take_connected`].
     pub async fn reported(&self) {
-        if self.failed.load(Ordering::Acquire) == 0 {
+        if self.failed.load(Ordering::Acquire) == 0 && !self.connected.load(Ordering::Acquire) {
             self.wake.notified().await;
         }
     }
@@ -250,7 +281,7 @@ pub struct BackendLive {
     pub active: AtomicUsize,
     /// What the proxy counts for this backend; `metrics` exports it at scrape time.
     pub counters: ConnCounters,
-    /// Failed client dials, for the backend's monitor.
+    /// Failed client dials and dead-path relays, for the backend's monitor.
     pub dials: DialReports,
     /// Which of its addresses failed lately (a DNS-named backend): probes and client dials try
     /// the others first.
@@ -265,6 +296,9 @@ pub struct ConnCounters {
     pub connections: AtomicU64,
     /// Dials that failed for the backend's fault.
     pub dial_failures: AtomicU64,
+    /// Connection attempts, by client dials and probes, to an address the same dial had already
+    /// tried (`dial::Tally::reattempts`): the SYNs the re-attempt schedule added.
+    pub dial_reattempts: AtomicU64,
     /// Connections closed because of the backend's state, by [`CloseReason::index`].
     pub closes: [AtomicU64; CloseReason::ALL.len()],
     /// Bytes relayed each way, over every connection.
@@ -272,6 +306,16 @@ pub struct ConnCounters {
 }
 
 impl BackendLive {
+    /// Adds a finished (or dropped) dial's re-attempts to the backend's count; returns its
+    /// attempts, for the connection's record.
+    pub fn count_dial(&self, tally: &crate::dial::Tally) -> u32 {
+        let re = tally.reattempts.load(Ordering::Relaxed);
+        self.counters
+            .dial_reattempts
+            .fetch_add(u64::from(re), Ordering::Relaxed);
+        tally.attempts.load(Ordering::Relaxed)
+    }
+
     /// Counts one relayed connection for as long as the returned guard lives (also on panic).
     pub fn count_active(&self) -> ActiveGuard<'_> {
         self.active.fetch_add(1, Ordering::Relaxed);

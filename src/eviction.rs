@@ -34,17 +34,22 @@ pub enum CloseReason {
     /// It is in another zone, and a backend in this node's zone has been ready for
     /// `failback_after`: its clients come home, spread over [`FAILBACK_SPREAD`].
     Failback,
+    /// Not an eviction: TCP itself gave up on one connection's backend leg (data unacknowledged
+    /// for the proxy's user timeout, a dead path). Listed here so every close the backend caused
+    /// is counted in one family; no snapshot rule bumps it.
+    DeadPath,
 }
 
 impl CloseReason {
     /// Every reason, in a stable order (metric series are initialised from it).
-    pub const ALL: [CloseReason; 6] = [
+    pub const ALL: [CloseReason; 7] = [
         CloseReason::TurnedUnready,
         CloseReason::LeftNoneReady,
         CloseReason::Refusing,
         CloseReason::Silent,
         CloseReason::Removed,
         CloseReason::Failback,
+        CloseReason::DeadPath,
     ];
 
     /// The name used in logs, connection records and the `reason` metric label.
@@ -56,6 +61,7 @@ impl CloseReason {
             CloseReason::Silent => "silent",
             CloseReason::Removed => "removed",
             CloseReason::Failback => "failback",
+            CloseReason::DeadPath => "dead_path",
         }
     }
 

@@ -9,6 +9,7 @@ mod alerts;
 mod cli;
 mod config_errors;
 mod config_watch;
+mod dead_paths;
 mod discovery;
 mod health;
 mod hostile;

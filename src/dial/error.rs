@@ -28,6 +28,10 @@ pub enum DialError {
     // Debug of a Duration reads as the config writes it: `1s`, `300ms`.
     #[error("dial: timeout after {:?}", .0)]
     Timeout(Duration),
+    /// Every planned attempt went unanswered before the budget ran out (a budget longer than the
+    /// plan, as a probe's): this many SYNs, no SYN-ACK.
+    #[error("dial: timeout: {0} attempts unanswered")]
+    Unanswered(u32),
     /// The name resolved to no address.
     #[error("dial: the name has no address")]
     NoAddress,
@@ -44,7 +48,10 @@ impl DialError {
     pub fn blame(&self) -> Blame {
         match self {
             DialError::Connect(e) => blame_of(e),
-            DialError::Timeout(_) | DialError::NoAddress | DialError::Resolve(_) => Blame::Backend,
+            DialError::Timeout(_)
+            | DialError::Unanswered(_)
+            | DialError::NoAddress
+            | DialError::Resolve(_) => Blame::Backend,
         }
     }
 
@@ -53,7 +60,7 @@ impl DialError {
     /// `interrupted`.
     pub fn label(&self) -> &'static str {
         let e = match self {
-            DialError::Timeout(_) => return "timeout",
+            DialError::Timeout(_) | DialError::Unanswered(_) => return "timeout",
             DialError::NoAddress | DialError::Resolve(_) => return "resolve",
             DialError::Connect(e) => e,
         };
@@ -215,6 +222,15 @@ mod tests {
         let timeout = DialError::Timeout(Duration::from_secs(1));
         assert_eq!(timeout.to_string(), "dial: timeout after 1s");
         assert_eq!((timeout.blame(), timeout.label()), (Backend, "timeout"));
+        let unanswered = DialError::Unanswered(3);
+        assert_eq!(
+            unanswered.to_string(),
+            "dial: timeout: 3 attempts unanswered"
+        );
+        assert_eq!(
+            (unanswered.blame(), unanswered.label()),
+            (Backend, "timeout")
+        );
     }
 
     #[test]

@@ -4,16 +4,17 @@
 //! - every address a name resolves to gets its own attempt, so one black-holed address (typically
 //!   an IPv6 path that a firewall drops) does not eat the whole connect budget as a sequential
 //!   walk would;
-//! - while nothing has connected, the addresses not known to fail get fresh attempts, so a lost
-//!   SYN or SYN-ACK costs one attempt delay instead of Linux's initial 1 s SYN retransmission —
-//!   which is the whole default `connect_timeout`. On a lossy link a dial then fails only when
-//!   every attempt in the budget lost a packet, and passive health (a failed dial is a failed
-//!   check) does not mistake loss for a black hole.
+//! - while nothing has connected, each address not known to fail gets a bounded number of fresh
+//!   attempts ([`schedule`]: the first re-attempt 150 ms after the first attempt, then a jittered,
+//!   doubled gap, at most 3 per address), so a lost SYN or SYN-ACK costs 150 ms instead of Linux's
+//!   initial 1 s SYN retransmission — which is the whole default `connect_timeout` — while a
+//!   black-holed or overloaded backend gets at most 3 SYNs per dial, not a storm.
 //!
 //! Owns resolution order, the race and the budget; [`DialError`] owns what a failure means.
 
 mod error;
 mod memory;
+pub mod schedule;
 
 use std::io;
 use std::net::{IpAddr, SocketAddr};
@@ -22,29 +23,31 @@ use std::time::Duration;
 
 use tokio::net::TcpStream;
 use tokio::task::JoinSet;
+use tokio::time::Instant;
 
 pub use error::{Blame, DialError};
 pub use memory::Memory;
+use schedule::ATTEMPT_LIFETIME;
 
-/// The next attempt starts this long after the previous one, if nothing has connected or failed
-/// by then. RFC 8305 allows 100 ms to 2 s and recommends 250 ms between addresses; 150 ms gives
-/// a 1 s budget seven attempts, and a backend closer than 150 ms never sees a second one unless
-/// a packet was lost.
-pub const ATTEMPT_DELAY: Duration = Duration::from_millis(150);
-
-/// At most this many attempts per dial, whatever the budget: a black-holed backend gets a handful
-/// of SYNs per dial, not a flood.
-pub const MAX_ATTEMPTS: usize = 8;
+/// What one dial sent, for the connection's record and `readyprism_dial_reattempts_total`.
+/// Atomics, so the counts are right also when the dial is dropped (its budget ran out, shutdown).
+#[derive(Debug, Default)]
+pub struct Tally {
+    /// Attempts started: the SYNs the dial sent (attempts are given up before the kernel would
+    /// retransmit one, see [`ATTEMPT_LIFETIME`]).
+    pub attempts: AtomicU32,
+    /// Of those, attempts to an address the dial had already tried.
+    pub reattempts: AtomicU32,
+}
 
 /// Connects to `host:port` within `budget`: an IP literal directly, a name through the system
-/// resolver with every address raced, those in `memory` as failing lately last. `attempts` counts
-/// the connection attempts started (the SYNs this dial sent, retransmissions aside), also when
-/// the budget runs out.
+/// resolver with every address raced, those in `memory` as failing lately last, attempts as
+/// [`schedule::plan`] says. `tally` counts what was sent, also when the budget runs out.
 pub async fn connect(
     host: &str,
     port: u16,
     budget: Duration,
-    attempts: &AtomicU32,
+    tally: &Tally,
     memory: &Memory,
 ) -> Result<TcpStream, DialError> {
     let dial = async {
@@ -57,7 +60,7 @@ pub async fn connect(
                     .collect(),
             ),
         };
-        race(addrs, ATTEMPT_DELAY, attempts, memory)
+        race(addrs, budget, tally, memory)
             .await
             .map(|won| won.stream)
     };
@@ -69,17 +72,17 @@ pub async fn connect(
 /// [`connect_any`] with the addresses that failed lately last, teaching `memory` what lost.
 async fn race(
     mut addrs: Vec<SocketAddr>,
-    delay: Duration,
-    attempts: &AtomicU32,
+    budget: Duration,
+    tally: &Tally,
     memory: &Memory,
 ) -> Result<Won, DialError> {
     if addrs.len() < 2 {
-        return connect_any(addrs, delay, attempts).await;
+        return connect_any(addrs, budget, tally).await;
     }
-    memory.order(&mut addrs, tokio::time::Instant::now());
-    let won = connect_any(addrs, delay, attempts).await?;
+    memory.order(&mut addrs, Instant::now());
+    let won = connect_any(addrs, budget, tally).await?;
     if let Ok(peer) = won.stream.peer_addr() {
-        memory.learn(peer, &won.beaten, tokio::time::Instant::now());
+        memory.learn(peer, &won.beaten, Instant::now());
     }
     Ok(won)
 }
@@ -95,52 +98,52 @@ struct Won {
     beaten: Vec<SocketAddr>,
 }
 
-/// Races connections to `addrs`: each `delay` after the previous attempt (or at once when one
-/// failed) the next attempt starts, to the next address in order and, once all have had one,
-/// again to those whose attempts have not failed, up to [`MAX_ATTEMPTS`]. The first to connect
-/// wins (with its attempt number and the addresses it beat) and the others are dropped; when
-/// every address has failed, the last error is returned. A shortage of this node fails the dial
-/// at once.
+/// How one attempt ended.
+enum Attempt {
+    Connected(TcpStream),
+    /// `connect` failed (refused, unreachable, ...): the address gets no more attempts.
+    Failed(io::Error),
+    /// No answer within [`ATTEMPT_LIFETIME`]: dropped; the address keeps its planned re-attempts.
+    Unanswered,
+}
+
+/// One attempt to `addr`, given up after [`ATTEMPT_LIFETIME`].
+async fn attempt(addr: SocketAddr) -> Attempt {
+    match tokio::time::timeout(ATTEMPT_LIFETIME, TcpStream::connect(addr)).await {
+        Ok(Ok(stream)) => Attempt::Connected(stream),
+        Ok(Err(e)) => Attempt::Failed(e),
+        Err(_) => Attempt::Unanswered,
+    }
+}
+
+/// Races connections to `addrs` on [`schedule::plan`]'s times within `budget`. The first to
+/// connect wins (with its attempt number and the addresses it beat) and the others are dropped.
+/// A failed address gets no more attempts; when nothing is in flight, the next address's first
+/// attempt starts at once (re-attempts keep their time: a black hole is not hammered). When the
+/// plan is used up, the last error is returned. A shortage of this node fails the dial at once.
 async fn connect_any(
     addrs: Vec<SocketAddr>,
-    delay: Duration,
-    attempts: &AtomicU32,
+    budget: Duration,
+    tally: &Tally,
 ) -> Result<Won, DialError> {
-    let mut schedule = Schedule {
-        live: addrs,
-        next: 0,
-        started: 0,
-    };
-    // Every attempt's address, in the order they started.
-    let mut tried = Vec::new();
-    let mut take = |schedule: &mut Schedule| {
-        let next = schedule.take()?;
-        tried.push(next);
-        attempts.fetch_add(1, Ordering::Relaxed);
-        Some((next, tried.len() as u32 - 1))
-    };
-    let (first_addr, _) = take(&mut schedule).ok_or(DialError::NoAddress)?;
+    let mut plan = Plan::new(addrs, budget, seed());
+    let (first_addr, first_n) = plan.take(tally).ok_or(DialError::NoAddress)?;
     // The first attempt runs in this task: the common dial, which connects before the next
-    // attempt is due, spawns nothing. Later attempts are tasks in `attempts`.
-    let first = TcpStream::connect(first_addr);
+    // attempt is due, spawns nothing. Later attempts are tasks in `running`.
+    let first = attempt(first_addr);
     tokio::pin!(first);
     let mut first_pending = true;
     let mut running = JoinSet::new();
     let mut last_error = None;
-    let start = |running: &mut JoinSet<_>, (addr, n): (SocketAddr, u32)| {
-        running.spawn(async move { (addr, n, TcpStream::connect(addr).await) });
-    };
     loop {
-        if !first_pending && running.is_empty() {
-            match take(&mut schedule) {
-                Some(a) => start(&mut running, a),
-                None => return Err(last_error.unwrap_or(DialError::NoAddress)),
-            }
+        if !first_pending && running.is_empty() && !plan.bring_forward() {
+            return Err(last_error.unwrap_or(DialError::NoAddress));
         }
+        let due = plan.due();
         let ended = tokio::select! {
             r = &mut first, if first_pending => {
                 first_pending = false;
-                Some((first_addr, 0, r))
+                Some((first_addr, first_n, r))
             }
             done = running.join_next(), if !running.is_empty() => match done {
                 Some(Ok(ended)) => Some(ended),
@@ -150,9 +153,9 @@ async fn connect_any(
                 }
                 None => None,
             },
-            _ = tokio::time::sleep(delay), if schedule.can_start() => {
-                if let Some(a) = take(&mut schedule) {
-                    start(&mut running, a);
+            _ = tokio::time::sleep_until(due.unwrap_or_else(Instant::now)), if due.is_some() => {
+                if let Some((addr, n)) = plan.take(tally) {
+                    running.spawn(async move { (addr, n, attempt(addr).await) });
                 }
                 None
             }
@@ -161,22 +164,20 @@ async fn connect_any(
             continue;
         };
         let e = match result {
-            Ok(stream) => {
+            Attempt::Connected(stream) => {
                 // Dropping the set aborts the rest.
                 drop(running);
-                let mut beaten: Vec<SocketAddr> = Vec::new();
-                for a in tried.iter().take(n as usize) {
-                    if *a != addr && !beaten.contains(a) {
-                        beaten.push(*a);
-                    }
-                }
                 return Ok(Won {
                     stream,
                     attempt: n,
-                    beaten,
+                    beaten: plan.beaten(addr, n),
                 });
             }
-            Err(e) => DialError::Connect(e),
+            Attempt::Unanswered => {
+                last_error = Some(DialError::Unanswered(plan.started()));
+                continue;
+            }
+            Attempt::Failed(e) => DialError::Connect(e),
         };
         // This node cannot dial (no descriptor, port or memory): the whole dial fails at once
         // with that error, which no health check counts, rather than dropping the address from
@@ -185,46 +186,96 @@ async fn connect_any(
             return Err(e);
         }
         last_error = Some(e);
-        schedule.failed(addr);
-        if let Some(a) = take(&mut schedule) {
-            start(&mut running, a);
+        plan.failed(addr);
+    }
+}
+
+/// A fresh jitter seed per dial.
+fn seed() -> u64 {
+    use std::hash::BuildHasher;
+    std::collections::hash_map::RandomState::new().hash_one(0u8)
+}
+
+/// One dial's attempts still to start, from [`schedule::plan`], and those started.
+struct Plan {
+    addrs: Vec<SocketAddr>,
+    /// `(address index, when, attempt of that address)`, in start order.
+    pending: Vec<(usize, Instant, usize)>,
+    /// Every started attempt's address index, in start order.
+    tried: Vec<usize>,
+}
+
+impl Plan {
+    fn new(addrs: Vec<SocketAddr>, budget: Duration, seed: u64) -> Plan {
+        let now = Instant::now();
+        let mut per_address = vec![0; addrs.len()];
+        let pending = schedule::plan(addrs.len(), budget, seed)
+            .into_iter()
+            .map(|(a, at)| {
+                per_address[a] += 1;
+                (a, now + at, per_address[a] - 1)
+            })
+            .collect();
+        Plan {
+            addrs,
+            pending,
+            tried: Vec::new(),
         }
     }
-}
 
-/// Which address the next attempt goes to: round-robin over the addresses not known to fail.
-struct Schedule {
-    live: Vec<SocketAddr>,
-    next: usize,
-    started: usize,
-}
-
-impl Schedule {
-    fn can_start(&self) -> bool {
-        self.started < MAX_ATTEMPTS && !self.live.is_empty()
+    /// When the next attempt is due.
+    fn due(&self) -> Option<Instant> {
+        self.pending.first().map(|p| p.1)
     }
 
-    fn take(&mut self) -> Option<SocketAddr> {
-        if !self.can_start() {
+    /// Attempts started so far.
+    fn started(&self) -> u32 {
+        self.tried.len() as u32
+    }
+
+    /// Starts the next attempt: its address and number, counted in `tally`.
+    fn take(&mut self, tally: &Tally) -> Option<(SocketAddr, u32)> {
+        if self.pending.is_empty() {
             return None;
         }
-        let addr = *self.live.get(self.next % self.live.len())?;
-        self.next = (self.next + 1) % self.live.len();
-        self.started += 1;
-        Some(addr)
+        let (a, _, k) = self.pending.remove(0);
+        tally.attempts.fetch_add(1, Ordering::Relaxed);
+        if k > 0 {
+            tally.reattempts.fetch_add(1, Ordering::Relaxed);
+        }
+        self.tried.push(a);
+        Some((*self.addrs.get(a)?, self.started() - 1))
+    }
+
+    /// Nothing is in flight: moves the next address's first attempt (and that address's
+    /// re-attempts with it) to now if it is next. False when nothing is left at all.
+    fn bring_forward(&mut self) -> bool {
+        let Some(&(a, at, 0)) = self.pending.first() else {
+            return !self.pending.is_empty();
+        };
+        let early = at.saturating_duration_since(Instant::now());
+        for p in self.pending.iter_mut().filter(|p| p.0 == a) {
+            p.1 -= early;
+        }
+        self.pending.sort_by_key(|p| (p.1, p.2));
+        true
     }
 
     /// An attempt to `addr` failed (refused, unreachable): it gets no more.
     fn failed(&mut self, addr: SocketAddr) {
-        if let Some(pos) = self.live.iter().position(|a| *a == addr) {
-            self.live.remove(pos);
-            if pos < self.next {
-                self.next -= 1;
-            }
-            if self.next >= self.live.len() {
-                self.next = 0;
+        let addrs = &self.addrs;
+        self.pending.retain(|p| addrs[p.0] != addr);
+    }
+
+    /// Addresses whose attempts started before attempt `n` (to `winner`) and did not connect.
+    fn beaten(&self, winner: SocketAddr, n: u32) -> Vec<SocketAddr> {
+        let mut beaten: Vec<SocketAddr> = Vec::new();
+        for a in self.tried.iter().take(n as usize).map(|&a| self.addrs[a]) {
+            if a != winner && !beaten.contains(&a) {
+                beaten.push(a);
             }
         }
+        beaten
     }
 }
 

@@ -34,28 +34,36 @@ async fn black_hole() -> (socket2::Socket, Vec<TcpStream>, SocketAddr) {
     (s, fillers, addr)
 }
 
-#[test]
-fn attempts_go_round_the_addresses_that_have_not_failed_up_to_the_cap() {
-    let a = |s: &str| s.parse::<SocketAddr>().expect("literal");
-    let mut s = Schedule {
-        live: vec![a("10.0.0.1:1"), a("10.0.0.2:1"), a("10.0.0.3:1")],
-        next: 0,
-        started: 0,
+#[tokio::test]
+async fn a_black_hole_gets_three_syns_per_dial_the_kernel_none() {
+    // The listener drops every SYN (its queue is full): a 1 s budget sends exactly the plan's
+    // three attempts, two of them re-attempts, and fails with the budget's timeout; a longer
+    // budget (a probe's 3 s) ends once the plan is used up, with no fourth attempt.
+    let (_hole, _fillers, addr) = black_hole().await;
+    let tally = Tally::default();
+    let e = connect(
+        &addr.ip().to_string(),
+        addr.port(),
+        Duration::from_secs(1),
+        &tally,
+        &Memory::default(),
+    )
+    .await
+    .expect_err("black hole");
+    assert_eq!(e.to_string(), "dial: timeout after 1s");
+    let count = |t: &Tally| {
+        (
+            t.attempts.load(Ordering::Relaxed),
+            t.reattempts.load(Ordering::Relaxed),
+        )
     };
-    let mut got = vec![s.take(), s.take(), s.take(), s.take()];
-    s.failed(a("10.0.0.1:1"));
-    s.failed(a("10.0.0.3:1"));
-    while let Some(next) = s.take() {
-        got.push(Some(next));
-    }
-    let want: Vec<_> = ["10.0.0.1:1", "10.0.0.2:1", "10.0.0.3:1", "10.0.0.1:1"]
-        .into_iter()
-        .chain(["10.0.0.2:1"; MAX_ATTEMPTS - 4])
-        .map(|x| Some(a(x)))
-        .collect();
-    assert_eq!(got, want);
-    s.failed(a("10.0.0.2:1"));
-    assert!(!s.can_start());
+    assert_eq!(count(&tally), (3, 2));
+    let tally = Tally::default();
+    let e = connect_any(vec![addr], Duration::from_secs(3), &tally)
+        .await
+        .expect_err("black hole");
+    assert_eq!(e.to_string(), "dial: timeout: 3 attempts unanswered");
+    assert_eq!(count(&tally), (3, 2));
 }
 
 /// Accepts everything queued on `s` once `after` has passed, freeing its full queue.
@@ -77,13 +85,13 @@ fn drain_after(s: &socket2::Socket, after: Duration) -> std::thread::JoinHandle<
 #[tokio::test]
 async fn a_lost_syn_costs_an_attempt_delay_not_the_kernels_retransmission() {
     // The queue is full, so the listener drops SYNs (as a lossy link would) until it is
-    // drained at 300 ms. Linux retransmits the first attempt's SYN only after 1 s; attempts
-    // start every 100 ms, so one started after the drain connects first: the winner is a
+    // drained at 200 ms. Linux retransmits the first attempt's SYN only after 1 s; the last
+    // re-attempt starts after 375 ms, after the drain, and connects first: the winner is a
     // fresh attempt, not the first one's retransmission.
     let (hole, _fillers, addr) = black_hole().await;
-    let drain = drain_after(&hole, Duration::from_millis(300));
-    let attempts = AtomicU32::new(0);
-    let winner = connect_any(vec![addr], Duration::from_millis(100), &attempts)
+    let drain = drain_after(&hole, Duration::from_millis(200));
+    let tally = Tally::default();
+    let winner = connect_any(vec![addr], Duration::from_secs(1), &tally)
         .await
         .expect("connected")
         .attempt;
@@ -91,7 +99,7 @@ async fn a_lost_syn_costs_an_attempt_delay_not_the_kernels_retransmission() {
         winner >= 1,
         "a re-attempt connected, not the first attempt (won by attempt {winner})"
     );
-    assert!(attempts.load(Ordering::Relaxed) > winner);
+    assert!(tally.attempts.load(Ordering::Relaxed) > winner);
     drain.join().expect("drain");
 }
 
@@ -103,8 +111,8 @@ async fn a_black_holed_first_address_does_not_take_the_budget_of_the_next() {
         .expect("bind");
     let good_addr = good.local_addr().expect("addr");
     // Sequentially, the first attempt would hang until the caller's budget is gone.
-    let n = AtomicU32::new(0);
-    let dial = connect_any(vec![hole, good_addr], Duration::from_millis(50), &n);
+    let n = Tally::default();
+    let dial = connect_any(vec![hole, good_addr], Duration::from_secs(10), &n);
     let won = tokio::time::timeout(Duration::from_secs(10), dial)
         .await
         .expect("the second address answers within the budget")
@@ -129,13 +137,17 @@ async fn a_refused_address_moves_on_at_once_and_all_failing_is_the_last_error() 
         .await
         .expect("bind");
     let good_addr = good.local_addr().expect("addr");
-    // A long delay: only a failure can start the next attempt before it.
-    let n = AtomicU32::new(0);
-    let won = connect_any(vec![refused, good_addr], Duration::from_secs(3600), &n)
+    let n = Tally::default();
+    let won = connect_any(vec![refused, good_addr], Duration::from_secs(1), &n)
         .await
         .expect("connected");
     assert_eq!(won.stream.peer_addr().expect("peer"), good_addr);
-    let e = connect_any(vec![refused, refused], Duration::from_secs(3600), &n)
+    assert_eq!(
+        n.reattempts.load(Ordering::Relaxed),
+        0,
+        "a refused address is not re-attempted"
+    );
+    let e = connect_any(vec![refused, refused], Duration::from_secs(1), &n)
         .await
         .expect_err("nothing answers");
     assert_eq!(e.to_string(), "dial: connection refused");
@@ -150,9 +162,9 @@ async fn an_address_that_lost_the_race_is_tried_last_by_the_next_dial() {
         .expect("bind");
     let good_addr = good.local_addr().expect("addr");
     let memory = Memory::default();
-    let delay = Duration::from_millis(50);
-    let n = AtomicU32::new(0);
-    let first = race(vec![hole, good_addr], delay, &n, &memory)
+    let budget = Duration::from_secs(1);
+    let n = Tally::default();
+    let first = race(vec![hole, good_addr], budget, &n, &memory)
         .await
         .expect("connected");
     assert_eq!(
@@ -160,12 +172,12 @@ async fn an_address_that_lost_the_race_is_tried_last_by_the_next_dial() {
         "the black hole went first and cost a delay"
     );
     for _ in 0..3 {
-        let n = AtomicU32::new(0);
-        let next = race(vec![hole, good_addr], delay, &n, &memory)
+        let n = Tally::default();
+        let next = race(vec![hole, good_addr], budget, &n, &memory)
             .await
             .expect("connected");
         assert_eq!(
-            (next.attempt, n.load(Ordering::Relaxed)),
+            (next.attempt, n.attempts.load(Ordering::Relaxed)),
             (0, 1),
             "the remembered failure goes last: one attempt, no delay"
         );

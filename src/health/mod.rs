@@ -68,8 +68,9 @@ impl Monitor {
 
     /// Probes at once, then every `interval` (±10 %) or `fast_interval` while a change is pending,
     /// both counted from the start of the previous probe, until cancelled or the table is gone.
-    /// Between probes, failed client dials count as failed checks, and the next probe dials a
-    /// fresh connection.
+    /// Failed client dials (and relays cut by TCP's user timeout) count as failed checks at once;
+    /// one that starts a change brings the next probe forward to now ([`early_probe`]), dialing
+    /// a fresh connection. Probes never overlap: one in flight per backend.
     pub async fn run<P: Probe>(self, mut probe: P, cancel: CancellationToken) {
         let mut rise_fall = RiseFall::new(self.health.rise, self.health.fall, self.initial.clone());
         let mut jitter = Jitter::seeded(self.spec.id.as_str());
@@ -104,7 +105,12 @@ impl Monitor {
                         tracing::info!(backend = %self.spec.id, "probing again after a shortage on this node");
                     }
                     record(&self.metrics, &outcome);
+                    self.clear_on_connected(&mut rise_fall);
                     let step = rise_fall.observe(&outcome);
+                    // A backend that answered HTTP is judged by its answer, not by new dials.
+                    if outcome.answered() || !step.pending {
+                        self.live.dials.set_suspect(false);
+                    }
                     if !self.publish(&rise_fall, step, &cancel).await {
                         return;
                     }
@@ -133,10 +139,10 @@ impl Monitor {
                     Dials::Stop => return,
                     Dials::None => {}
                     Dials::Counted(step) => {
-                        // The next probe dials afresh, and soon while a change is pending.
+                        // The next probe dials afresh, and now while a change is pending.
                         probe.reset();
                         if step.pending {
-                            next = next.min(Instant::now() + self.health.fast_interval);
+                            next = next.min(early_probe(started, Instant::now()));
                         }
                     }
                 }
@@ -147,6 +153,7 @@ impl Monitor {
     /// Counts the failed client dials reported since the last call as failed checks (at most
     /// `fall` of them: one burst cannot count for more) and publishes the result.
     async fn count_dials(&self, rise_fall: &mut RiseFall, cancel: &CancellationToken) -> Dials {
+        self.clear_on_connected(rise_fall);
         let Some((failed, reason)) = self.live.dials.take() else {
             return Dials::None;
         };
@@ -154,10 +161,20 @@ impl Monitor {
         for _ in 0..failed.min(self.health.fall) {
             step = step.then(rise_fall.observe(&Outcome::dial_failed(reason.clone())));
         }
+        // A fall under way from failed dials: a client dial that connects now calls it off.
+        self.live.dials.set_suspect(step.pending);
         if self.publish(rise_fall, step, cancel).await {
             Dials::Counted(step)
         } else {
             Dials::Stop
+        }
+    }
+
+    /// A client dial connected while a fall from failed dials was under way: called off.
+    fn clear_on_connected(&self, rise_fall: &mut RiseFall) {
+        if self.live.dials.take_connected() && rise_fall.clear_fall() {
+            self.live.dials.set_suspect(false);
+            tracing::debug!(backend = %self.spec.id, "a client dial connected: the pending fall from failed dials is called off");
         }
     }
 
@@ -202,6 +219,17 @@ fn log_change(spec: &BackendSpec, from: State, to: State, health: &Health) {
     } else {
         tracing::warn!(backend, zone, from, to, reason, "backend state changed");
     }
+}
+
+/// A passive failure brings a probe forward, but never to less than this after the previous
+/// probe started: a burst of failed client dials (a site's kubelets) makes one early probe, not
+/// one each, and a black-holed backend gets at most one probe dial (3 SYNs) per second from them.
+pub const EARLY_PROBE_GAP: Duration = Duration::from_secs(1);
+
+/// When the probe a passive failure at `now` asks for starts, the previous probe having started
+/// at `last`: at once, or [`EARLY_PROBE_GAP`] after `last`.
+fn early_probe(last: Instant, now: Instant) -> Instant {
+    now.max(last + EARLY_PROBE_GAP)
 }
 
 /// The steady-state interval varies by up to this many percent either way, so that every node's

@@ -231,14 +231,14 @@ async fn connect(
     tls: &TlsState,
     budget: Duration,
 ) -> Result<Conn, Failure> {
-    let attempts = std::sync::atomic::AtomicU32::new(0);
+    let tally = crate::dial::Tally::default();
     let memory = &live.addresses;
-    let tcp = crate::dial::connect(&spec.host, spec.port, budget, &attempts, memory)
-        .await
-        .map_err(|e| match e.blame() {
-            Blame::ThisNode => Failure::ThisNode(e.to_string()),
-            Blame::Backend => Failure::unanswered(e.to_string()),
-        })?;
+    let tcp = crate::dial::connect(&spec.host, spec.port, budget, &tally, memory).await;
+    live.count_dial(&tally);
+    let tcp = tcp.map_err(|e| match e.blame() {
+        Blame::ThisNode => Failure::ThisNode(e.to_string()),
+        Blame::Backend => Failure::unanswered(e.to_string()),
+    })?;
     if let Err(e) = tcp.set_nodelay(true) {
         tracing::debug!(error = %e, "probe: cannot set TCP_NODELAY");
     }

@@ -264,6 +264,141 @@ async fn failed_dials_count_at_once_even_while_a_probe_is_in_flight() {
     handle.await.expect("task ends on cancel");
 }
 
+/// A monitor with `fall` (high: the failures below keep a change pending) and a probe that
+/// passes in `takes`, ready after its first probe; the time of that probe's end.
+async fn ready_monitor(
+    fall: u32,
+    takes: Duration,
+) -> (
+    Arc<BackendLive>,
+    Arc<Mutex<Vec<Instant>>>,
+    mpsc::Receiver<TableCmd>,
+    CancellationToken,
+    tokio::task::JoinHandle<()>,
+) {
+    let (tx, mut rx) = mpsc::channel(1024);
+    let mut task = monitor(tx);
+    task.health.fall = fall;
+    let live = task.live.clone();
+    let calls = Arc::new(Mutex::new(Vec::new()));
+    let probe = Scripted {
+        takes,
+        ..Scripted::new(&calls, &[])
+    };
+    let cancel = CancellationToken::new();
+    let handle = tokio::spawn(task.run(probe, cancel.clone()));
+    assert_eq!(next_health(&mut rx).await.state, State::Ready);
+    (live, calls, rx, cancel, handle)
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_passive_failure_brings_a_probe_at_once_not_at_the_next_interval() {
+    let (live, calls, _rx, cancel, handle) = ready_monitor(2, Duration::from_millis(10)).await;
+    // 2 s after the first probe: the next is due at 4.5-5.5 s, the early-probe gap is over.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let failed_at = Instant::now();
+    live.dials
+        .report("relay: backend stopped acknowledging".into());
+    poll_calls(&calls, 2).await;
+    let probed = calls.lock().expect("calls")[1];
+    assert!(
+        probed - failed_at <= Duration::from_millis(1),
+        "probed {:?} after the failure",
+        probed - failed_at
+    );
+    cancel.cancel();
+    handle.await.expect("task ends on cancel");
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_burst_of_passive_failures_makes_one_probe_in_flight_and_at_most_one_early_probe_a_second(
+) {
+    // Probes hang for 3 s (a black hole); a failure every 100 ms for 10 s, fall high enough that
+    // the change stays pending.
+    let takes = Duration::from_secs(3);
+    let (live, calls, _rx, cancel, handle) = ready_monitor(1000, takes).await;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let from = Instant::now();
+    for _ in 0..100 {
+        live.dials.report("dial: timeout after 1s".into());
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let starts: Vec<Instant> = calls.lock().expect("calls").clone();
+    for w in starts.windows(2) {
+        let gap = w[1] - w[0];
+        assert!(
+            gap >= takes,
+            "a probe started while one was in flight: {gap:?}"
+        );
+    }
+    // 10 s of failures: probes back to back, one per 3 s, never one per failure.
+    let during = starts.iter().filter(|t| **t >= from).count();
+    assert!(
+        (3..=4).contains(&during),
+        "{during} probes for 100 failures"
+    );
+    cancel.cancel();
+    handle.await.expect("task ends on cancel");
+
+    // Quick probes: the rate limit is what holds, one early probe per second.
+    let (live, calls, _rx, cancel, handle) = ready_monitor(1000, Duration::from_millis(10)).await;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    for _ in 0..100 {
+        live.dials.report("dial: timeout after 1s".into());
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let starts: Vec<Instant> = calls.lock().expect("calls")[1..].to_vec();
+    for w in starts.windows(2) {
+        assert!(w[1] - w[0] >= EARLY_PROBE_GAP, "{:?}", w[1] - w[0]);
+    }
+    assert!(
+        (9..=11).contains(&starts.len()),
+        "one probe a second for 10 s, not 100: {}",
+        starts.len()
+    );
+    cancel.cancel();
+    handle.await.expect("task ends on cancel");
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_client_dial_that_connects_calls_off_a_fall_that_failed_dials_started() {
+    // fall 2. A failed dial (a lost SYN on a lossy link, or a black hole), then the early probe
+    // fails too: without a connected dial between them that is the fall.
+    for connected_between in [true, false] {
+        let (tx, mut rx) = mpsc::channel(64);
+        let task = monitor(tx);
+        let live = task.live.clone();
+        let calls = Arc::new(Mutex::new(Vec::new()));
+        let probe = Scripted::new(&calls, &[true, false]);
+        let cancel = CancellationToken::new();
+        let handle = tokio::spawn(task.run(probe, cancel.clone()));
+        assert_eq!(next_health(&mut rx).await.state, State::Ready);
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        live.dials.report("dial: timeout after 1s".into());
+        assert_eq!(next_health(&mut rx).await.state, State::Ready, "pending");
+        if connected_between {
+            live.dials.connected(); // while the early probe is in flight
+        }
+        let h = next_health(&mut rx).await;
+        assert_eq!(h.last_error.as_deref(), Some("HTTP 500"), "the early probe");
+        let want = if connected_between {
+            State::Ready
+        } else {
+            State::Unready
+        };
+        assert_eq!(h.state, want, "connected between: {connected_between}");
+        cancel.cancel();
+        handle.await.expect("task ends on cancel");
+    }
+}
+
+/// Waits (on the paused clock) until the probe has been called `n` times.
+async fn poll_calls(calls: &Arc<Mutex<Vec<Instant>>>, n: usize) {
+    while calls.lock().expect("calls").len() < n {
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+}
+
 #[test]
 fn jitter_stays_within_ten_percent_and_varies() {
     let mut j = Jitter::seeded("10.0.0.1:6443");

@@ -86,8 +86,18 @@ impl Collector for Backends {
             ConstCounter::new(n).encode(m.encode_family(&Labels { backend: id(b) })?)?;
         }
         let mut m = encoder.encode_descriptor(
+            "dial_reattempts",
+            "Connection attempts (SYNs) of client dials and probes to an address the same dial had already tried",
+            None,
+            MetricType::Counter,
+        )?;
+        for b in backends {
+            let n = load(&b.live.counters.dial_reattempts);
+            ConstCounter::new(n).encode(m.encode_family(&Labels { backend: id(b) })?)?;
+        }
+        let mut m = encoder.encode_descriptor(
             "unready_closes",
-            "Connections closed because of the backend's state, by reason (turned_unready, left_none_ready, refusing, silent, removed)",
+            "Connections closed because of the backend's state, by reason (turned_unready, left_none_ready, refusing, silent, removed, failback, dead_path)",
             None,
             MetricType::Counter,
         )?;

@@ -8,7 +8,7 @@
 mod record;
 
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicU32, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -19,8 +19,8 @@ use tracing::Instrument;
 
 use crate::accept::Acceptor;
 use crate::backend::{BackendLive, BackendSpec};
-use crate::dial::Blame;
-use crate::eviction::EvictionWatch;
+use crate::dial::{Blame, Tally};
+use crate::eviction::{CloseReason, EvictionWatch};
 use crate::health::verdict::State;
 use crate::metrics::Metrics;
 use crate::relay::Moved;
@@ -29,6 +29,25 @@ use record::{End, Record};
 
 /// TCP keepalive idle time on both legs: finds dead peers behind NAT within about a minute.
 const KEEPALIVE_IDLE: Duration = Duration::from_secs(30);
+
+/// `TCP_USER_TIMEOUT` on the backend leg: once data we relayed to the backend has stayed
+/// unacknowledged this long, the kernel aborts the connection (`ETIMEDOUT`), the client is cut
+/// and re-dials, and the backend gets a failed check (a dead path: nothing else at L4 notices a
+/// backend that stopped acknowledging while a request is in flight). HAProxy calls it `tcp-ut`.
+///
+/// It must not fire on a lossy but working path. Linux retransmits an unacknowledged segment
+/// after its RTO (at least 200 ms plus the smoothed RTT), doubling: at 0.2, 0.6, 1.4, 3.0, 6.2,
+/// 12.6 s after the first send with a 200 ms RTO. Within 10 s that is 6 transmissions for any
+/// RTO up to 10 s / 31 ≈ 320 ms (round trips up to ~120 ms). At 20 % loss each way (scenario 6)
+/// a transmission goes unanswered when it or its ACK is lost, at worst 1 − 0.8² = 36 %: all six
+/// fail with 0.36⁶ ≈ 0.2 % for one flight of data (0.2⁶ ≈ 0.006 % counting data loss alone, as
+/// the backend's own answers carry the ACK again). 5 s would leave 5 transmissions (0.36⁵ ≈
+/// 0.6 %), 3 s only 4 (1.7 %): a lossy link would be cut, and flap passive health. A flight
+/// stalled 10 s has also outlasted the lab client's (and client-go's typical) per-request
+/// patience, so the abort turns a hang into a reset a client retries, not a success into an error.
+/// Keepalive still finds dead idle legs; with the user timeout set Linux aborts an idle leg once
+/// a keepalive probe goes unanswered for this long.
+pub const BACKEND_USER_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Shared by every listener and connection.
 #[derive(Debug)]
@@ -109,6 +128,11 @@ impl Proxy {
                 Dialed::Connected(backend, i, evict) => {
                     let target = &plan.targets[i];
                     tune(&backend);
+                    if let Err(e) = socket2::SockRef::from(&backend)
+                        .set_tcp_user_timeout(Some(BACKEND_USER_TIMEOUT))
+                    {
+                        tracing::debug!(error = %e, "cannot set TCP_USER_TIMEOUT");
+                    }
                     if target.state == State::Unready {
                         self.metrics.failed_open.inc();
                     }
@@ -165,22 +189,28 @@ impl Proxy {
                 continue;
             };
             record.dials += 1;
-            let attempts = AtomicU32::new(0);
+            let tally = Tally::default();
             let dial = crate::dial::connect(
                 &t.spec.host,
                 t.spec.port,
                 plan.connect_timeout,
-                &attempts,
+                &tally,
                 &t.live.addresses,
             );
             let dialed = tokio::select! {
-                _ = self.cut.cancelled() => return Dialed::Cut,
+                _ = self.cut.cancelled() => {
+                    t.live.count_dial(&tally);
+                    return Dialed::Cut;
+                }
                 r = dial => r,
             };
-            record.attempts += attempts.load(Ordering::Relaxed);
+            record.attempts += t.live.count_dial(&tally);
             match dialed {
                 Ok(_) if evict.fired() => evicted = true,
-                Ok(backend) => return Dialed::Connected(backend, i, evict),
+                Ok(backend) => {
+                    t.live.dials.connected();
+                    return Dialed::Connected(backend, i, evict);
+                }
                 Err(e) if e.blame() == Blame::ThisNode => {
                     self.metrics.local_dial_failure(e.label());
                     tracing::debug!(backend = %t.spec.id, error = %e, "this node cannot dial; closing the client connection");
@@ -219,6 +249,15 @@ impl Proxy {
         tokio::select! {
             r = relay => match r {
                 Ok(ended) => End::from(ended),
+                Err(e) if e.backend_timed_out() => {
+                    // A dead path: a passive failure of the backend, as a failed dial is.
+                    live.counters.closes[CloseReason::DeadPath.index()].fetch_add(1, Ordering::Relaxed);
+                    live.dials.report(format!(
+                        "relay: data to the backend unacknowledged for {:?} (TCP user timeout)",
+                        BACKEND_USER_TIMEOUT
+                    ));
+                    End::DeadPath(e.to_string())
+                }
                 Err(e) => End::Error(e.to_string()),
             },
             why = evicted => {

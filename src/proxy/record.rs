@@ -25,8 +25,11 @@ pub enum End {
     BackendClosed,
     /// One way ended and the other stayed silent for 60 s.
     HalfClosedIdle,
-    /// The relay failed (a reset, a broken pipe): the error as the kernel said it.
+    /// The relay failed (a reset, a broken pipe): the leg and the error as the kernel said it.
     Error(String),
+    /// TCP gave up on the backend leg (data unacknowledged for the user timeout, or keepalive
+    /// unanswered): a dead path, counted as a failed check of the backend. The error as said.
+    DeadPath(String),
     /// Closed by us because its backend was evicted, with why.
     Evicted(CloseReason),
     /// Cut at shutdown after the grace period.
@@ -57,6 +60,7 @@ impl End {
             End::ClientClosed | End::BackendClosed => "closed",
             End::HalfClosedIdle => "half_closed_idle",
             End::Error(_) => "error",
+            End::DeadPath(_) => CloseReason::DeadPath.as_str(),
             End::Evicted(r) => r.as_str(),
             End::Shutdown => "shutdown",
             End::NoReadyBackend => "no_ready_backend",
@@ -135,7 +139,7 @@ impl Record {
         let to_backend_bytes = moved.to_backend.load(Ordering::Relaxed);
         let to_client_bytes = moved.to_client.load(Ordering::Relaxed);
         let error = match end {
-            End::Error(e) => e.as_str(),
+            End::Error(e) | End::DeadPath(e) => e.as_str(),
             _ => "",
         };
         let (client, dials, attempts) = (self.client, self.dials, self.attempts);
@@ -185,6 +189,12 @@ mod tests {
             (End::BackendClosed, "backend", "closed", false),
             (End::HalfClosedIdle, "balancer", "half_closed_idle", true),
             (End::Error("reset".into()), "unknown", "error", true),
+            (
+                End::DeadPath("backend: connection timed out".into()),
+                "balancer",
+                "dead_path",
+                true,
+            ),
             (
                 End::Evicted(CloseReason::TurnedUnready),
                 "balancer",

@@ -13,6 +13,15 @@ use tokio::net::TcpStream;
 
 use super::TIERS;
 
+/// Which socket of a direction failed.
+#[derive(Debug)]
+pub(super) enum Failed {
+    /// The one read from.
+    Reading(io::Error),
+    /// The one written to.
+    Writing(io::Error),
+}
+
 /// One direction's state.
 #[derive(Debug, Default)]
 pub(super) struct Half {
@@ -36,13 +45,13 @@ impl Half {
         from: &TcpStream,
         to: &TcpStream,
         counters: [&AtomicU64; 2],
-    ) -> Poll<io::Result<()>> {
+    ) -> Poll<Result<(), Failed>> {
         if self.done {
             return Poll::Ready(Ok(()));
         }
         loop {
             while self.start < self.end {
-                ready!(to.poll_write_ready(cx))?;
+                ready!(to.poll_write_ready(cx)).map_err(Failed::Writing)?;
                 match to.try_write(&self.buf[self.start..self.end]) {
                     Ok(n) => {
                         self.start += n;
@@ -52,14 +61,18 @@ impl Half {
                         }
                     }
                     Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
-                    Err(e) => return Poll::Ready(Err(e)),
+                    Err(e) => return Poll::Ready(Err(Failed::Writing(e))),
                 }
             }
             (self.start, self.end) = (0, 0);
             if !self.buf.is_empty() && self.buf.len() < TIERS[self.tier] {
                 self.buf = Box::default(); // grown: the next read gets the bigger buffer
             }
-            if from.poll_read_ready(cx)?.is_pending() {
+            if from
+                .poll_read_ready(cx)
+                .map_err(Failed::Reading)?
+                .is_pending()
+            {
                 if self.tier == 0 {
                     self.buf = Box::default(); // nothing to read: an idle connection holds nothing
                 }
@@ -75,7 +88,9 @@ impl Half {
                     return Poll::Ready(
                         match socket2::SockRef::from(to).shutdown(Shutdown::Write) {
                             // The peer may already be gone; the other direction reports that.
-                            Err(e) if e.kind() != io::ErrorKind::NotConnected => Err(e),
+                            Err(e) if e.kind() != io::ErrorKind::NotConnected => {
+                                Err(Failed::Writing(e))
+                            }
                             _ => Ok(()),
                         },
                     );
@@ -85,7 +100,7 @@ impl Half {
                     self.tier = grown(self.tier, n, self.buf.len());
                 }
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
-                Err(e) => return Poll::Ready(Err(e)),
+                Err(e) => return Poll::Ready(Err(Failed::Reading(e))),
             }
         }
     }

@@ -21,7 +21,7 @@ use std::time::Duration;
 use tokio::net::TcpStream;
 use tokio::time::Sleep;
 
-use half::Half;
+use half::{Failed, Half};
 
 /// Buffer sizes by tier: 1 KiB holds a kubelet request or a watch event, 16 KiB a TCP segment
 /// burst, 256 KiB a socket buffer's worth of a bulk transfer per syscall pair.
@@ -51,6 +51,26 @@ pub enum Ended {
     HalfClosedIdle,
 }
 
+/// A relay that failed, and on which leg.
+#[derive(Debug, thiserror::Error)]
+pub enum RelayError {
+    /// The client's socket failed (a reset, a broken pipe, its keepalive gave up).
+    #[error("client: {0}")]
+    Client(io::Error),
+    /// The backend's socket failed.
+    #[error("backend: {0}")]
+    Backend(io::Error),
+}
+
+impl RelayError {
+    /// TCP gave up on the backend leg: data we sent stayed unacknowledged for the user timeout,
+    /// or keepalive probes went unanswered (`ETIMEDOUT` on the backend's socket). A dead path,
+    /// not a peer that closed or reset.
+    pub fn backend_timed_out(&self) -> bool {
+        matches!(self, RelayError::Backend(e) if e.raw_os_error() == Some(libc::ETIMEDOUT))
+    }
+}
+
 /// Bytes one connection moved, per direction, for its record. Updated as bytes are written, so
 /// they are right also when the relay is dropped (evicted, cut).
 #[derive(Debug, Default)]
@@ -61,15 +81,15 @@ pub struct Moved {
     pub to_client: AtomicU64,
 }
 
-/// Relays until both directions have ended (EOF each way), either fails, or one has ended and
-/// the other stays silent for [`HALF_CLOSED_IDLE`]. Bytes are added to the connection's tally
-/// `moved` and to the backend's `total`.
+/// Relays until both directions have ended (EOF each way), either fails (saying which leg), or
+/// one has ended and the other stays silent for [`HALF_CLOSED_IDLE`]. Bytes are added to the
+/// connection's tally `moved` and to the backend's `total`.
 pub async fn relay(
     client: &TcpStream,
     backend: &TcpStream,
     moved: &Moved,
     total: &Moved,
-) -> io::Result<Ended> {
+) -> Result<Ended, RelayError> {
     let mut first_done = None;
     let mut up = Half::default();
     let mut down = Half::default();
@@ -79,8 +99,18 @@ pub async fn relay(
     // Armed once one direction has ended.
     let mut half_closed: Option<Pin<Box<Sleep>>> = None;
     poll_fn(|cx| {
-        let a = up.poll(cx, client, backend, [&moved.to_backend, &total.to_backend])?;
-        let b = down.poll(cx, backend, client, [&moved.to_client, &total.to_client])?;
+        let a = up
+            .poll(cx, client, backend, [&moved.to_backend, &total.to_backend])
+            .map_err(|f| match f {
+                Failed::Reading(e) => RelayError::Client(e),
+                Failed::Writing(e) => RelayError::Backend(e),
+            })?;
+        let b = down
+            .poll(cx, backend, client, [&moved.to_client, &total.to_client])
+            .map_err(|f| match f {
+                Failed::Reading(e) => RelayError::Backend(e),
+                Failed::Writing(e) => RelayError::Client(e),
+            })?;
         if first_done.is_none() {
             if a.is_ready() {
                 first_done = Some(Ended::ClientFirst);
@@ -141,7 +171,7 @@ mod tests {
     async fn relayed() -> (
         TcpStream,
         TcpStream,
-        tokio::task::JoinHandle<(io::Result<Ended>, u64, u64)>,
+        tokio::task::JoinHandle<(Result<Ended, RelayError>, u64, u64)>,
     ) {
         let l1 = TcpListener::bind("127.0.0.1:0").await.expect("bind");
         let l2 = TcpListener::bind("127.0.0.1:0").await.expect("bind");
@@ -251,6 +281,24 @@ mod tests {
             "cut only after a full silence: {took:?}"
         );
         drop(backend);
+    }
+
+    #[tokio::test]
+    async fn a_failed_relay_names_its_leg_and_only_the_backends_timeout_is_a_dead_path() {
+        let (client, backend, task) = relayed().await;
+        socket2::SockRef::from(&backend)
+            .set_linger(Some(Duration::ZERO))
+            .expect("linger");
+        drop(backend); // a reset from the backend
+        let (r, _, _) = task.await.expect("relay task");
+        let e = r.expect_err("reset");
+        assert!(matches!(e, RelayError::Backend(_)), "{e}");
+        assert!(e.to_string().starts_with("backend: "), "{e}");
+        assert!(!e.backend_timed_out(), "a reset is not a dead path");
+        drop(client);
+        let timed_out = || io::Error::from_raw_os_error(libc::ETIMEDOUT);
+        assert!(RelayError::Backend(timed_out()).backend_timed_out());
+        assert!(!RelayError::Client(timed_out()).backend_timed_out());
     }
 
     /// A short read clears readiness without the EAGAIN read: data followed at once by a FIN

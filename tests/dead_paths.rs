@@ -1,0 +1,398 @@
+//! Dead paths and SYN black holes on the real binary, in a network namespace of the test's own
+//! with iptables: a backend that stops acknowledging is cut by TCP's user timeout and counted as
+//! a failed check, and a black-holed backend gets exactly the planned SYNs (3 per dial, none
+//! from the kernel) and at most one per second from probes. Namespaces need root, `ip`,
+//! `iptables` and `python3` (the client inside the namespace); without them these tests say why
+//! they are skipped, unless `READYPRISM_REQUIRE_NETNS=1`, which makes that a failure.
+//!
+//! Blocking code on OS threads, not driven by tokio's clock: std's `Instant` is right here.
+#![allow(clippy::disallowed_types)]
+
+use std::io::{BufRead, BufReader, Write};
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use crate::support::process::Proc;
+use crate::support::*;
+
+/// The backends' addresses, on the namespace's `lo`.
+const DEAD: &str = "10.88.0.2";
+const GOOD: &str = "10.88.0.3";
+const PORT: u16 = 6443;
+/// The balancer's `proxy::BACKEND_USER_TIMEOUT`.
+const USER_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// A network namespace with `lo` up holding [`DEAD`] and [`GOOD`]; deleted on drop, with the
+/// processes the test started in it.
+struct Netns {
+    name: String,
+    children: Vec<Child>,
+}
+
+impl Netns {
+    fn new() -> Result<Netns, String> {
+        static NEXT: AtomicUsize = AtomicUsize::new(0);
+        let name = format!(
+            "rpd-{}-{}",
+            std::process::id(),
+            NEXT.fetch_add(1, Ordering::Relaxed)
+        );
+        run("ip", &["netns", "add", &name])?;
+        let ns = Netns {
+            name,
+            children: Vec::new(),
+        };
+        ns.run("ip", &["link", "set", "lo", "up"])?;
+        for a in [DEAD, GOOD] {
+            ns.run("ip", &["addr", "add", &format!("{a}/32"), "dev", "lo"])?;
+        }
+        ns.run("iptables", &["-L", "INPUT", "-n"])?;
+        ns.run("python3", &["-c", "pass"])?;
+        Ok(ns)
+    }
+
+    /// `program args...` inside the namespace, to completion; its stdout.
+    fn run(&self, program: &str, args: &[&str]) -> Result<String, String> {
+        let mut all = vec!["netns", "exec", &self.name, program];
+        all.extend_from_slice(args);
+        run("ip", &all)
+    }
+
+    /// A command that runs `program` inside the namespace.
+    fn command(&self, program: &str) -> Command {
+        let mut c = Command::new("ip");
+        c.args(["netns", "exec", &self.name, program]);
+        c
+    }
+
+    /// Starts `readyprism sim-apiserver` named `name` on `ip:PORT` with the lab's CA.
+    fn apiserver(&mut self, lab: &Lab, name: &str, ip: &str) {
+        let cert = lab.ca.server(&[DEAD, GOOD]).expect("server cert");
+        let (crt, key) = (
+            lab.write(&format!("{name}.crt"), &cert.cert_pem),
+            lab.write(&format!("{name}.key"), &cert.key_pem),
+        );
+        let ca = lab.path("ca.crt").display().to_string();
+        let listen = format!("{ip}:{PORT}");
+        let child = self
+            .command(env!("CARGO_BIN_EXE_readyprism"))
+            .args(["sim-apiserver", "--name", name, "--listen", &listen])
+            .args(["--cert", &crt, "--key", &key, "--client-ca", &ca])
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("spawn sim-apiserver");
+        self.children.push(child);
+        let up = "import socket, sys; socket.create_connection((sys.argv[1], int(sys.argv[2])), 1)";
+        rt_poll("the apiserver listens", || {
+            self.run("python3", &["-c", up, ip, &PORT.to_string()])
+                .is_ok()
+        });
+    }
+
+    /// The balancer's `/metrics`, fetched inside the namespace.
+    fn metrics(&self, p: &Proc) -> String {
+        let url = format!("http://{}/metrics", p.admin);
+        let get = "import sys, urllib.request; print(urllib.request.urlopen(sys.argv[1]).read().decode())";
+        self.run("python3", &["-c", get, &url]).expect("metrics")
+    }
+
+    /// Packets counted by the INPUT rule commented `tag`.
+    fn counted(&self, tag: &str) -> u64 {
+        let table = self
+            .run("iptables", &["-L", "INPUT", "-n", "-v", "-x"])
+            .expect("iptables -L");
+        let line = table
+            .lines()
+            .find(|l| l.contains(tag))
+            .unwrap_or_else(|| panic!("no rule {tag}: {table}"));
+        line.split_whitespace()
+            .next()
+            .and_then(|n| n.parse().ok())
+            .expect("packet count")
+    }
+}
+
+impl Drop for Netns {
+    fn drop(&mut self) {
+        for c in &mut self.children {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+        let _ = run("ip", &["netns", "delete", &self.name]);
+    }
+}
+
+fn run(program: &str, args: &[&str]) -> Result<String, String> {
+    let o = Command::new(program)
+        .args(args)
+        .output()
+        .map_err(|e| format!("{program}: {e}"))?;
+    if o.status.success() {
+        Ok(String::from_utf8_lossy(&o.stdout).into_owned())
+    } else {
+        Err(format!(
+            "{program} {}: {}",
+            args.join(" "),
+            stderr(&o).trim()
+        ))
+    }
+}
+
+/// The namespace, or `None` after saying why the test is skipped (a failure with
+/// `READYPRISM_REQUIRE_NETNS=1`).
+fn netns(test: &str) -> Option<Netns> {
+    match Netns::new() {
+        Ok(ns) => Some(ns),
+        Err(why) => {
+            assert!(
+                std::env::var("READYPRISM_REQUIRE_NETNS").as_deref() != Ok("1"),
+                "{test}: network namespaces are required (READYPRISM_REQUIRE_NETNS=1): {why}"
+            );
+            eprintln!("SKIPPED {test}: no network namespace here: {why}");
+            None
+        }
+    }
+}
+
+/// The balancer in the namespace, in zone dc-a, in front of `backends` (`(ip, zone)`), with
+/// `health`.
+fn balancer(lab: &Lab, ns: &Netns, backends: &[(&str, &str)], health: &str) -> Proc {
+    let list: String = backends
+        .iter()
+        .map(|(ip, zone)| format!("  - {{ address: \"{ip}:{PORT}\", zone: {zone} }}\n"))
+        .collect();
+    let yaml = lab
+        .yaml("dc-a", &[], health)
+        .replace("backends:\n", &format!("backends:\n{list}"));
+    let file = lab.path("readyprism.yaml");
+    std::fs::write(&file, yaml).expect("write");
+    Proc::start_under(&["ip", "netns", "exec", &ns.name], &file)
+}
+
+fn became(p: &Proc, ip: &str, to: &'static str) -> serde_json::Value {
+    let backend = format!("{ip}:{PORT}");
+    p.wait_log("backend state changed", move |v| {
+        v["fields"]["backend"] == backend.as_str() && v["fields"]["to"] == to
+    })
+}
+
+fn records(p: &Proc) -> Vec<serde_json::Value> {
+    p.logs()
+        .into_iter()
+        .filter(|v| v["fields"]["message"] == "connection ended")
+        .collect()
+}
+
+/// A client in the namespace: one raw connection through the balancer; prints the greeting,
+/// then on a line on stdin sends 1000 bytes and waits for the connection's end (at most
+/// `argv[2]` seconds).
+const HOLD: &str = r#"
+import json, socket, sys, time
+s = socket.create_connection(("127.0.0.1", int(sys.argv[1])))
+s.sendall(b"RAW\n")
+print(json.dumps({"name": s.makefile("rb").readline().decode().strip()}), flush=True)
+sys.stdin.readline()
+start = time.monotonic()
+s.sendall(b"x" * 1000)
+s.settimeout(float(sys.argv[2]))
+error = None
+try:
+    while s.recv(65536):
+        pass
+except OSError as e:
+    error = str(e)
+print(json.dumps({"closed_after": time.monotonic() - start, "error": error}), flush=True)
+"#;
+
+#[test]
+fn a_backend_that_stops_acknowledging_is_cut_by_tcp_and_counted_as_a_failed_check() {
+    let test = "a_backend_that_stops_acknowledging_is_cut_by_tcp_and_counted_as_a_failed_check";
+    let Some(mut ns) = netns(test) else {
+        return;
+    };
+    let lab = Lab::new();
+    ns.apiserver(&lab, "dead", DEAD);
+    // Probes only at start-up, fall 1: whatever turns it unready now is the dead path.
+    let health = "health: { interval: 60s, timeout: 2s, fast_interval: 1s, fall: 1 }\n";
+    let p = balancer(&lab, &ns, &[(DEAD, "dc-a")], health);
+    became(&p, DEAD, "ready");
+    let bound = (USER_TIMEOUT + patience()).as_secs_f64();
+    let mut client = ns
+        .command("python3")
+        .args(["-c", HOLD, &p.listen.port().to_string(), &bound.to_string()])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("client");
+    let mut out = BufReader::new(client.stdout.take().expect("stdout"));
+    let mut line = String::new();
+    out.read_line(&mut line).expect("greeting");
+    assert!(line.contains("\"dead\""), "relayed: {line}");
+    // The path dies both ways: nothing from or to the backend arrives any more.
+    for rule in [["-d", DEAD, "--dport"], ["-s", DEAD, "--sport"]] {
+        let port = PORT.to_string();
+        let args = [
+            "-I", "INPUT", "-p", "tcp", rule[0], rule[1], rule[2], &port, "-j", "DROP",
+        ];
+        ns.run("iptables", &args).expect("iptables");
+    }
+    let mut stdin = client.stdin.take().expect("stdin");
+    writeln!(stdin, "go").expect("go");
+    line.clear();
+    out.read_line(&mut line).expect("the connection's end");
+    let _ = client.wait();
+    let end: serde_json::Value = serde_json::from_str(&line).expect("JSON");
+    let took = end["closed_after"].as_f64().expect("closed_after");
+    eprintln!("dead path: client cut after {took:.2} s ({end})");
+    assert!(took < bound, "cut within the user timeout: {took} s");
+
+    let record = p.wait_log("connection ended", |v| v["fields"]["reason"] == "dead_path");
+    assert_eq!(record["fields"]["ended_by"], "balancer", "{record}");
+    let error = record["fields"]["error"].as_str().unwrap_or_default();
+    assert!(error.starts_with("backend: "), "{record}");
+    let change = became(&p, DEAD, "unready");
+    assert_eq!(
+        change["fields"]["reason"],
+        "relay: data to the backend unacknowledged for 10s (TCP user timeout)",
+        "a failed check from the dead path: {change}"
+    );
+    let labels = format!("backend=\"{DEAD}:{PORT}\",reason=\"dead_path\"");
+    let text = ns.metrics(&p);
+    assert_eq!(
+        metric(&text, "readyprism_unready_closes_total", &labels),
+        Some(1.0)
+    );
+}
+
+/// A client in the namespace: `argv[2]` raw connections through the balancer, one after another,
+/// each printing the greeting of the backend it reached.
+const DIALS: &str = r#"
+import json, socket, sys
+for _ in range(int(sys.argv[2])):
+    s = socket.create_connection(("127.0.0.1", int(sys.argv[1])), timeout=30)
+    s.sendall(b"RAW\n")
+    print(json.dumps({"name": s.makefile("rb").readline().decode().strip()}), flush=True)
+    s.close()
+"#;
+
+#[test]
+fn a_syn_black_hole_gets_three_syns_per_dial_and_probes_at_most_one_a_second() {
+    let test = "a_syn_black_hole_gets_three_syns_per_dial_and_probes_at_most_one_a_second";
+    let Some(mut ns) = netns(test) else {
+        return;
+    };
+    let lab = Lab::new();
+    ns.apiserver(&lab, "holed", DEAD);
+    ns.apiserver(&lab, "good", GOOD);
+    // The defaults: probe every 5 s, timeout 3 s, fast_interval 1 s, fall 2.
+    let health = "health: { interval: 5s, timeout: 3s, fast_interval: 1s }\n";
+    let p = balancer(&lab, &ns, &[(DEAD, "dc-a"), (GOOD, "dc-b")], health);
+    became(&p, DEAD, "ready");
+    became(&p, GOOD, "ready");
+    // SYNs to the local backend vanish; its kept probe connection lives on.
+    let port = PORT.to_string();
+    let syns = "rp-syn-black-hole";
+    ns.run(
+        "iptables",
+        &[
+            "-I",
+            "INPUT",
+            "-p",
+            "tcp",
+            "-d",
+            DEAD,
+            "--dport",
+            &port,
+            "--syn",
+            "-m",
+            "comment",
+            "--comment",
+            syns,
+            "-j",
+            "DROP",
+        ],
+    )
+    .expect("iptables");
+    let started = std::time::Instant::now();
+    let names = ns
+        .run("python3", &["-c", DIALS, &p.listen.port().to_string(), "3"])
+        .expect("client");
+    assert_eq!(
+        names.matches("\"good\"").count(),
+        3,
+        "every client saved: {names}"
+    );
+    became(&p, DEAD, "unready");
+    rt_poll("three records", || records(&p).len() == 3);
+    // Each client dial to the black hole sent exactly 3 SYNs, then went on to the good backend.
+    let mut client_dials = 0;
+    for r in records(&p) {
+        let (dials, attempts) = (
+            r["fields"]["dials"].as_u64(),
+            r["fields"]["attempts"].as_u64(),
+        );
+        if dials == Some(2) {
+            assert_eq!(attempts, Some(3 + 1), "{r}");
+            client_dials += 1;
+        } else {
+            assert_eq!((dials, attempts), (Some(1), Some(1)), "{r}");
+        }
+    }
+    assert!(client_dials >= 1, "the first client dialed the black hole");
+
+    // Probes dial afresh (the failed client dial dropped the kept connection) into the hole: let
+    // three fail, reading the counters as the third does (the next is seconds away).
+    let backend = format!("backend=\"{DEAD}:{PORT}\"");
+    let fails = |text: &str| {
+        metric(
+            text,
+            "readyprism_health_checks_total",
+            &format!("{backend},result=\"fail\""),
+        )
+        .unwrap_or(0.0) as u64
+    };
+    let mut text = ns.metrics(&p);
+    let probes = loop {
+        let (n, syn_count) = (fails(&text), ns.counted(syns));
+        if n >= 3 {
+            break (n, syn_count);
+        }
+        assert!(
+            started.elapsed() < patience() * 3,
+            "three failed probes: {text}"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+        text = ns.metrics(&p);
+    };
+    let (probe_dials, syn_count) = probes;
+    let elapsed = started.elapsed().as_secs_f64();
+    let probe_syns = syn_count - 3 * client_dials;
+    eprintln!(
+        "black hole: {syn_count} SYNs in {elapsed:.1} s: {client_dials} client dials x 3, \
+         {probe_dials} probe dials = {probe_syns} SYNs, {:.2} probe SYNs/s",
+        probe_syns as f64 / elapsed
+    );
+    assert_eq!(
+        syn_count,
+        3 * (client_dials + probe_dials),
+        "every dial sent exactly its 3 attempts, the kernel no retransmission"
+    );
+    let reattempts = metric(&text, "readyprism_dial_reattempts_total", &backend);
+    assert_eq!(reattempts, Some((2 * (client_dials + probe_dials)) as f64));
+    assert!(
+        probe_syns as f64 <= elapsed,
+        "at most one probe SYN per second: {probe_syns} in {elapsed:.1} s"
+    );
+}
+
+/// Polls `cond` every 20 ms until it holds, for at most [`patience`].
+fn rt_poll(what: &str, mut cond: impl FnMut() -> bool) {
+    let deadline = std::time::Instant::now() + patience();
+    while !cond() {
+        assert!(std::time::Instant::now() < deadline, "never: {what}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
