@@ -1,6 +1,7 @@
 //! What the simulated apiserver answers: `/readyz` (a switch, a script, a fixed answer, or a real
 //! linearizable etcd read), `/livez`, `/whoami` and `/name` (which site this is), `/version`, and
-//! `/watch`, a long-lived stream like a kubelet's watch. Plus the raw echo protocol for relay tests.
+//! `/watch`, a long-lived stream like a kubelet's watch, `PUT` of a node lease (fails without etcd), and `/slow`
+//! (answered after 2 s). Plus the raw echo protocol for relay tests.
 
 use std::convert::Infallible;
 use std::pin::Pin;
@@ -26,6 +27,12 @@ pub(super) type AnyBody = BoxBody<Bytes, Infallible>;
 /// second.
 pub const WATCH_EVERY: Duration = Duration::from_millis(250);
 
+/// Where node leases are renewed (`PUT <LEASES><node>`).
+const LEASES: &str = "/apis/coordination.k8s.io/v1/namespaces/kube-node-lease/leases/";
+
+/// How long `/slow` holds its answer.
+pub const SLOW_HOLD: Duration = Duration::from_secs(2);
+
 pub(super) async fn answer<B>(
     req: &Request<B>,
     control: &Control,
@@ -43,6 +50,21 @@ pub(super) async fn answer<B>(
         "/livez" => (StatusCode::OK, "ok".to_string()),
         "/name" | "/whoami" => (StatusCode::OK, control.name.clone()),
         "/version" => (StatusCode::OK, format!("{{\"major\":\"1\",\"minor\":\"32\",\"gitVersion\":\"v1.32.0-fake\",\"platform\":\"{}\"}}", control.name)),
+        p if p.starts_with(LEASES) && req.method() == hyper::Method::PUT => {
+            // A node lease renewal: written to etcd, so it fails where a write would.
+            match control.etcd.load_full() {
+                Some(url) if super::etcd::linearizable_read(&url).await.is_err() => (
+                    StatusCode::INTERNAL_SERVER_ERROR,
+                    "etcdserver: request timed out".to_string(),
+                ),
+                _ => (StatusCode::OK, format!("{{\"kind\":\"Lease\",\"apiVersion\":\"coordination.k8s.io/v1\",\"metadata\":{{\"name\":\"{}\"}},\"from\":\"{}\"}}", &p[LEASES.len()..], control.name)),
+            }
+        }
+        "/slow" => {
+            // A request the apiserver holds open: in flight, deterministically.
+            tokio::time::sleep(SLOW_HOLD).await;
+            (StatusCode::OK, control.name.clone())
+        }
         "/watch" => {
             // One JSON line per tick, naming the site, until the client goes away.
             let name = control.name.clone();

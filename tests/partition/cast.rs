@@ -92,6 +92,23 @@ pub enum ClientEvent {
         c: u32,
         error: String,
     },
+    Lease {
+        t0: f64,
+        t1: f64,
+        ok: bool,
+        site: Option<String>,
+        attempt: u32,
+        conn: String,
+        error: Option<String>,
+    },
+    Slow {
+        t0: f64,
+        t1: f64,
+        ok: bool,
+        site: Option<String>,
+        attempts: u32,
+        error: Option<String>,
+    },
 }
 
 /// How the balancer learns the apiservers in the membership scenario: the seeds it is
@@ -395,6 +412,11 @@ impl<'a> Cast<'a> {
 
     /// Starts the kubelet-like client and waits until its stream delivers and requests succeed.
     pub fn start_client(&mut self) {
+        self.start_client_with(&[]);
+    }
+
+    /// [`Cast::start_client`] with more of `kubelet.py`'s flags (`--slow`).
+    pub fn start_client_with(&mut self, flags: &[&str]) {
         let mut cmd = self.lab.command(Host::Node, "python3");
         cmd.arg("-u")
             .arg(lab_dir().join("kubelet.py"))
@@ -406,7 +428,8 @@ impl<'a> Cast<'a> {
             .arg("--out")
             .arg(&self.client_out)
             .arg("--silence")
-            .arg(CLIENT_SILENCE.as_secs().to_string());
+            .arg(CLIENT_SILENCE.as_secs().to_string())
+            .args(flags);
         self.client = Some(self.lab.spawn("kubelet", cmd).expect("spawn kubelet.py"));
         let flowing = poll(Duration::from_secs(10), || {
             let events = self.client_events();
@@ -473,26 +496,36 @@ impl<'a> Cast<'a> {
 
     /// The balancer's `/metrics` lines that mention `needle`.
     pub fn metrics(&self, needle: &str) -> Vec<String> {
-        let script = "import sys, urllib.request; print(urllib.request.urlopen(sys.argv[1], timeout=5).read().decode())";
-        let url = format!("http://{ADMIN}/metrics");
-        match self.lab.output(
-            Host::Node,
-            "python3",
-            &["-c", script, &url],
-            &[],
-            Duration::from_secs(10),
-        ) {
-            Ok(out) => String::from_utf8_lossy(&out.stdout)
-                .lines()
-                .filter(|l| l.contains(needle) && !l.starts_with('#'))
-                .map(str::to_string)
-                .collect(),
-            Err(e) => vec![format!("metrics: {e}")],
-        }
+        lab_metrics(self.lab, needle)
+    }
+
+    /// The lab it runs in.
+    pub fn lab(&self) -> &NetLab {
+        self.lab
     }
 
     /// The balancer's log (for failure messages).
     pub fn balancer_log(&self) -> String {
         self.balancer.log_text()
+    }
+}
+
+/// A balancer's `/metrics` lines that mention `needle`, fetched from inside the node's namespace.
+pub fn lab_metrics(lab: &NetLab, needle: &str) -> Vec<String> {
+    let script = "import sys, urllib.request; print(urllib.request.urlopen(sys.argv[1], timeout=5).read().decode())";
+    let url = format!("http://{ADMIN}/metrics");
+    match lab.output(
+        Host::Node,
+        "python3",
+        &["-c", script, &url],
+        &[],
+        Duration::from_secs(10),
+    ) {
+        Ok(out) => String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .filter(|l| l.contains(needle) && !l.starts_with('#'))
+            .map(str::to_string)
+            .collect(),
+        Err(e) => vec![format!("metrics: {e}")],
     }
 }

@@ -11,10 +11,12 @@ pub mod balancer_log;
 pub mod cast;
 pub mod etcd;
 pub mod figures;
+pub mod lease;
 pub mod netlab;
 pub mod runner;
 pub mod timeline;
 
+mod dying_path;
 mod lab_tests;
 mod membership;
-mod scenarios;
+pub mod scenarios;

@@ -54,6 +54,8 @@ pub struct Spec {
     pub fault_for: Option<Duration>,
     /// Heal, then a second window: its good backends and the states it leads to.
     pub heal: Option<Heal>,
+    /// More flags for the client (`--slow`: a request always in flight).
+    pub client_flags: &'static [&'static str],
 }
 
 impl Spec {
@@ -79,6 +81,7 @@ impl Spec {
             settled: &[],
             fault_for: None,
             heal: None,
+            client_flags: &[],
         }
     }
 }
@@ -168,7 +171,7 @@ pub fn run(
     let kubectl_readyz = |cast: &Cast| with_kubectl.then(|| cast.kubectl_readyz());
     let mut cast = Cast::start(&lab, spec.readyz);
     cast.wait_states(spec.before, Duration::from_secs(20));
-    cast.start_client();
+    cast.start_client_with(spec.client_flags);
     // A baseline for the picture: a dozen requests (about 2.5 s) in the normal order, then up to
     // 25 more (5 s, one probe interval) chosen at random, so that the fault lands anywhere in the
     // probe cycle rather than always at the same distance from the balancer's start.
