@@ -1,5 +1,5 @@
 //! What the simulated apiserver answers: `/readyz` (a switch, a script, a fixed answer, or a real
-//! linearizable etcd read), `/livez`, `/whoami` and `/name` (which site this is), `/version`, and
+//! linearizable etcd read; `/healthz` the same), `/livez`, `/whoami` and `/name` (which site this is), `/version`, and
 //! `/watch`, a long-lived stream like a kubelet's watch, `PUT` of a node lease (fails without etcd), and `/slow`
 //! (answered after 2 s). Plus the raw echo protocol for relay tests.
 
@@ -46,7 +46,7 @@ pub(super) async fn answer<B>(
             let body = Ticking::new(every, |n| (n <= 1000).then(|| Bytes::from_static(b"x")));
             return Response::new(body.boxed());
         }
-        "/readyz" => readyz(control, peer_cert).await,
+        "/readyz" | "/healthz" => readyz(control, peer_cert).await,
         "/livez" => (StatusCode::OK, "ok".to_string()),
         "/name" | "/whoami" => (StatusCode::OK, control.name.clone()),
         "/version" => (StatusCode::OK, format!("{{\"major\":\"1\",\"minor\":\"32\",\"gitVersion\":\"v1.32.0-fake\",\"platform\":\"{}\"}}", control.name)),

@@ -17,6 +17,7 @@ use serde::Deserialize;
 use tokio::time::Instant;
 
 use super::balancer_log::Change;
+use super::balancers::{spawn_other, Balancer};
 use super::netlab::{lab_dir, Host, LabProcess, NetLab};
 
 /// The real binary under test.
@@ -124,6 +125,9 @@ struct ApiserverFiles<'f> {
     ca_path: &'f Path,
     /// The Endpoints object it serves (membership scenario), re-read on every request.
     endpoints: Option<&'f Path>,
+    /// A client certificate is required (readyprism's probes present one); otherwise it is
+    /// verified when presented, as kube-apiserver does (the others' checks present none).
+    require_client_cert: bool,
 }
 
 /// The `kubernetes` Endpoints object with `ips` × the `https` port, written whole (rename) so
@@ -169,8 +173,10 @@ fn spawn_apiserver(
         .arg("--key")
         .arg(&key_path)
         .arg("--client-ca")
-        .arg(files.ca_path)
-        .arg("--require-client-cert");
+        .arg(files.ca_path);
+    if files.require_client_cert {
+        cmd.arg("--require-client-cert");
+    }
     if let Some(endpoints) = files.endpoints {
         cmd.arg("--endpoints-file").arg(endpoints);
     }
@@ -195,6 +201,7 @@ pub struct Cast<'a> {
     joined: BTreeMap<String, LabProcess>,
     authority: Ca,
     endpoints: Option<PathBuf>,
+    kind: Balancer,
     balancer: LabProcess,
     client: Option<LabProcess>,
     ca: PathBuf,
@@ -239,6 +246,20 @@ impl<'a> Cast<'a> {
         readyz: [(Host, Readyz); 3],
         members: Option<&Members>,
     ) -> Cast<'a> {
+        Cast::start_inner(lab, readyz, members, Balancer::Readyprism)
+    }
+
+    /// [`Cast::start`] with `balancer` on the node instead of readyprism.
+    pub fn start_for(lab: &'a NetLab, readyz: [(Host, Readyz); 3], balancer: Balancer) -> Cast<'a> {
+        Cast::start_inner(lab, readyz, None, balancer)
+    }
+
+    fn start_inner(
+        lab: &'a NetLab,
+        readyz: [(Host, Readyz); 3],
+        members: Option<&Members>,
+        kind: Balancer,
+    ) -> Cast<'a> {
         let ca = Ca::new("partition-lab-ca").expect("CA");
         let ca_path = write(lab, "ca.crt", &ca.cert_pem);
         let kubelet = ca.client("node").expect("kubelet cert");
@@ -253,6 +274,7 @@ impl<'a> Cast<'a> {
                 ca: &ca,
                 ca_path: &ca_path,
                 endpoints: endpoints.as_deref(),
+                require_client_cert: kind == Balancer::Readyprism,
             };
             let proc = spawn_apiserver(lab, &files, site, site.ip(), site.name(), readyz);
             apiservers.insert(site, proc);
@@ -305,7 +327,10 @@ impl<'a> Cast<'a> {
             .arg(&config)
             .env_remove("READYPRISM_ZONE")
             .env_remove("RUST_LOG");
-        let balancer = lab.spawn("readyprism", cmd).expect("spawn readyprism");
+        let balancer = match kind {
+            Balancer::Readyprism => lab.spawn("readyprism", cmd).expect("spawn readyprism"),
+            other => spawn_other(lab, other),
+        };
         let kubeconfig = format!(
             "apiVersion: v1\nkind: Config\nclusters:\n- name: lab\n  cluster:\n    server: https://{LISTEN}\n    certificate-authority: {ca}\nusers:\n- name: kubelet\n  user:\n    client-certificate: {pem}\n    client-key: {pem}\ncontexts:\n- name: lab\n  context: {{cluster: lab, user: kubelet}}\ncurrent-context: lab\n",
             ca = ca_path.display(),
@@ -318,6 +343,7 @@ impl<'a> Cast<'a> {
             joined: BTreeMap::new(),
             authority: ca,
             endpoints,
+            kind,
             balancer,
             client: None,
             ca: ca_path,
@@ -336,9 +362,10 @@ impl<'a> Cast<'a> {
                 proc.log_text()
             );
         }
-        let up = poll(Duration::from_secs(10), || {
-            cast.balancer.log_text().contains("readyprism started")
-        });
+        let up = kind != Balancer::Readyprism
+            || poll(Duration::from_secs(10), || {
+                cast.balancer.log_text().contains("readyprism started")
+            });
         assert!(up, "readyprism did not start: {}", cast.balancer.log_text());
         cast
     }
@@ -350,6 +377,7 @@ impl<'a> Cast<'a> {
             ca: &self.authority,
             ca_path: &self.ca,
             endpoints: self.endpoints.as_deref(),
+            require_client_cert: self.kind == Balancer::Readyprism,
         };
         let proc = spawn_apiserver(self.lab, &files, host, ip, name, Readyz::Pass);
         let up = poll(Duration::from_secs(10), || {
@@ -392,8 +420,17 @@ impl<'a> Cast<'a> {
         self.changes().into_iter().map(|c| (c.site, c.to)).collect()
     }
 
-    /// Whether every `(site, state)` in `want` holds now.
+    /// Which balancer runs on the node.
+    pub fn balancer_kind(&self) -> Balancer {
+        self.kind
+    }
+
+    /// Whether every `(site, state)` in `want` holds now; always for the other balancers, which
+    /// log no states.
     pub fn states_are(&self, want: &[(Host, &str)]) -> bool {
+        if self.kind != Balancer::Readyprism {
+            return true;
+        }
         let now = self.states();
         want.iter()
             .all(|(s, st)| now.get(s).map(String::as_str) == Some(*st))

@@ -8,6 +8,7 @@
 #![allow(dead_code)]
 
 pub mod balancer_log;
+pub mod balancers;
 pub mod cast;
 pub mod etcd;
 pub mod figures;
@@ -17,6 +18,7 @@ pub mod runner;
 pub mod timeline;
 
 mod dying_path;
+mod head_to_head;
 mod lab_tests;
 mod membership;
 pub mod scenarios;

@@ -52,15 +52,15 @@ fn report_target(p: &Phase, name: &str) {
     ));
 }
 
-const DCB_UNREADY: States = &[(DcA, "ready"), (DcB, "unready"), (Witness, "ready")];
+pub const DCB_UNREADY: States = &[(DcA, "ready"), (DcB, "unready"), (Witness, "ready")];
 /// Every site's `/readyz` follows its own etcd member.
-const ETCD: [(Host, Readyz); 3] = [
+pub const ETCD: [(Host, Readyz); 3] = [
     (DcA, Readyz::Etcd),
     (DcB, Readyz::Etcd),
     (Witness, Readyz::Etcd),
 ];
 /// dc-b's etcd is down (its apiserver answers unready throughout); the others pass.
-const DCB_ETCD_DOWN: [(Host, Readyz); 3] = [
+pub const DCB_ETCD_DOWN: [(Host, Readyz); 3] = [
     (DcA, Readyz::Pass),
     (DcB, Readyz::EtcdDown),
     (Witness, Readyz::Pass),
