@@ -16,7 +16,9 @@
 //! - [`Balancer::NginxKubespray`]: kubespray's `nginx.conf.j2` (same commit, lines 1-30): `stream`,
 //!   `least_conn`, servers without parameters (nginx's defaults `max_fails=1 fail_timeout=10s`:
 //!   passive only), `proxy_timeout 10m`, `proxy_connect_timeout 1s`, 2 workers. Left out: the
-//!   `http` block (only a health endpoint for the node), plus a `pid` file in the lab's directory.
+//!   `http` block (only a health endpoint for the node); added: a `pid` file in the lab's directory
+//!   and `load_module` of the stream module (Debian builds it as a module, `libnginx-mod-stream`;
+//!   kubespray's nginx image has it built in).
 //! - [`Balancer::HaproxyKubeprism`]: HAProxy set up as Talos's KubePrism behaves: a TCP connect
 //!   as the only health check (go-loadbalancer `loadbalancer/node.go:29-40`, siderolabs/
 //!   go-loadbalancer@5e7a8b2; Talos v1.14.0-rc.1 pins v0.5.0, `go.mod:152`), every 20 s with a 15 s
@@ -111,7 +113,7 @@ fn nginx_kubespray(dir: &Path) -> String {
         .map(|s| format!("    server {};\n", server(*s)))
         .collect();
     format!(
-        "error_log stderr notice;\npid {}/nginx.pid;\nworker_processes 2;\nworker_rlimit_nofile 65535;\n\
+        "load_module /usr/lib/nginx/modules/ngx_stream_module.so;\nerror_log stderr notice;\npid {}/nginx.pid;\nworker_processes 2;\nworker_rlimit_nofile 65535;\n\
          worker_shutdown_timeout 10s;\n\nevents {{\n  multi_accept on;\n  use epoll;\n  worker_connections 16384;\n}}\n\n\
          stream {{\n  upstream kube_apiserver {{\n    least_conn;\n{servers}  }}\n\n  server {{\n    listen {LISTEN};\n    \
          proxy_pass kube_apiserver;\n    proxy_timeout 10m;\n    proxy_connect_timeout 1s;\n  }}\n}}\n",

@@ -3,7 +3,10 @@
 //! behaves (`balancers` says exactly how). One test per scenario and balancer; each prints one
 //! row of the table in `tests/PARTITION_LAB.md` and asserts only that the lab worked (the client
 //! ran, the fault was applied): these measure others' behaviour. readyprism's own rows come from
-//! `scenarios` and `dying_path`, which assert its bounds. The fault phase only (no heals).
+//! `scenarios` and `dying_path`, which assert its bounds. The fault phase only (no heals), kept
+//! for a fixed [`FAULT_FOR`].
+
+use std::time::Duration;
 
 use super::balancers::Balancer::{self, HaproxyKubeprism, HaproxyKubespray, NginxKubespray};
 use super::cast::APISERVER_PORT;
@@ -13,6 +16,11 @@ use super::netlab::Host::{DcA, DcB, Node, Witness};
 use super::netlab::{Fault, NetLab};
 use super::runner::{run, Outcome, Spec};
 use super::scenarios::{DCB_ETCD_DOWN, DCB_UNREADY, ETCD};
+
+/// How long the fault is kept: the others log no states, so a window cannot end once their
+/// states hold; long enough for kubespray's checks (every 15 s, fall 2) and KubePrism's (every
+/// 20 s) to act.
+const FAULT_FOR: Duration = Duration::from_secs(75);
 
 /// Which scenario, as in `scenarios` / `dying_path`.
 #[derive(Clone, Copy)]
@@ -50,7 +58,10 @@ fn row(o: &Outcome, scenario: &str, balancer: Balancer) {
 }
 
 fn h2h(scenario: Scenario, balancer: Balancer, name: &'static str) {
-    let base = Spec::new(name, name);
+    let base = Spec {
+        fault_for: Some(FAULT_FOR),
+        ..Spec::new(name, name)
+    };
     let (spec, fault): (Spec, fn(&NetLab) -> Vec<Fault>) = match scenario {
         Scenario::NoQuorum => (
             Spec {

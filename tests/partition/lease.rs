@@ -1,5 +1,5 @@
 //! The node-lease figures of a phase: the longest time between two successful renewals, and the
-//! in-flight `/slow` request's way to a good backend (scenario 7). Pure: from the client's records
+//! way of the `/slow` request in flight at the phase's start to a good backend (scenario 7). Pure: from the client's records
 //! (`tests/lab/kubelet.py`), no processes, no clock.
 //!
 //! Does not own the other figures (`figures`) or the records' types (`timeline`).
@@ -37,15 +37,14 @@ pub fn failures(attempts: &[LeaseAttempt], (from, to): (f64, f64)) -> usize {
         .count()
 }
 
-/// From the window's start until the held request first reached a good backend: the end of the
-/// first `/slow` request answered there after the window started, less the hold. `None`: none
-/// was answered there in the window (or the client made none).
-pub fn inflight_good(slow: &[Request], good: &[String], (from, to): (f64, f64)) -> Option<f64> {
+/// From the window's start until the request held in flight at that moment was answered on a
+/// good backend (with client-go's retries), less the hold. `None`: it failed or was answered
+/// elsewhere (or no `/slow` request was in flight then).
+pub fn inflight_good(slow: &[Request], good: &[String], (from, _to): (f64, f64)) -> Option<f64> {
     slow.iter()
-        .filter(|r| r.end > from && r.end <= to && r.ok)
-        .filter(|r| r.site.as_ref().is_some_and(|s| good.contains(s)))
+        .find(|r| r.start <= from && r.end > from)
+        .filter(|r| r.ok && r.site.as_ref().is_some_and(|s| good.contains(s)))
         .map(|r| (r.end - SLOW_HOLD - from).max(0.0))
-        .reduce(f64::min)
 }
 
 mod tests {
