@@ -11,10 +11,13 @@ pub const SLOW_HOLD: f64 = 2.0;
 
 /// The longest gap between successful renewals that overlaps the window `(from, to]`, cut at
 /// `to`: from a renewal at or before the window's end to the next one (or to `to` if none came
-/// by then). The gap open when the window starts counts from the last renewal before it. 0 with
-/// no renewal before `to`.
+/// by then). The gap open when the window starts counts from the last renewal before it; the
+/// client's first attempt counts as a renewal (a lease never renewed since is one long gap).
+/// 0 without attempts.
 pub fn longest_gap(attempts: &[LeaseAttempt], (from, to): (f64, f64)) -> f64 {
+    let first = attempts.iter().map(|a| a.start).reduce(f64::min);
     let mut ok: Vec<f64> = attempts.iter().filter(|a| a.ok).map(|a| a.end).collect();
+    ok.extend(first);
     ok.sort_by(f64::total_cmp);
     let mut longest: f64 = 0.0;
     for (i, &a) in ok.iter().enumerate() {
@@ -72,6 +75,12 @@ mod tests {
         ];
         assert_eq!(longest_gap(&a, (0.0, 40.0)), 33.0);
         assert_eq!(failures(&a, (0.0, 40.0)), 2);
+    }
+
+    #[test]
+    fn a_lease_never_renewed_is_one_gap_from_the_first_attempt() {
+        let a = [at(-20.0, false), at(-10.0, false), at(5.0, false)];
+        assert!((longest_gap(&a, (0.0, 30.0)) - 50.01).abs() < 1e-9);
     }
 
     #[test]
