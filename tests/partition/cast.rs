@@ -13,7 +13,6 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use readyprism::sim::pki::Ca;
-use serde::Deserialize;
 use tokio::time::Instant;
 
 use super::balancer_log::Change;
@@ -66,51 +65,7 @@ pub fn site_of(address: &str) -> Option<Host> {
         .find(|s| address == format!("{}:{APISERVER_PORT}", s.ip()))
 }
 
-/// One line of the client's output (see `tests/lab/kubelet.py`).
-#[derive(Clone, Debug, Deserialize)]
-#[serde(tag = "ev", rename_all = "snake_case")]
-pub enum ClientEvent {
-    Req {
-        t0: f64,
-        t1: f64,
-        ok: bool,
-        site: Option<String>,
-        attempts: u32,
-        error: Option<String>,
-    },
-    Line {
-        t: f64,
-        c: u32,
-        site: String,
-    },
-    End {
-        t: f64,
-        c: u32,
-        reason: String,
-    },
-    DialError {
-        t: f64,
-        c: u32,
-        error: String,
-    },
-    Lease {
-        t0: f64,
-        t1: f64,
-        ok: bool,
-        site: Option<String>,
-        attempt: u32,
-        conn: String,
-        error: Option<String>,
-    },
-    Slow {
-        t0: f64,
-        t1: f64,
-        ok: bool,
-        site: Option<String>,
-        attempts: u32,
-        error: Option<String>,
-    },
-}
+pub use super::client::ClientEvent;
 
 /// How the balancer learns the apiservers in the membership scenario: the seeds it is
 /// configured with, and discovery's poll interval.

@@ -10,6 +10,7 @@
 pub mod balancer_log;
 pub mod balancers;
 pub mod cast;
+pub mod client;
 pub mod etcd;
 pub mod figures;
 pub mod lease;
