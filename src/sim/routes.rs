@@ -1,7 +1,8 @@
 //! What the simulated apiserver answers: `/readyz` (a switch, a script, a fixed answer, or a real
-//! linearizable etcd read; `/healthz` the same), `/livez`, `/whoami` and `/name` (which site this is), `/version`, and
-//! `/watch`, a long-lived stream like a kubelet's watch, `PUT` of a node lease (fails without etcd), and `/slow`
-//! (answered after 2 s). Plus the raw echo protocol for relay tests.
+//! linearizable etcd read; `/healthz` the same), `/livez`, `/whoami` and `/name` (which site this
+//! is), `/version`, `/watch`, a long-lived stream like a kubelet's watch, `PUT` of a node lease
+//! (500 where its etcd read fails), and `/slow` (answered after 2 s). Plus the raw echo protocol
+//! for relay tests.
 
 use std::convert::Infallible;
 use std::pin::Pin;
