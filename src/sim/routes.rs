@@ -1,7 +1,9 @@
 //! What the simulated apiserver answers: `/readyz` (a switch, a script, a fixed answer, or a real
-//! linearizable etcd read), `/livez`, `/whoami` and `/name` (which site this is), `/version`, and
-//! `/watch`, a long-lived stream like a kubelet's watch, and the `default/kubernetes` Endpoints
-//! object discovery polls (whatever the test or demo set). Plus the raw echo protocol for relay tests.
+//! linearizable etcd read; `/healthz` the same), `/livez`, `/whoami` and `/name` (which site this
+//! is), `/version`, `/watch`, a long-lived stream like a kubelet's watch, the `default/kubernetes`
+//! Endpoints object discovery polls (whatever the test or demo set), `PUT` of a node lease (500
+//! where its etcd read fails), and `/slow` (answered after 2 s). Plus the raw echo protocol for
+//! relay tests.
 
 use std::convert::Infallible;
 use std::pin::Pin;
@@ -27,6 +29,12 @@ pub(super) type AnyBody = BoxBody<Bytes, Infallible>;
 /// second.
 pub const WATCH_EVERY: Duration = Duration::from_millis(250);
 
+/// Where node leases are renewed (`PUT <LEASES><node>`).
+const LEASES: &str = "/apis/coordination.k8s.io/v1/namespaces/kube-node-lease/leases/";
+
+/// How long `/slow` holds its answer.
+pub const SLOW_HOLD: Duration = Duration::from_secs(2);
+
 pub(super) async fn answer<B>(
     req: &Request<B>,
     control: &Control,
@@ -40,7 +48,7 @@ pub(super) async fn answer<B>(
             let body = Ticking::new(every, |n| (n <= 1000).then(|| Bytes::from_static(b"x")));
             return Response::new(body.boxed());
         }
-        "/readyz" => readyz(control, peer_cert).await,
+        "/readyz" | "/healthz" => readyz(control, peer_cert).await,
         "/livez" => (StatusCode::OK, "ok".to_string()),
         crate::discovery::PATH => {
             control.endpoints_hits.fetch_add(1, Ordering::SeqCst);
@@ -55,6 +63,21 @@ pub(super) async fn answer<B>(
         }
         "/name" | "/whoami" => (StatusCode::OK, control.name.clone()),
         "/version" => (StatusCode::OK, format!("{{\"major\":\"1\",\"minor\":\"32\",\"gitVersion\":\"v1.32.0-fake\",\"platform\":\"{}\"}}", control.name)),
+        p if p.starts_with(LEASES) && req.method() == hyper::Method::PUT => {
+            // A node lease renewal: written to etcd, so it fails where a write would.
+            match control.etcd.load_full() {
+                Some(url) if super::etcd::linearizable_read(&url).await.is_err() => (
+                    StatusCode::INTERNAL_SERVER_ERROR,
+                    "etcdserver: request timed out".to_string(),
+                ),
+                _ => (StatusCode::OK, format!("{{\"kind\":\"Lease\",\"apiVersion\":\"coordination.k8s.io/v1\",\"metadata\":{{\"name\":\"{}\"}},\"from\":\"{}\"}}", &p[LEASES.len()..], control.name)),
+            }
+        }
+        "/slow" => {
+            // A request the apiserver holds open: in flight, deterministically.
+            tokio::time::sleep(SLOW_HOLD).await;
+            (StatusCode::OK, control.name.clone())
+        }
         "/watch" => {
             // One JSON line per tick, naming the site, until the client goes away.
             let name = control.name.clone();

@@ -13,10 +13,10 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use readyprism::sim::pki::Ca;
-use serde::Deserialize;
 use tokio::time::Instant;
 
 use super::balancer_log::Change;
+use super::balancers::{spawn_other, Balancer};
 use super::netlab::{lab_dir, Host, LabProcess, NetLab};
 
 /// The real binary under test.
@@ -65,34 +65,7 @@ pub fn site_of(address: &str) -> Option<Host> {
         .find(|s| address == format!("{}:{APISERVER_PORT}", s.ip()))
 }
 
-/// One line of the client's output (see `tests/lab/kubelet.py`).
-#[derive(Clone, Debug, Deserialize)]
-#[serde(tag = "ev", rename_all = "snake_case")]
-pub enum ClientEvent {
-    Req {
-        t0: f64,
-        t1: f64,
-        ok: bool,
-        site: Option<String>,
-        attempts: u32,
-        error: Option<String>,
-    },
-    Line {
-        t: f64,
-        c: u32,
-        site: String,
-    },
-    End {
-        t: f64,
-        c: u32,
-        reason: String,
-    },
-    DialError {
-        t: f64,
-        c: u32,
-        error: String,
-    },
-}
+pub use super::client::ClientEvent;
 
 /// How the balancer learns the apiservers in the membership scenario: the seeds it is
 /// configured with, and discovery's poll interval.
@@ -107,6 +80,9 @@ struct ApiserverFiles<'f> {
     ca_path: &'f Path,
     /// The Endpoints object it serves (membership scenario), re-read on every request.
     endpoints: Option<&'f Path>,
+    /// A client certificate is required (readyprism's probes present one); otherwise it is
+    /// verified when presented, as kube-apiserver does (the others' checks present none).
+    require_client_cert: bool,
 }
 
 /// The `kubernetes` Endpoints object with `ips` × the `https` port, written whole (rename) so
@@ -152,8 +128,10 @@ fn spawn_apiserver(
         .arg("--key")
         .arg(&key_path)
         .arg("--client-ca")
-        .arg(files.ca_path)
-        .arg("--require-client-cert");
+        .arg(files.ca_path);
+    if files.require_client_cert {
+        cmd.arg("--require-client-cert");
+    }
     if let Some(endpoints) = files.endpoints {
         cmd.arg("--endpoints-file").arg(endpoints);
     }
@@ -178,6 +156,7 @@ pub struct Cast<'a> {
     joined: BTreeMap<String, LabProcess>,
     authority: Ca,
     endpoints: Option<PathBuf>,
+    kind: Balancer,
     balancer: LabProcess,
     client: Option<LabProcess>,
     ca: PathBuf,
@@ -222,6 +201,20 @@ impl<'a> Cast<'a> {
         readyz: [(Host, Readyz); 3],
         members: Option<&Members>,
     ) -> Cast<'a> {
+        Cast::start_inner(lab, readyz, members, Balancer::Readyprism)
+    }
+
+    /// [`Cast::start`] with `balancer` on the node instead of readyprism.
+    pub fn start_for(lab: &'a NetLab, readyz: [(Host, Readyz); 3], balancer: Balancer) -> Cast<'a> {
+        Cast::start_inner(lab, readyz, None, balancer)
+    }
+
+    fn start_inner(
+        lab: &'a NetLab,
+        readyz: [(Host, Readyz); 3],
+        members: Option<&Members>,
+        kind: Balancer,
+    ) -> Cast<'a> {
         let ca = Ca::new("partition-lab-ca").expect("CA");
         let ca_path = write(lab, "ca.crt", &ca.cert_pem);
         let kubelet = ca.client("node").expect("kubelet cert");
@@ -236,6 +229,7 @@ impl<'a> Cast<'a> {
                 ca: &ca,
                 ca_path: &ca_path,
                 endpoints: endpoints.as_deref(),
+                require_client_cert: kind == Balancer::Readyprism,
             };
             let proc = spawn_apiserver(lab, &files, site, site.ip(), site.name(), readyz);
             apiservers.insert(site, proc);
@@ -288,7 +282,10 @@ impl<'a> Cast<'a> {
             .arg(&config)
             .env_remove("READYPRISM_ZONE")
             .env_remove("RUST_LOG");
-        let balancer = lab.spawn("readyprism", cmd).expect("spawn readyprism");
+        let balancer = match kind {
+            Balancer::Readyprism => lab.spawn("readyprism", cmd).expect("spawn readyprism"),
+            other => spawn_other(lab, other),
+        };
         let kubeconfig = format!(
             "apiVersion: v1\nkind: Config\nclusters:\n- name: lab\n  cluster:\n    server: https://{LISTEN}\n    certificate-authority: {ca}\nusers:\n- name: kubelet\n  user:\n    client-certificate: {pem}\n    client-key: {pem}\ncontexts:\n- name: lab\n  context: {{cluster: lab, user: kubelet}}\ncurrent-context: lab\n",
             ca = ca_path.display(),
@@ -301,6 +298,7 @@ impl<'a> Cast<'a> {
             joined: BTreeMap::new(),
             authority: ca,
             endpoints,
+            kind,
             balancer,
             client: None,
             ca: ca_path,
@@ -319,9 +317,10 @@ impl<'a> Cast<'a> {
                 proc.log_text()
             );
         }
-        let up = poll(Duration::from_secs(10), || {
-            cast.balancer.log_text().contains("readyprism started")
-        });
+        let up = kind != Balancer::Readyprism
+            || poll(Duration::from_secs(10), || {
+                cast.balancer.log_text().contains("readyprism started")
+            });
         assert!(up, "readyprism did not start: {}", cast.balancer.log_text());
         cast
     }
@@ -333,6 +332,7 @@ impl<'a> Cast<'a> {
             ca: &self.authority,
             ca_path: &self.ca,
             endpoints: self.endpoints.as_deref(),
+            require_client_cert: self.kind == Balancer::Readyprism,
         };
         let proc = spawn_apiserver(self.lab, &files, host, ip, name, Readyz::Pass);
         let up = poll(Duration::from_secs(10), || {
@@ -375,8 +375,17 @@ impl<'a> Cast<'a> {
         self.changes().into_iter().map(|c| (c.site, c.to)).collect()
     }
 
-    /// Whether every `(site, state)` in `want` holds now.
+    /// Which balancer runs on the node.
+    pub fn balancer_kind(&self) -> Balancer {
+        self.kind
+    }
+
+    /// Whether every `(site, state)` in `want` holds now; always for the other balancers, which
+    /// log no states.
     pub fn states_are(&self, want: &[(Host, &str)]) -> bool {
+        if self.kind != Balancer::Readyprism {
+            return true;
+        }
         let now = self.states();
         want.iter()
             .all(|(s, st)| now.get(s).map(String::as_str) == Some(*st))
@@ -395,6 +404,11 @@ impl<'a> Cast<'a> {
 
     /// Starts the kubelet-like client and waits until its stream delivers and requests succeed.
     pub fn start_client(&mut self) {
+        self.start_client_with(&[]);
+    }
+
+    /// [`Cast::start_client`] with more of `kubelet.py`'s flags (`--slow`).
+    pub fn start_client_with(&mut self, flags: &[&str]) {
         let mut cmd = self.lab.command(Host::Node, "python3");
         cmd.arg("-u")
             .arg(lab_dir().join("kubelet.py"))
@@ -406,7 +420,8 @@ impl<'a> Cast<'a> {
             .arg("--out")
             .arg(&self.client_out)
             .arg("--silence")
-            .arg(CLIENT_SILENCE.as_secs().to_string());
+            .arg(CLIENT_SILENCE.as_secs().to_string())
+            .args(flags);
         self.client = Some(self.lab.spawn("kubelet", cmd).expect("spawn kubelet.py"));
         let flowing = poll(Duration::from_secs(10), || {
             let events = self.client_events();
@@ -473,26 +488,36 @@ impl<'a> Cast<'a> {
 
     /// The balancer's `/metrics` lines that mention `needle`.
     pub fn metrics(&self, needle: &str) -> Vec<String> {
-        let script = "import sys, urllib.request; print(urllib.request.urlopen(sys.argv[1], timeout=5).read().decode())";
-        let url = format!("http://{ADMIN}/metrics");
-        match self.lab.output(
-            Host::Node,
-            "python3",
-            &["-c", script, &url],
-            &[],
-            Duration::from_secs(10),
-        ) {
-            Ok(out) => String::from_utf8_lossy(&out.stdout)
-                .lines()
-                .filter(|l| l.contains(needle) && !l.starts_with('#'))
-                .map(str::to_string)
-                .collect(),
-            Err(e) => vec![format!("metrics: {e}")],
-        }
+        lab_metrics(self.lab, needle)
+    }
+
+    /// The lab it runs in.
+    pub fn lab(&self) -> &NetLab {
+        self.lab
     }
 
     /// The balancer's log (for failure messages).
     pub fn balancer_log(&self) -> String {
         self.balancer.log_text()
+    }
+}
+
+/// A balancer's `/metrics` lines that mention `needle`, fetched from inside the node's namespace.
+pub fn lab_metrics(lab: &NetLab, needle: &str) -> Vec<String> {
+    let script = "import sys, urllib.request; print(urllib.request.urlopen(sys.argv[1], timeout=5).read().decode())";
+    let url = format!("http://{ADMIN}/metrics");
+    match lab.output(
+        Host::Node,
+        "python3",
+        &["-c", script, &url],
+        &[],
+        Duration::from_secs(10),
+    ) {
+        Ok(out) => String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .filter(|l| l.contains(needle) && !l.starts_with('#'))
+            .map(str::to_string)
+            .collect(),
+        Err(e) => vec![format!("metrics: {e}")],
     }
 }

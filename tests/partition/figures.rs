@@ -6,8 +6,9 @@ use std::collections::BTreeMap;
 
 use super::balancer_log::Change;
 use super::cast::{ClientEvent, CONNECT_TIMEOUT};
+use super::lease;
 use super::netlab::Host;
-use super::timeline::{Phase, Request, StateChange, StreamSegment, Timeline};
+use super::timeline::{LeaseAttempt, Phase, Request, StateChange, StreamSegment, Timeline};
 
 /// A stream connection with an event this recently counts as alive (four of its 250 ms events).
 pub const RECENT: f64 = 1.0;
@@ -31,6 +32,7 @@ pub fn timeline(
 ) -> (Timeline, Vec<StreamDialError>) {
     let rel = |t: f64| t - fault_at;
     let mut requests = Vec::new();
+    let (mut leases, mut slow) = (Vec::new(), Vec::new());
     let mut segments: BTreeMap<u32, StreamSegment> = BTreeMap::new();
     let mut ends: BTreeMap<u32, (f64, String)> = BTreeMap::new();
     let mut dial_errors = Vec::new();
@@ -69,6 +71,38 @@ pub fn timeline(
                 t: rel(*t),
                 error: error.clone(),
             }),
+            ClientEvent::Lease {
+                t0,
+                t1,
+                ok,
+                site,
+                attempt,
+                conn,
+                error,
+            } => leases.push(LeaseAttempt {
+                start: rel(*t0),
+                end: rel(*t1),
+                ok: *ok,
+                site: site.clone(),
+                attempt: *attempt,
+                conn: conn.clone(),
+                error: error.clone(),
+            }),
+            ClientEvent::Slow {
+                t0,
+                t1,
+                ok,
+                site,
+                attempts,
+                error,
+            } => slow.push(Request {
+                start: rel(*t0),
+                end: rel(*t1),
+                site: site.clone(),
+                ok: *ok,
+                attempts: *attempts,
+                error: error.clone(),
+            }),
         }
     }
     for (c, (t, reason)) in ends {
@@ -101,6 +135,8 @@ pub fn timeline(
         stream: segments.into_values().collect(),
         states,
         phases: Vec::new(),
+        leases,
+        slow,
     };
     (t, dial_errors)
 }
@@ -200,6 +236,14 @@ pub fn phase(
             .filter(|c| c.t > from && c.t <= to)
             .map(|c| format!("{} {:+.1}s {}", c.site, c.t, c.to))
             .collect(),
+        lease_gap: lease::longest_gap(&t.leases, (from, to)),
+        lease_failures: lease::failures(&t.leases, (from, to)),
+        inflight_good: lease::inflight_good(&t.slow, &good, (from, to)),
+        inflight_errors: t
+            .slow
+            .iter()
+            .filter(|r| !r.ok && r.end > from && r.end <= to)
+            .count(),
     }
 }
 
@@ -231,6 +275,18 @@ pub fn report(t: &Timeline) -> String {
             p.slowest_site.as_deref().unwrap_or("-"),
             p.changes.join(", "),
         ));
+        out.push_str(&format!(
+            "    lease: longest gap between renewals {:.2} s, {} failed attempts",
+            p.lease_gap, p.lease_failures
+        ));
+        if !t.slow.is_empty() {
+            out.push_str(&format!(
+                "; in-flight request on good {}, {} failed",
+                opt(p.inflight_good),
+                p.inflight_errors
+            ));
+        }
+        out.push('\n');
         for e in &p.error_samples {
             out.push_str(&format!("    error: {e}\n"));
         }

@@ -8,13 +8,18 @@
 #![allow(dead_code)]
 
 pub mod balancer_log;
+pub mod balancers;
 pub mod cast;
+pub mod client;
 pub mod etcd;
 pub mod figures;
+pub mod lease;
 pub mod netlab;
 pub mod runner;
 pub mod timeline;
 
+mod dying_path;
+mod head_to_head;
 mod lab_tests;
 mod membership;
-mod scenarios;
+pub mod scenarios;

@@ -6,6 +6,7 @@
 
 use std::time::Duration;
 
+use super::balancers::Balancer;
 use super::cast::{poll, wall, Cast, ClientEvent, Readyz, CLIENT_SILENCE};
 use super::etcd::EtcdCluster;
 use super::figures::{phase, report, save, timeline};
@@ -22,6 +23,27 @@ const BASELINE_SPREAD: usize = 25;
 /// A window ends at the latest this long after its start, settled or not (the checks then say
 /// what was missing).
 const WINDOW_LIMIT: Duration = Duration::from_secs(30);
+
+/// How long a head-to-head run waits for the other balancer's checks to settle before the fault.
+const STEADY_LIMIT: Duration = Duration::from_secs(45);
+
+/// Whether the client's latest 10 requests all succeeded and none landed on a site in `away`.
+fn steady(cast: &Cast, away: &[String]) -> bool {
+    let recent: Vec<_> = cast
+        .client_events()
+        .into_iter()
+        .filter_map(|e| match e {
+            ClientEvent::Req { ok, site, .. } => Some((ok, site)),
+            _ => None,
+        })
+        .rev()
+        .take(10)
+        .collect();
+    recent.len() == 10
+        && recent
+            .iter()
+            .all(|(ok, site)| *ok && site.as_ref().is_none_or(|s| !away.contains(s)))
+}
 
 /// Backend states, e.g. `[(DcB, "unready")]`.
 pub type States = &'static [(Host, &'static str)];
@@ -54,6 +76,10 @@ pub struct Spec {
     pub fault_for: Option<Duration>,
     /// Heal, then a second window: its good backends and the states it leads to.
     pub heal: Option<Heal>,
+    /// More flags for the client (`--slow`: a request always in flight).
+    pub client_flags: &'static [&'static str],
+    /// The node's balancer (readyprism but in the head-to-head).
+    pub balancer: Balancer,
 }
 
 impl Spec {
@@ -79,6 +105,8 @@ impl Spec {
             settled: &[],
             fault_for: None,
             heal: None,
+            client_flags: &[],
+            balancer: Balancer::Readyprism,
         }
     }
 }
@@ -166,9 +194,26 @@ pub fn run(
     let with_kubectl =
         crate::support::kubectl_available(&format!("{}: its kubectl checks", spec.name));
     let kubectl_readyz = |cast: &Cast| with_kubectl.then(|| cast.kubectl_readyz());
-    let mut cast = Cast::start(&lab, spec.readyz);
+    if let Some(program) = spec.balancer.program() {
+        if !super::netlab::on_path(program) {
+            super::netlab::skip(spec.name, &format!("{program} is not installed"));
+            return None;
+        }
+    }
+    let mut cast = Cast::start_for(&lab, spec.readyz, spec.balancer);
     cast.wait_states(spec.before, Duration::from_secs(20));
-    cast.start_client();
+    cast.start_client_with(spec.client_flags);
+    if spec.balancer != Balancer::Readyprism {
+        // The others log no states: wait (a while, not forever) until their checks steer the
+        // client's requests away from the sites `before` calls unready.
+        let away: Vec<String> = spec
+            .before
+            .iter()
+            .filter(|(_, s)| *s != "ready")
+            .map(|(h, _)| h.name().to_string())
+            .collect();
+        let _ = poll(STEADY_LIMIT, || steady(&cast, &away));
+    }
     // A baseline for the picture: a dozen requests (about 2.5 s) in the normal order, then up to
     // 25 more (5 s, one probe interval) chosen at random, so that the fault lands anywhere in the
     // probe cycle rather than always at the same distance from the balancer's start.

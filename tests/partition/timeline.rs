@@ -28,6 +28,27 @@ pub struct Timeline {
     pub states: Vec<StateChange>,
     /// The figures, one set per phase (the fault; the heal where there is one).
     pub phases: Vec<Phase>,
+    /// Every node-lease attempt, in order.
+    #[serde(default)]
+    pub leases: Vec<LeaseAttempt>,
+    /// Every `GET /slow` (held 2 s by the apiserver; scenario 7), in order.
+    #[serde(default)]
+    pub slow: Vec<Request>,
+}
+
+/// One attempt to renew the node lease (`PUT .../leases/node`).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct LeaseAttempt {
+    pub start: f64,
+    pub end: f64,
+    pub ok: bool,
+    /// The site that renewed it.
+    pub site: Option<String>,
+    /// 1 to 5 within a renewal round (client-go retries at once).
+    pub attempt: u32,
+    /// `new` or `reused` (the kept-alive connection).
+    pub conn: String,
+    pub error: Option<String>,
 }
 
 /// One `GET /whoami`.
@@ -103,4 +124,17 @@ pub struct Phase {
     pub slowest_site: Option<String>,
     /// Backend state changes in the window, as `site -> state`.
     pub changes: Vec<String>,
+    /// The longest time between successful lease renewals overlapping the window (`lease`).
+    #[serde(default)]
+    pub lease_gap: f64,
+    /// Lease attempts that failed in the window.
+    #[serde(default)]
+    pub lease_failures: usize,
+    /// From the phase's start until the in-flight `/slow` request was answered on a good
+    /// backend, less its hold (`None`: not in the window, or no `/slow` requests).
+    #[serde(default)]
+    pub inflight_good: Option<f64>,
+    /// `/slow` requests that failed (after client-go-like retries) in the window.
+    #[serde(default)]
+    pub inflight_errors: usize,
 }

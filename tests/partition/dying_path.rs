@@ -1,0 +1,260 @@
+//! Issue 15's lab scenarios 7 and 8, on the same lab, cast and runner as scenarios 1 to 6: a
+//! request in flight and the stream open when the path to their backend dies both ways (7), and
+//! an apiserver whose SYNs are dropped (a full accept queue looks the same) while 50 clients dial
+//! at once (8). Each prints its figures always, then asserts the issue's goals.
+//!
+//! Owns these two scenarios and the SYN counter they read (an iptables rule without a target,
+//! ahead of the fault chain, in the backend's namespace). Not the lab, the cast or the figures.
+
+use std::cell::RefCell;
+use std::time::Duration;
+
+use super::cast::{lab_metrics, poll, wall, APISERVER_PORT, LISTEN};
+use super::lease::SLOW_HOLD;
+use super::netlab::Host::{DcA, DcB, Node, Witness};
+use super::netlab::{lab_dir, lab_print, Host, NetLab};
+use super::runner::{run, Spec};
+use super::scenarios::{lease_within, LEASE_GOAL};
+
+/// Issue 15's goals.
+const INFLIGHT_GOAL: f64 = 5.0;
+const SYNS_PER_DIAL_GOAL: f64 = 3.0;
+const PROBE_SYNS_PER_SECOND_GOAL: f64 = 1.0;
+/// The herd of scenario 8.
+const CLIENTS: usize = 50;
+/// How long the probes' SYNs to the black-holed backend are counted, once it is unready.
+const PROBE_COUNT_FOR: Duration = Duration::from_secs(10);
+
+/// Counts TCP SYNs arriving at `host`'s apiserver port: a rule with no target ahead of the
+/// fault chain's jump in INPUT, so that dropped SYNs are counted too.
+fn count_syns(lab: &NetLab, host: Host) {
+    let (ns, ip, port) = (
+        lab.ns(host),
+        host.ip().to_string(),
+        APISERVER_PORT.to_string(),
+    );
+    let spec = [
+        "-I",
+        "INPUT",
+        "1",
+        "-i",
+        "eth0",
+        "-p",
+        "tcp",
+        "-d",
+        &ip,
+        "--dport",
+        &port,
+        "--syn",
+        "-m",
+        "comment",
+        "--comment",
+        "rp-syn-count",
+    ];
+    let out = lab
+        .output(
+            host,
+            "iptables",
+            &[&["-w"][..], &spec].concat(),
+            &[],
+            Duration::from_secs(10),
+        )
+        .unwrap_or_else(|e| panic!("SYN counter in {ns}: {e}"));
+    assert!(out.status.success(), "SYN counter in {ns}: {out:?}");
+}
+
+/// SYNs counted so far by [`count_syns`].
+fn syns(lab: &NetLab, host: Host) -> u64 {
+    let out = lab
+        .output(
+            host,
+            "iptables",
+            &["-w", "-L", "INPUT", "-v", "-x", "-n"],
+            &[],
+            Duration::from_secs(10),
+        )
+        .unwrap_or_else(|e| panic!("iptables -L in {}: {e}", lab.ns(host)));
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .find(|l| l.contains("rp-syn-count"))
+        .and_then(|l| l.split_whitespace().next()?.parse().ok())
+        .expect("the SYN counter rule is in place")
+}
+
+/// The balancer's `readyprism_dial_failures_total` for `host`'s apiserver.
+fn dial_failures(lab: &NetLab, host: Host) -> u64 {
+    let backend = format!("{}:{APISERVER_PORT}", host.ip());
+    lab_metrics(lab, "readyprism_dial_failures_total")
+        .iter()
+        .find(|l| l.contains(&backend))
+        .and_then(|l| l.split_whitespace().last()?.parse().ok())
+        .unwrap_or(0)
+}
+
+#[test]
+fn partition_7_a_request_in_flight_and_the_stream_on_a_dying_path_are_cut_and_land_on_a_good_backend(
+) {
+    let spec = Spec {
+        good: &[DcA, Witness],
+        settled: &[(DcB, "unready")],
+        client_flags: &["--slow"],
+        ..Spec::new(
+            "partition_7_a_request_in_flight_and_the_stream_on_a_dying_path_are_cut_and_land_on_a_good_backend",
+            "7. in-flight on a dying path: node <-> dc-b cut both ways while a request (held 2 s) and the stream are on dc-b",
+        )
+    };
+    run(
+        &spec,
+        |lab| vec![lab.cut(Node, DcB)],
+        |o| {
+            let p = o.phase("fault");
+            let held = o
+                .timeline
+                .slow
+                .iter()
+                .find(|r| r.start <= 0.0 && r.end > 0.0)
+                .map(|r| (r.start, r.site.clone(), r.ok, r.error.clone()));
+            lab_print(&format!(
+                "{}: request in flight at the cut {held:?}; request on good {:?} s, all requests {:?} s, \
+                 stream {:?} s; errors {} + {} in-flight; lease gap {:.2} s",
+                spec.name, p.inflight_good, p.all_good, p.stream_good, p.errors, p.inflight_errors, p.lease_gap
+            ));
+            // The lab worked: a held request was in flight when the path died, and on dc-b.
+            let on_dcb_before = o
+                .timeline
+                .slow
+                .iter()
+                .any(|r| r.end <= 0.0 && r.site.as_deref() == Some("dc-b"));
+            assert!(
+                held.is_some() && on_dcb_before,
+                "no request in flight on dc-b at the cut: {:?}",
+                o.timeline.slow
+            );
+            // The goals.
+            let ok = |v: Option<f64>| v.is_some_and(|v| v <= INFLIGHT_GOAL);
+            assert!(
+                ok(p.inflight_good) && ok(p.all_good) && ok(p.stream_good),
+                "goal {INFLIGHT_GOAL} s: in-flight request on good after {:?} s (hold {SLOW_HOLD} s deducted), \
+                 requests {:?} s, stream {:?} s",
+                p.inflight_good,
+                p.all_good,
+                p.stream_good
+            );
+            assert_eq!(
+                p.errors + p.inflight_errors,
+                0,
+                "client-visible errors after client-go's retry: {:?}",
+                p.error_samples
+            );
+            lease_within(p, spec.name);
+        },
+    );
+}
+
+/// What the herd of scenario 8 saw at the black-holed backend.
+#[derive(Debug, Default)]
+struct Herd {
+    seconds: f64,
+    syns: u64,
+    dial_failures: u64,
+    answer: String,
+}
+
+#[test]
+fn partition_8_an_apiserver_dropping_syns_gets_few_syns_from_a_herd_of_dials_and_from_probes() {
+    let spec = Spec {
+        good: &[DcA, Witness],
+        settled: &[(DcB, "unready")],
+        ..Spec::new(
+            "partition_8_an_apiserver_dropping_syns_gets_few_syns_from_a_herd_of_dials_and_from_probes",
+            "8. overloaded apiserver: SYNs to dc-b dropped while 50 clients dial at once",
+        )
+    };
+    let herd = RefCell::new(Herd::default());
+    run(
+        &spec,
+        |lab| {
+            count_syns(lab, DcB);
+            let (syns0, failures0) = (syns(lab, DcB), dial_failures(lab, DcB));
+            let fault = lab.drop_syns(DcB, APISERVER_PORT);
+            let t0 = wall();
+            let (ca, cert) = (lab.path("ca.crt"), lab.path("kubelet-client-current.pem"));
+            let script = lab_dir().join("dialer.py");
+            let clients = CLIENTS.to_string();
+            let out = lab
+                .output(
+                    Node,
+                    "python3",
+                    &[
+                        &script.to_string_lossy(),
+                        "--server",
+                        LISTEN,
+                        "--ca",
+                        &ca.to_string_lossy(),
+                        "--cert",
+                        &cert.to_string_lossy(),
+                        "--clients",
+                        &clients,
+                    ],
+                    &[],
+                    Duration::from_secs(60),
+                )
+                .unwrap_or_else(|e| panic!("dialer.py: {e}"));
+            *herd.borrow_mut() = Herd {
+                seconds: wall() - t0,
+                syns: syns(lab, DcB) - syns0,
+                dial_failures: dial_failures(lab, DcB) - failures0,
+                answer: String::from_utf8_lossy(&out.stdout).trim().to_string()
+                    + &String::from_utf8_lossy(&out.stderr),
+            };
+            vec![fault]
+        },
+        |o| {
+            let lab = o.cast.lab();
+            let herd = herd.borrow();
+            // dc-b is unready now (the window waited for it) and its SYNs are still dropped:
+            // from here on, only probes dial it.
+            let (syns0, t0) = (syns(lab, DcB), wall());
+            let _ = poll(PROBE_COUNT_FOR + Duration::from_secs(1), || {
+                wall() - t0 >= PROBE_COUNT_FOR.as_secs_f64()
+            });
+            let probe_syns = syns(lab, DcB) - syns0;
+            let per_second = probe_syns as f64 / (wall() - t0);
+            let per_dial = herd.syns as f64 / herd.dial_failures.max(1) as f64;
+            let unready = o
+                .timeline
+                .states
+                .iter()
+                .find(|c| c.t > 0.0 && c.site == "dc-b" && c.to == "unready")
+                .map(|c| (c.t, c.reason.clone()));
+            let p = o.phase("fault");
+            lab_print(&format!(
+                "{}: herd of {CLIENTS} in {:.2} s: {} SYNs at dc-b for {} failed dials there = {per_dial:.1} SYNs per dial \
+                 (probes' SYNs in those seconds included); probes then {probe_syns} SYNs in {:.0} s = {per_second:.2} SYN/s; \
+                 dc-b unready at {unready:?}; lease gap {:.2} s\n  herd: {}",
+                spec.name,
+                herd.seconds,
+                herd.syns,
+                herd.dial_failures,
+                PROBE_COUNT_FOR.as_secs_f64(),
+                p.lease_gap,
+                herd.answer
+            ));
+            assert!(herd.dial_failures > 0, "no dial reached dc-b: {herd:?}");
+            assert!(
+                unready.is_some(),
+                "dc-b never turned unready: {:?}",
+                o.timeline.states
+            );
+            assert!(
+                per_dial <= SYNS_PER_DIAL_GOAL,
+                "goal: <= {SYNS_PER_DIAL_GOAL} SYNs per client dial, {per_dial:.1}"
+            );
+            assert!(
+                per_second <= PROBE_SYNS_PER_SECOND_GOAL,
+                "goal: <= {PROBE_SYNS_PER_SECOND_GOAL} probe SYN/s, {per_second:.2}"
+            );
+            assert!(p.lease_gap <= LEASE_GOAL, "lease gap {:.2} s", p.lease_gap);
+        },
+    );
+}
