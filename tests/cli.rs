@@ -146,22 +146,20 @@ async fn closed_port_is_reported_as_unreachable_in_one_line() {
     );
 }
 
-#[test]
-fn demo_with_duration_runs_and_exits_zero() {
+/// Runs `readyprism demo --duration DURATION` on ports 0 to its end; its stdout, once it exited 0.
+fn run_demo(duration: &str) -> String {
     let o = Command::new(env!("CARGO_BIN_EXE_readyprism"))
-        .args([
-            "demo",
-            "--duration",
-            "3s",
-            "--listen",
-            "127.0.0.1:0",
-            "--admin",
-            "127.0.0.1:0",
-        ])
+        .args(["demo", "--duration", duration])
+        .args(["--listen", "127.0.0.1:0", "--admin", "127.0.0.1:0"])
         .output()
         .expect("run demo");
-    let out = String::from_utf8_lossy(&o.stdout);
     assert!(o.status.success(), "{o:?}");
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+#[test]
+fn demo_with_duration_runs_and_exits_zero() {
+    let out = run_demo("3s");
     assert!(
         out.contains("dc-a") && out.contains("dc-b") && out.contains("witness"),
         "{out}"
@@ -173,20 +171,7 @@ fn demo_with_duration_runs_and_exits_zero() {
 /// discovery adds it, and once dc-a loses quorum again (12 s) the demo's clients land on it.
 #[test]
 fn demo_shows_a_fourth_apiserver_joining_through_discovery_and_taking_traffic() {
-    let o = Command::new(env!("CARGO_BIN_EXE_readyprism"))
-        .args([
-            "demo",
-            "--duration",
-            "22s",
-            "--listen",
-            "127.0.0.1:0",
-            "--admin",
-            "127.0.0.1:0",
-        ])
-        .output()
-        .expect("run demo");
-    let out = String::from_utf8_lossy(&o.stdout);
-    assert!(o.status.success(), "{o:?}");
+    let out = run_demo("22s");
     let summary = out
         .lines()
         .find(|l| l.starts_with("demo over"))

@@ -9,10 +9,10 @@
 #![allow(clippy::disallowed_types)]
 
 use std::io::{BufRead, BufReader, Write};
-use std::process::{Child, Command, Stdio};
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::process::Stdio;
 use std::time::Duration;
 
+use crate::support::netns::{self, Netns};
 use crate::support::process::Proc;
 use crate::support::*;
 
@@ -23,47 +23,18 @@ const PORT: u16 = 6443;
 /// The balancer's `proxy::BACKEND_USER_TIMEOUT`.
 const USER_TIMEOUT: Duration = Duration::from_secs(10);
 
-/// A network namespace with `lo` up holding [`DEAD`] and [`GOOD`]; deleted on drop, with the
-/// processes the test started in it.
-struct Netns {
-    name: String,
-    children: Vec<Child>,
+/// The test's node: a namespace with [`DEAD`] and [`GOOD`] on `lo`, checked for `iptables` and
+/// `python3`.
+struct Node {
+    ns: Netns,
 }
 
-impl Netns {
-    fn new() -> Result<Netns, String> {
-        static NEXT: AtomicUsize = AtomicUsize::new(0);
-        let name = format!(
-            "rpd-{}-{}",
-            std::process::id(),
-            NEXT.fetch_add(1, Ordering::Relaxed)
-        );
-        run("ip", &["netns", "add", &name])?;
-        let ns = Netns {
-            name,
-            children: Vec::new(),
-        };
-        ns.run("ip", &["link", "set", "lo", "up"])?;
-        for a in [DEAD, GOOD] {
-            ns.run("ip", &["addr", "add", &format!("{a}/32"), "dev", "lo"])?;
-        }
+impl Node {
+    fn make() -> Result<Netns, String> {
+        let ns = Netns::new("rpd")?.on_lo(&[&format!("{DEAD}/32"), &format!("{GOOD}/32")])?;
         ns.run("iptables", &["-L", "INPUT", "-n"])?;
         ns.run("python3", &["-c", "pass"])?;
         Ok(ns)
-    }
-
-    /// `program args...` inside the namespace, to completion; its stdout.
-    fn run(&self, program: &str, args: &[&str]) -> Result<String, String> {
-        let mut all = vec!["netns", "exec", &self.name, program];
-        all.extend_from_slice(args);
-        run("ip", &all)
-    }
-
-    /// A command that runs `program` inside the namespace.
-    fn command(&self, program: &str) -> Command {
-        let mut c = Command::new("ip");
-        c.args(["netns", "exec", &self.name, program]);
-        c
     }
 
     /// Starts `readyprism sim-apiserver` named `name` on `ip:PORT` with the lab's CA.
@@ -76,6 +47,7 @@ impl Netns {
         let ca = lab.path("ca.crt").display().to_string();
         let listen = format!("{ip}:{PORT}");
         let child = self
+            .ns
             .command(env!("CARGO_BIN_EXE_readyprism"))
             .args(["sim-apiserver", "--name", name, "--listen", &listen])
             .args(["--cert", &crt, "--key", &key, "--client-ca", &ca])
@@ -84,10 +56,11 @@ impl Netns {
             .stderr(Stdio::null())
             .spawn()
             .expect("spawn sim-apiserver");
-        self.children.push(child);
+        self.ns.children.push(child);
         let up = "import socket, sys; socket.create_connection((sys.argv[1], int(sys.argv[2])), 1)";
         rt_poll("the apiserver listens", || {
-            self.run("python3", &["-c", up, ip, &PORT.to_string()])
+            self.ns
+                .run("python3", &["-c", up, ip, &PORT.to_string()])
                 .is_ok()
         });
     }
@@ -96,70 +69,27 @@ impl Netns {
     fn metrics(&self, p: &Proc) -> String {
         let url = format!("http://{}/metrics", p.admin);
         let get = "import sys, urllib.request; print(urllib.request.urlopen(sys.argv[1]).read().decode())";
-        self.run("python3", &["-c", get, &url]).expect("metrics")
+        self.ns.run("python3", &["-c", get, &url]).expect("metrics")
     }
 
     /// Packets counted by the INPUT rule commented `tag`.
     fn counted(&self, tag: &str) -> u64 {
         let table = self
+            .ns
             .run("iptables", &["-L", "INPUT", "-n", "-v", "-x"])
             .expect("iptables -L");
-        let line = table
-            .lines()
-            .find(|l| l.contains(tag))
-            .unwrap_or_else(|| panic!("no rule {tag}: {table}"));
-        line.split_whitespace()
-            .next()
-            .and_then(|n| n.parse().ok())
-            .expect("packet count")
+        iptables::packets(&table, tag).unwrap_or_else(|| panic!("no rule {tag}: {table}"))
     }
 }
 
-impl Drop for Netns {
-    fn drop(&mut self) {
-        for c in &mut self.children {
-            let _ = c.kill();
-            let _ = c.wait();
-        }
-        let _ = run("ip", &["netns", "delete", &self.name]);
-    }
-}
-
-fn run(program: &str, args: &[&str]) -> Result<String, String> {
-    let o = Command::new(program)
-        .args(args)
-        .output()
-        .map_err(|e| format!("{program}: {e}"))?;
-    if o.status.success() {
-        Ok(String::from_utf8_lossy(&o.stdout).into_owned())
-    } else {
-        Err(format!(
-            "{program} {}: {}",
-            args.join(" "),
-            stderr(&o).trim()
-        ))
-    }
-}
-
-/// The namespace, or `None` after saying why the test is skipped (a failure with
-/// `READYPRISM_REQUIRE_NETNS=1`).
-fn netns(test: &str) -> Option<Netns> {
-    match Netns::new() {
-        Ok(ns) => Some(ns),
-        Err(why) => {
-            assert!(
-                std::env::var("READYPRISM_REQUIRE_NETNS").as_deref() != Ok("1"),
-                "{test}: network namespaces are required (READYPRISM_REQUIRE_NETNS=1): {why}"
-            );
-            eprintln!("SKIPPED {test}: no network namespace here: {why}");
-            None
-        }
-    }
+/// The node, or `None` after saying why the test is skipped.
+fn node(test: &str) -> Option<Node> {
+    netns::or_skip(test, Node::make()).map(|ns| Node { ns })
 }
 
 /// The balancer in the namespace, in zone dc-a, in front of `backends` (`(ip, zone)`), with
 /// `health`.
-fn balancer(lab: &Lab, ns: &Netns, backends: &[(&str, &str)], health: &str) -> Proc {
+fn balancer(lab: &Lab, node: &Node, backends: &[(&str, &str)], health: &str) -> Proc {
     let list: String = backends
         .iter()
         .map(|(ip, zone)| format!("  - {{ address: \"{ip}:{PORT}\", zone: {zone} }}\n"))
@@ -169,7 +99,7 @@ fn balancer(lab: &Lab, ns: &Netns, backends: &[(&str, &str)], health: &str) -> P
         .replace("backends:\n", &format!("backends:\n{list}"));
     let file = lab.path("readyprism.yaml");
     std::fs::write(&file, yaml).expect("write");
-    Proc::start_under(&["ip", "netns", "exec", &ns.name], &file)
+    Proc::start_under(&node.ns.exec(), &file)
 }
 
 fn became(p: &Proc, ip: &str, to: &'static str) -> serde_json::Value {
@@ -210,17 +140,18 @@ print(json.dumps({"closed_after": time.monotonic() - start, "error": error}), fl
 #[test]
 fn a_backend_that_stops_acknowledging_is_cut_by_tcp_and_counted_as_a_failed_check() {
     let test = "a_backend_that_stops_acknowledging_is_cut_by_tcp_and_counted_as_a_failed_check";
-    let Some(mut ns) = netns(test) else {
+    let Some(mut node) = node(test) else {
         return;
     };
     let lab = Lab::new();
-    ns.apiserver(&lab, "dead", DEAD);
+    node.apiserver(&lab, "dead", DEAD);
     // Probes only at start-up, fall 1: whatever turns it unready now is the dead path.
     let health = "health: { interval: 60s, timeout: 2s, fast_interval: 1s, fall: 1 }\n";
-    let p = balancer(&lab, &ns, &[(DEAD, "dc-a")], health);
+    let p = balancer(&lab, &node, &[(DEAD, "dc-a")], health);
     became(&p, DEAD, "ready");
     let bound = (USER_TIMEOUT + patience()).as_secs_f64();
-    let mut client = ns
+    let mut client = node
+        .ns
         .command("python3")
         .args(["-c", HOLD, &p.listen.port().to_string(), &bound.to_string()])
         .stdin(Stdio::piped())
@@ -237,7 +168,7 @@ fn a_backend_that_stops_acknowledging_is_cut_by_tcp_and_counted_as_a_failed_chec
         let args = [
             "-I", "INPUT", "-p", "tcp", rule[0], rule[1], rule[2], &port, "-j", "DROP",
         ];
-        ns.run("iptables", &args).expect("iptables");
+        node.ns.run("iptables", &args).expect("iptables");
     }
     let mut stdin = client.stdin.take().expect("stdin");
     writeln!(stdin, "go").expect("go");
@@ -260,7 +191,7 @@ fn a_backend_that_stops_acknowledging_is_cut_by_tcp_and_counted_as_a_failed_chec
         "a failed check from the dead path: {change}"
     );
     let labels = format!("backend=\"{DEAD}:{PORT}\",reason=\"dead_path\"");
-    let text = ns.metrics(&p);
+    let text = node.metrics(&p);
     assert_eq!(
         metric(&text, "readyprism_unready_closes_total", &labels),
         Some(1.0)
@@ -281,43 +212,27 @@ for _ in range(int(sys.argv[2])):
 #[test]
 fn a_syn_black_hole_gets_three_syns_per_dial_and_probes_at_most_one_a_second() {
     let test = "a_syn_black_hole_gets_three_syns_per_dial_and_probes_at_most_one_a_second";
-    let Some(mut ns) = netns(test) else {
+    let Some(mut node) = node(test) else {
         return;
     };
     let lab = Lab::new();
-    ns.apiserver(&lab, "holed", DEAD);
-    ns.apiserver(&lab, "good", GOOD);
+    node.apiserver(&lab, "holed", DEAD);
+    node.apiserver(&lab, "good", GOOD);
     // The defaults: probe every 5 s, timeout 3 s, fast_interval 1 s, fall 2.
     let health = "health: { interval: 5s, timeout: 3s, fast_interval: 1s }\n";
-    let p = balancer(&lab, &ns, &[(DEAD, "dc-a"), (GOOD, "dc-b")], health);
+    let p = balancer(&lab, &node, &[(DEAD, "dc-a"), (GOOD, "dc-b")], health);
     became(&p, DEAD, "ready");
     became(&p, GOOD, "ready");
     // SYNs to the local backend vanish; its kept probe connection lives on.
-    let port = PORT.to_string();
     let syns = "rp-syn-black-hole";
-    ns.run(
-        "iptables",
-        &[
-            "-I",
-            "INPUT",
-            "-p",
-            "tcp",
-            "-d",
-            DEAD,
-            "--dport",
-            &port,
-            "--syn",
-            "-m",
-            "comment",
-            "--comment",
-            syns,
-            "-j",
-            "DROP",
-        ],
-    )
-    .expect("iptables");
+    let mut rule: Vec<String> = vec!["-I".into(), "INPUT".into()];
+    rule.extend(iptables::syns_to(DEAD, PORT, syns));
+    rule.extend(["-j".into(), "DROP".into()]);
+    let rule: Vec<&str> = rule.iter().map(String::as_str).collect();
+    node.ns.run("iptables", &rule).expect("iptables");
     let started = std::time::Instant::now();
-    let names = ns
+    let names = node
+        .ns
         .run("python3", &["-c", DIALS, &p.listen.port().to_string(), "3"])
         .expect("client");
     assert_eq!(
@@ -354,9 +269,9 @@ fn a_syn_black_hole_gets_three_syns_per_dial_and_probes_at_most_one_a_second() {
         )
         .unwrap_or(0.0) as u64
     };
-    let mut text = ns.metrics(&p);
+    let mut text = node.metrics(&p);
     let probes = loop {
-        let (n, syn_count) = (fails(&text), ns.counted(syns));
+        let (n, syn_count) = (fails(&text), node.counted(syns));
         if n >= 3 {
             break (n, syn_count);
         }
@@ -365,7 +280,7 @@ fn a_syn_black_hole_gets_three_syns_per_dial_and_probes_at_most_one_a_second() {
             "three failed probes: {text}"
         );
         std::thread::sleep(Duration::from_millis(50));
-        text = ns.metrics(&p);
+        text = node.metrics(&p);
     };
     let (probe_dials, syn_count) = probes;
     let elapsed = started.elapsed().as_secs_f64();

@@ -5,100 +5,28 @@
 //! skipped, unless `READYPRISM_REQUIRE_NETNS=1`, which makes that a failure.
 
 use std::path::Path;
-use std::process::{Command, Output};
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::process::Output;
 
 use readyprism::admin::status::StatusDoc;
 
+use crate::support::netns::{self, Netns};
 use crate::support::process::Proc;
 use crate::support::*;
 
-/// A network namespace of the test's own with `lo` up and a veth pair whose first end holds
-/// `addrs`; deleted on drop (also when the test panics).
-struct Netns {
-    name: String,
+/// `readyprism ARGS...` run to completion inside `ns`, with `env` set.
+fn readyprism(ns: &Netns, env: &[(&str, &str)], args: &[&str]) -> Output {
+    let mut c = ns.command(env!("CARGO_BIN_EXE_readyprism"));
+    c.args(args).env_remove("READYPRISM_ZONE");
+    for (k, v) in env {
+        c.env(k, v);
+    }
+    c.output().expect("run ip netns exec")
 }
 
-impl Netns {
-    /// The namespace, or why it cannot be made here.
-    fn new(addrs: &[&str]) -> Result<Netns, String> {
-        static NEXT: AtomicUsize = AtomicUsize::new(0);
-        let name = format!(
-            "rpz-{}-{}",
-            std::process::id(),
-            NEXT.fetch_add(1, Ordering::Relaxed)
-        );
-        run_ip(&["netns", "add", &name])?;
-        let ns = Netns { name };
-        let n = ns.name.as_str();
-        run_ip(&["-n", n, "link", "set", "lo", "up"])?;
-        run_ip(&[
-            "-n", n, "link", "add", "v0", "type", "veth", "peer", "name", "v1",
-        ])?;
-        for addr in addrs {
-            run_ip(&["-n", n, "addr", "add", addr, "dev", "v0"])?;
-        }
-        run_ip(&["-n", n, "link", "set", "v0", "up"])?;
-        run_ip(&["-n", n, "link", "set", "v1", "up"])?;
-        Ok(ns)
-    }
-
-    /// The command prefix that runs a program inside the namespace.
-    fn exec(&self) -> [&str; 4] {
-        // No `--`: this machine's `ip netns exec` takes the program right after the name.
-        ["ip", "netns", "exec", &self.name]
-    }
-
-    /// `readyprism ARGS...` run to completion inside the namespace, with `env` set.
-    fn readyprism(&self, env: &[(&str, &str)], args: &[&str]) -> Output {
-        let mut c = Command::new("ip");
-        c.args([
-            "netns",
-            "exec",
-            &self.name,
-            env!("CARGO_BIN_EXE_readyprism"),
-        ])
-        .args(args)
-        .env_remove("READYPRISM_ZONE");
-        for (k, v) in env {
-            c.env(k, v);
-        }
-        c.output().expect("run ip netns exec")
-    }
-}
-
-impl Drop for Netns {
-    fn drop(&mut self) {
-        let _ = run_ip(&["netns", "delete", &self.name]);
-    }
-}
-
-fn run_ip(args: &[&str]) -> Result<(), String> {
-    let o = Command::new("ip")
-        .args(args)
-        .output()
-        .map_err(|e| format!("ip: {e}"))?;
-    if o.status.success() {
-        Ok(())
-    } else {
-        Err(format!("ip {}: {}", args.join(" "), stderr(&o).trim()))
-    }
-}
-
-/// A namespace holding `addrs`, or `None` after saying why the test is skipped (a failure with
-/// `READYPRISM_REQUIRE_NETNS=1`).
+/// A namespace whose veth end holds `addrs`, or `None` after saying why the test is skipped (a
+/// failure with `READYPRISM_REQUIRE_NETNS=1`).
 fn netns(test: &str, addrs: &[&str]) -> Option<Netns> {
-    match Netns::new(addrs) {
-        Ok(ns) => Some(ns),
-        Err(why) => {
-            assert!(
-                std::env::var("READYPRISM_REQUIRE_NETNS").as_deref() != Ok("1"),
-                "{test}: network namespaces are required (READYPRISM_REQUIRE_NETNS=1): {why}"
-            );
-            eprintln!("SKIPPED {test}: no network namespace here: {why}");
-            None
-        }
-    }
+    netns::or_skip(test, Netns::new("rpz").and_then(|ns| ns.on_veth(addrs)))
 }
 
 /// A config for the namespace: ports 0, the lab's CA, `zone_line` (may be empty), `zones`, and
@@ -128,7 +56,7 @@ fn the_node_zone_comes_from_an_interface_address_and_backends_from_their_ip() {
     assert_eq!(started["fields"]["zone_source"], "address 10.0.1.5");
     // /status, read inside the namespace (its 127.0.0.1 is not ours).
     let admin = p.admin.to_string();
-    let o = ns.readyprism(&[], &["status", "--admin", &admin, "--json"]);
+    let o = readyprism(&ns, &[], &["status", "--admin", &admin, "--json"]);
     let doc: StatusDoc = serde_json::from_slice(&o.stdout).expect("status JSON");
     assert_eq!(doc.zone.as_deref(), Some("dc-a"));
     assert_eq!(
@@ -151,7 +79,7 @@ fn the_node_zone_comes_from_an_interface_address_and_backends_from_their_ip() {
         ]
     );
     // `readyprism status` says it on its summary line.
-    let o = ns.readyprism(&[], &["status", "--admin", &admin]);
+    let o = readyprism(&ns, &[], &["status", "--admin", &admin]);
     let table = String::from_utf8_lossy(&o.stdout).to_string();
     assert!(
         table.starts_with("node zone dc-a (address 10.0.1.5)  "),
@@ -190,7 +118,7 @@ fn the_zone_is_the_flag_then_the_environment_then_the_config_then_an_address() {
     for (file, env, flag, want) in cases {
         let mut args = vec!["check", "--skip-node-files", "--config", file];
         // --skip-node-files skips the addresses too: check once without, once with.
-        let o = ns.readyprism(env, &args);
+        let o = readyprism(&ns, env, &args);
         let out = String::from_utf8_lossy(&o.stdout).to_string();
         assert!(o.status.success(), "{}", stderr(&o));
         assert!(!out.contains("this node's zone"), "{out}");
@@ -198,7 +126,7 @@ fn the_zone_is_the_flag_then_the_environment_then_the_config_then_an_address() {
         if let Some(z) = flag {
             args.extend(["--zone", z]);
         }
-        let o = ns.readyprism(env, &args);
+        let o = readyprism(&ns, env, &args);
         let out = String::from_utf8_lossy(&o.stdout).to_string();
         assert!(o.status.success(), "{}", stderr(&o));
         assert!(
@@ -251,7 +179,11 @@ fn no_zone_matching_this_node_starts_anyway_with_one_warning() {
             && v["fields"]["message"] == "no zone matches this node's addresses; zone unknown"
     };
     assert_eq!(p.logs().iter().filter(|v| warned(v)).count(), 1);
-    let o = ns.readyprism(&[], &["status", "--admin", &p.admin.to_string(), "--json"]);
+    let o = readyprism(
+        &ns,
+        &[],
+        &["status", "--admin", &p.admin.to_string(), "--json"],
+    );
     let doc: StatusDoc = serde_json::from_slice(&o.stdout).expect("status JSON");
     assert_eq!((doc.zone, doc.zone_source), (None, None));
 }
@@ -272,11 +204,11 @@ fn two_zones_holding_this_node_at_the_same_length_are_rejected_naming_both() {
             args.splice(0..0, ["timeout", &secs, env!("CARGO_BIN_EXE_readyprism")]);
         }
         let o = if cmd == "run" {
-            let mut c = Command::new("ip");
-            c.args(["netns", "exec", &ns.name]).args(&args);
+            let mut c = ns.command(args[0]);
+            c.args(&args[1..]);
             c.env_remove("READYPRISM_ZONE").output().expect("run")
         } else {
-            ns.readyprism(&[], &args)
+            readyprism(&ns, &[], &args)
         };
         let err = stderr(&o);
         assert!(
@@ -289,7 +221,7 @@ fn two_zones_holding_this_node_at_the_same_length_are_rejected_naming_both() {
         }
         assert_eq!(err.trim().lines().count(), 1, "{err}");
         // A zone set by hand settles it.
-        let o = ns.readyprism(&[], &["check", "--config", &file, "--zone", "dc-a"]);
+        let o = readyprism(&ns, &[], &["check", "--config", &file, "--zone", "dc-a"]);
         assert!(o.status.success(), "{}", stderr(&o));
     }
 }

@@ -48,6 +48,28 @@ struct WithDirection {
     direction: &'static str,
 }
 
+/// Reads one counter of a backend.
+type Read = fn(&Backend) -> u64;
+
+/// The per-backend counters with only a `backend` label: name, help, and how to read it.
+const COUNTERS: [(&str, &str, Read); 3] = [
+    (
+        "connections",
+        "Client connections relayed to the backend",
+        |b| b.live.counters.connections.load(Ordering::Relaxed),
+    ),
+    (
+        "dial_failures",
+        "Dials that failed for the backend's fault (refused, timed out, unreachable, reset, blocked)",
+        |b| b.live.counters.dial_failures.load(Ordering::Relaxed),
+    ),
+    (
+        "dial_reattempts",
+        "Connection attempts (SYNs) of client dials and probes to an address the same dial had already tried",
+        |b| b.live.counters.dial_reattempts.load(Ordering::Relaxed),
+    ),
+];
+
 impl Collector for Backends {
     fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), fmt::Error> {
         let snap = (self.0)();
@@ -55,15 +77,11 @@ impl Collector for Backends {
         let id = |b: &Backend| b.spec.id.to_string();
         let load = |n: &std::sync::atomic::AtomicU64| n.load(Ordering::Relaxed);
 
-        let mut m = encoder.encode_descriptor(
-            "connections",
-            "Client connections relayed to the backend",
-            None,
-            MetricType::Counter,
-        )?;
-        for b in backends {
-            let n = load(&b.live.counters.connections);
-            ConstCounter::new(n).encode(m.encode_family(&Labels { backend: id(b) })?)?;
+        for (name, help, read) in COUNTERS {
+            let mut m = encoder.encode_descriptor(name, help, None, MetricType::Counter)?;
+            for b in backends {
+                ConstCounter::new(read(b)).encode(m.encode_family(&Labels { backend: id(b) })?)?;
+            }
         }
         let mut m = encoder.encode_descriptor(
             "connections_active",
@@ -74,26 +92,6 @@ impl Collector for Backends {
         for b in backends {
             let n = b.live.active.load(Ordering::Relaxed) as i64;
             ConstGauge::new(n).encode(m.encode_family(&Labels { backend: id(b) })?)?;
-        }
-        let mut m = encoder.encode_descriptor(
-            "dial_failures",
-            "Dials that failed for the backend's fault (refused, timed out, unreachable, reset, blocked)",
-            None,
-            MetricType::Counter,
-        )?;
-        for b in backends {
-            let n = load(&b.live.counters.dial_failures);
-            ConstCounter::new(n).encode(m.encode_family(&Labels { backend: id(b) })?)?;
-        }
-        let mut m = encoder.encode_descriptor(
-            "dial_reattempts",
-            "Connection attempts (SYNs) of client dials and probes to an address the same dial had already tried",
-            None,
-            MetricType::Counter,
-        )?;
-        for b in backends {
-            let n = load(&b.live.counters.dial_reattempts);
-            ConstCounter::new(n).encode(m.encode_family(&Labels { backend: id(b) })?)?;
         }
         let mut m = encoder.encode_descriptor(
             "unready_closes",

@@ -152,17 +152,38 @@ fn fail_back(table: &Table) {
     }
     let mut next = (*old).clone();
     next.generation = old.generation + 1;
-    let mut bumps = Vec::with_capacity(away.len());
-    for &i in &away {
-        let b = &mut next.backends[i];
-        b.evict_epoch = b.live.eviction.next();
-        let active = b.live.active.load(std::sync::atomic::Ordering::Relaxed);
-        tracing::info!(backend = %b.spec.id, reason = CloseReason::Failback.as_str(), active, "closing the backend's connections");
-        bumps.push((b.live.clone(), b.evict_epoch));
-    }
+    let evict: Vec<(usize, CloseReason)> =
+        away.iter().map(|&i| (i, CloseReason::Failback)).collect();
+    let bumps = stamp(&mut next, &evict);
+    publish_then_bump(table, next, bumps);
+}
+
+/// An eviction to announce once its snapshot is published: the backend, its new epoch, why.
+type Bump = (Arc<BackendLive>, u64, CloseReason);
+
+/// Stamps each `(index, reason)` of `evict` in `next` with a new eviction epoch (logging the
+/// backends that have connections to close): new connections that read `next` see it.
+fn stamp(next: &mut Snapshot, evict: &[(usize, CloseReason)]) -> Vec<Bump> {
+    evict
+        .iter()
+        .map(|&(i, reason)| {
+            let b = &mut next.backends[i];
+            b.evict_epoch = b.live.eviction.next();
+            let active = b.live.active.load(std::sync::atomic::Ordering::Relaxed);
+            if active > 0 {
+                tracing::info!(backend = %b.spec.id, reason = reason.as_str(), active, "closing the backend's connections");
+            }
+            (b.live.clone(), b.evict_epoch, reason)
+        })
+        .collect()
+}
+
+/// The eviction protocol's order: publish the stamped snapshot, then bump, so that no connection
+/// dialed from the old snapshot outlives the eviction.
+fn publish_then_bump(table: &Table, next: Snapshot, bumps: Vec<Bump>) {
     table.publish(next);
-    for (live, epoch) in bumps {
-        live.eviction.bump_to(epoch, CloseReason::Failback);
+    for (live, epoch, reason) in bumps {
+        live.eviction.bump_to(epoch, reason);
     }
 }
 
@@ -252,16 +273,7 @@ fn apply(
         announced,
     };
     let decision = transitions::transitions(scene, &changes);
-    let mut bumps = Vec::with_capacity(decision.evict.len());
-    for &(i, reason) in &decision.evict {
-        let b = &mut next.backends[i];
-        b.evict_epoch = b.live.eviction.next();
-        let active = b.live.active.load(std::sync::atomic::Ordering::Relaxed);
-        if active > 0 {
-            tracing::info!(backend = %b.spec.id, reason = reason.as_str(), active, "closing the backend's connections");
-        }
-        bumps.push((b.live.clone(), b.evict_epoch, reason));
-    }
+    let bumps = stamp(&mut next, &decision.evict);
     for b in &next.backends {
         let ready = b.health.state == crate::health::verdict::State::Ready;
         metrics.set_backend_ready(&b.spec.id, b.spec.zone.as_deref(), ready);
@@ -282,10 +294,7 @@ fn apply(
     metrics
         .no_ready_backends
         .set(i64::from(decision.no_ready_gauge));
-    table.publish(next);
-    for (live, epoch, reason) in bumps {
-        live.eviction.bump_to(epoch, reason);
-    }
+    publish_then_bump(table, next, bumps);
     decision.announced
 }
 

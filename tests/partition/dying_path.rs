@@ -15,6 +15,7 @@ use super::netlab::Host::{DcA, DcB, Node, Witness};
 use super::netlab::{lab_dir, lab_print, Host, NetLab};
 use super::runner::{run, Spec};
 use super::scenarios::lease_within;
+use crate::support::iptables;
 
 /// Issue 15's goals.
 const INFLIGHT_GOAL: f64 = 5.0;
@@ -27,40 +28,18 @@ const CLIENTS: usize = 50;
 /// How long the probes' SYNs to the black-holed backend are counted, once it is unready.
 const PROBE_COUNT_FOR: Duration = Duration::from_secs(10);
 
+/// The comment of the SYN counter rule.
+const SYN_COUNT: &str = "rp-syn-count";
+
 /// Counts TCP SYNs arriving at `host`'s apiserver port: a rule with no target ahead of the
 /// fault chain's jump in INPUT, so that dropped SYNs are counted too.
 fn count_syns(lab: &NetLab, host: Host) {
-    let (ns, ip, port) = (
-        lab.ns(host),
-        host.ip().to_string(),
-        APISERVER_PORT.to_string(),
-    );
-    let spec = [
-        "-I",
-        "INPUT",
-        "1",
-        "-i",
-        "eth0",
-        "-p",
-        "tcp",
-        "-d",
-        &ip,
-        "--dport",
-        &port,
-        "--syn",
-        "-m",
-        "comment",
-        "--comment",
-        "rp-syn-count",
-    ];
+    let ns = lab.ns(host);
+    let head = ["-w", "-I", "INPUT", "1", "-i", "eth0"].map(String::from);
+    let rule = iptables::syns_to(&host.ip().to_string(), APISERVER_PORT, SYN_COUNT);
+    let spec: Vec<&str> = head.iter().chain(&rule).map(String::as_str).collect();
     let out = lab
-        .output(
-            host,
-            "iptables",
-            &[&["-w"][..], &spec].concat(),
-            &[],
-            Duration::from_secs(10),
-        )
+        .output(host, "iptables", &spec, &[], Duration::from_secs(10))
         .unwrap_or_else(|e| panic!("SYN counter in {ns}: {e}"));
     assert!(out.status.success(), "SYN counter in {ns}: {out:?}");
 }
@@ -76,10 +55,7 @@ fn syns(lab: &NetLab, host: Host) -> u64 {
             Duration::from_secs(10),
         )
         .unwrap_or_else(|e| panic!("iptables -L in {}: {e}", lab.ns(host)));
-    String::from_utf8_lossy(&out.stdout)
-        .lines()
-        .find(|l| l.contains("rp-syn-count"))
-        .and_then(|l| l.split_whitespace().next()?.parse().ok())
+    iptables::packets(&String::from_utf8_lossy(&out.stdout), SYN_COUNT)
         .expect("the SYN counter rule is in place")
 }
 

@@ -14,6 +14,8 @@ use readyprism::config::Config;
 use readyprism::health::verdict::State;
 use readyprism::sim::apiserver::FakeApiserver;
 use readyprism::sim::pki::{Ca, Issued};
+pub mod iptables;
+pub mod netns;
 pub mod process;
 
 use rustls::ServerConfig;
