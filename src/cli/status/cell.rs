@@ -11,14 +11,23 @@ pub const MAX_CELL: usize = 80;
 /// `HTTP 500: ` prefix.
 pub const MAX_ERROR: usize = 220;
 
-/// `text` with every C0 control, DEL and C1 control written as a visible escape (`\x1b`, `\x7f`,
-/// `\u{9b}`), so it cannot move the cursor, set the title or clear the screen.
+/// Unicode's bidirectional formatting characters (ALM, LRM, RLM, the embeddings and overrides
+/// U+202A–U+202E, the isolates U+2066–U+2069): shown raw they reorder what the terminal displays,
+/// so a backend's error text could make a line read as something it is not.
+fn bidi_control(c: char) -> bool {
+    matches!(c, '\u{61c}' | '\u{200e}' | '\u{200f}' | '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}')
+}
+
+/// `text` with every C0 control, DEL, C1 control and bidirectional formatting character written as
+/// a visible escape (`\x1b`, `\x7f`, `\u{9b}`, `\u{202e}`), so it cannot move the cursor, set the
+/// title, clear the screen or reorder what is shown.
 pub fn escaped(text: &str) -> String {
     let mut out = String::with_capacity(text.len());
     for c in text.chars() {
         match c {
             '\0'..='\x1f' | '\x7f' => out.push_str(&format!("\\x{:02x}", c as u32)),
             '\u{80}'..='\u{9f}' => out.push_str(&format!("\\u{{{:x}}}", c as u32)),
+            c if bidi_control(c) => out.push_str(&format!("\\u{{{:x}}}", c as u32)),
             c => out.push(c),
         }
     }
@@ -36,7 +45,8 @@ pub fn cell(text: &str, max: usize) -> String {
     cut
 }
 
-/// A JSON text with every DEL and C1 control written as a `\u00XX` escape. In a valid JSON
+/// A JSON text with every DEL, C1 control and bidirectional formatting character written as a
+/// `\uXXXX` escape. In a valid JSON
 /// document those can only stand inside strings, where the escape means the same character: the
 /// document is unchanged, and a terminal shown it has nothing to act on. (C0 controls cannot
 /// stand raw in valid JSON at all.)
@@ -45,6 +55,7 @@ pub fn json_escaped(json: &str) -> String {
     for c in json.chars() {
         match c {
             '\x7f' | '\u{80}'..='\u{9f}' => out.push_str(&format!("\\u{:04x}", c as u32)),
+            c if bidi_control(c) => out.push_str(&format!("\\u{:04x}", c as u32)),
             c => out.push(c),
         }
     }
@@ -62,6 +73,20 @@ mod tests {
             escaped(hostile),
             "HTTP 500: \\x1b]0;owned\\x07\\x1b[2J\\u{9b}31m\\x7f é\\x09✓"
         );
+    }
+
+    #[test]
+    fn bidirectional_overrides_become_visible_escapes_in_cells_and_json() {
+        let hostile = "ok \u{202e}rorre\u{202c} \u{2066}x\u{2069}\u{200f}\u{61c}";
+        assert_eq!(
+            escaped(hostile),
+            "ok \\u{202e}rorre\\u{202c} \\u{2066}x\\u{2069}\\u{200f}\\u{61c}"
+        );
+        let json = serde_json::json!({ "e": hostile }).to_string();
+        let safe = json_escaped(&json);
+        assert!(!safe.chars().any(bidi_control), "{safe}");
+        let back: serde_json::Value = serde_json::from_str(&safe).expect("still valid");
+        assert_eq!(back["e"], hostile);
     }
 
     #[test]
