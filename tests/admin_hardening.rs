@@ -301,4 +301,12 @@ fn stalled_admin_connections_reopened_forever_cannot_starve_livez_or_readyz() {
         opened_during > 2 * MAX_CONNECTIONS as u64,
         "the flood kept reopening"
     );
+    // A newcomer let in while the cap is held by stalled connections sheds one, and counts it:
+    // more than twice the cap were opened and none ends by itself this soon.
+    let (_, text) = blocking_get(p.admin, "/metrics");
+    let shed = metric(&text, "readyprism_admin_connections_shed_total", "").unwrap_or(0.0);
+    assert!(
+        shed >= MAX_CONNECTIONS as f64,
+        "shed {shed} of {opened_during} opened over a cap of {MAX_CONNECTIONS}"
+    );
 }

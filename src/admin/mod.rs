@@ -64,6 +64,7 @@ impl Admin {
         while let Some((stream, peer)) = acceptor.next().await {
             let (mut slot, shed) = slots.admit();
             if shed.is_some() {
+                self.metrics.admin_shed.inc();
                 tracing::debug!(%peer, "admin connection limit reached; shed the connection longest without a request");
             }
             let admin = self.clone();

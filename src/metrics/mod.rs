@@ -97,6 +97,8 @@ pub struct Metrics {
     pub rejected_all_dials_failed: Counter,
     /// Client connections relayed to a backend known to fail its checks (failing open).
     pub failed_open: Counter,
+    /// Admin connections closed at the connection cap to let a newcomer in.
+    pub admin_shed: Counter,
     reloads: Family<ResultLabel, Counter>,
     discovery_polls: Family<ResultLabel, Counter>,
     cert_expiry: Family<NoLabels, Gauge>,
@@ -146,6 +148,7 @@ impl Metrics {
                 reason: "all_dials_failed",
             }),
             failed_open: Counter::default(),
+            admin_shed: Counter::default(),
             reloads: Family::default(),
             discovery_polls: Family::default(),
             cert_expiry: Family::default(),
@@ -174,6 +177,8 @@ impl Metrics {
                 rejected;
             "connections_failed_open", "Client connections relayed to a backend failing its checks because none was ready",
                 m.failed_open.clone();
+            "admin_connections_shed", "Admin connections closed at the connection cap to let a newcomer in (the one longest without a request)",
+                m.admin_shed.clone();
             "config_reloads", "Config reloads by result",
                 m.reloads.clone();
             "discovery_polls", "Polls of the default/kubernetes Endpoints object by result",
