@@ -10,10 +10,15 @@
 //!   initial 1 s SYN retransmission — which is the whole default `connect_timeout` — while a
 //!   black-holed or overloaded backend gets at most 3 SYNs per dial, not a storm.
 //!
+//! Each attempt's socket gets the caller's [`SocketOptions`] before its `connect`, so the
+//! connection a dial returns needs no further syscall.
+//!
 //! Owns resolution order, the race and the budget; [`DialError`] owns what a failure means.
 
+pub mod bounded;
 mod error;
 mod memory;
+mod options;
 pub mod schedule;
 
 use std::io;
@@ -21,13 +26,15 @@ use std::net::{IpAddr, SocketAddr};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
-use tokio::net::TcpStream;
+use tokio::net::{TcpSocket, TcpStream};
 use tokio::task::JoinSet;
 use tokio::time::Instant;
 
+use bounded::Bounded;
 pub use error::{Blame, DialError};
 pub use memory::Memory;
-use schedule::ATTEMPT_LIFETIME;
+pub use options::{Keepalive, SocketOptions};
+use schedule::{ATTEMPT_LIFETIME, MAX_ATTEMPTS};
 
 /// What one dial sent, for the connection's record and `readyprism_dial_reattempts_total`.
 /// Atomics, so the counts are right also when the dial is dropped (its budget ran out, shutdown).
@@ -42,27 +49,28 @@ pub struct Tally {
 
 /// Connects to `host:port` within `budget`: an IP literal directly, a name through the system
 /// resolver with every address raced, those in `memory` as failing lately last, attempts as
-/// [`schedule::plan`] says. `tally` counts what was sent, also when the budget runs out.
+/// [`schedule::plan`] says, each attempt's socket set up with `options`. `tally` counts what was
+/// sent, also when the budget runs out.
 pub async fn connect(
     host: &str,
     port: u16,
     budget: Duration,
     tally: &Tally,
     memory: &Memory,
+    options: &SocketOptions,
 ) -> Result<TcpStream, DialError> {
     let dial = async {
-        let addrs = match host.parse::<IpAddr>() {
-            Ok(ip) => vec![SocketAddr::new(ip, port)],
-            Err(_) => interleave(
-                tokio::net::lookup_host((host, port))
+        let won = match host.parse::<IpAddr>() {
+            Ok(ip) => connect_any(&[SocketAddr::new(ip, port)], budget, tally, options).await,
+            Err(_) => {
+                let addrs = tokio::net::lookup_host((host, port))
                     .await
                     .map_err(DialError::Resolve)?
-                    .collect(),
-            ),
+                    .collect();
+                race(interleave(addrs), budget, tally, memory, options).await
+            }
         };
-        race(addrs, budget, tally, memory)
-            .await
-            .map(|won| won.stream)
+        won.map(|won| won.stream)
     };
     tokio::time::timeout(budget, dial)
         .await
@@ -75,12 +83,13 @@ async fn race(
     budget: Duration,
     tally: &Tally,
     memory: &Memory,
+    options: &SocketOptions,
 ) -> Result<Won, DialError> {
     if addrs.len() < 2 {
-        return connect_any(addrs, budget, tally).await;
+        return connect_any(&addrs, budget, tally, options).await;
     }
     memory.order(&mut addrs, Instant::now());
-    let won = connect_any(addrs, budget, tally).await?;
+    let won = connect_any(&addrs, budget, tally, options).await?;
     if let Ok(peer) = won.stream.peer_addr() {
         memory.learn(peer, &won.beaten, Instant::now());
     }
@@ -107,9 +116,18 @@ enum Attempt {
     Unanswered,
 }
 
-/// One attempt to `addr`, given up after [`ATTEMPT_LIFETIME`].
-async fn attempt(addr: SocketAddr) -> Attempt {
-    match tokio::time::timeout(ATTEMPT_LIFETIME, TcpStream::connect(addr)).await {
+/// One attempt to `addr` on a socket set up with `options`, given up after [`ATTEMPT_LIFETIME`].
+async fn attempt(addr: SocketAddr, options: SocketOptions) -> Attempt {
+    let socket = match addr {
+        SocketAddr::V4(_) => TcpSocket::new_v4(),
+        SocketAddr::V6(_) => TcpSocket::new_v6(),
+    };
+    let socket = match socket {
+        Ok(socket) => socket,
+        Err(e) => return Attempt::Failed(e),
+    };
+    options.apply(socket2::SockRef::from(&socket));
+    match tokio::time::timeout(ATTEMPT_LIFETIME, socket.connect(addr)).await {
         Ok(Ok(stream)) => Attempt::Connected(stream),
         Ok(Err(e)) => Attempt::Failed(e),
         Err(_) => Attempt::Unanswered,
@@ -122,15 +140,17 @@ async fn attempt(addr: SocketAddr) -> Attempt {
 /// attempt starts at once (re-attempts keep their time: a black hole is not hammered). When the
 /// plan is used up, the last error is returned. A shortage of this node fails the dial at once.
 async fn connect_any(
-    addrs: Vec<SocketAddr>,
+    addrs: &[SocketAddr],
     budget: Duration,
     tally: &Tally,
+    options: &SocketOptions,
 ) -> Result<Won, DialError> {
+    let options = *options;
     let mut plan = Plan::new(addrs, budget, seed());
     let (first_addr, first_n) = plan.take(tally).ok_or(DialError::NoAddress)?;
     // The first attempt runs in this task: the common dial, which connects before the next
     // attempt is due, spawns nothing. Later attempts are tasks in `running`.
-    let first = attempt(first_addr);
+    let first = attempt(first_addr, options);
     tokio::pin!(first);
     let mut first_pending = true;
     let mut running = JoinSet::new();
@@ -155,7 +175,7 @@ async fn connect_any(
             },
             _ = tokio::time::sleep_until(due.unwrap_or_else(Instant::now)), if due.is_some() => {
                 if let Some((addr, n)) = plan.take(tally) {
-                    running.spawn(async move { (addr, n, attempt(addr).await) });
+                    running.spawn(async move { (addr, n, attempt(addr, options).await) });
                 }
                 None
             }
@@ -196,36 +216,37 @@ fn seed() -> u64 {
     std::collections::hash_map::RandomState::new().hash_one(0u8)
 }
 
-/// One dial's attempts still to start, from [`schedule::plan`], and those started.
-struct Plan {
-    addrs: Vec<SocketAddr>,
-    /// `(address index, when, attempt of that address)`, in start order.
-    pending: Vec<(usize, Instant, usize)>,
+/// One dial's attempts still to start, from [`schedule::plan`], and those started: inline, at
+/// most [`MAX_ATTEMPTS`] each (every attempt comes from the plan).
+struct Plan<'a> {
+    addrs: &'a [SocketAddr],
+    /// When the plan was made: the attempts' offsets count from here.
+    start: Instant,
+    /// `(address index, offset from start, attempt of that address)`, in start order.
+    pending: Bounded<(usize, Duration, usize), MAX_ATTEMPTS>,
     /// Every started attempt's address index, in start order.
-    tried: Vec<usize>,
+    tried: Bounded<usize, MAX_ATTEMPTS>,
 }
 
-impl Plan {
-    fn new(addrs: Vec<SocketAddr>, budget: Duration, seed: u64) -> Plan {
-        let now = Instant::now();
-        let mut per_address = vec![0; addrs.len()];
-        let pending = schedule::plan(addrs.len(), budget, seed)
-            .into_iter()
-            .map(|(a, at)| {
-                per_address[a] += 1;
-                (a, now + at, per_address[a] - 1)
-            })
-            .collect();
+impl<'a> Plan<'a> {
+    fn new(addrs: &'a [SocketAddr], budget: Duration, seed: u64) -> Plan<'a> {
+        let planned = schedule::plan(addrs.len(), budget, seed);
+        let mut pending = Bounded::new();
+        for (i, &(a, at)) in planned.iter().enumerate() {
+            let earlier = planned[..i].iter().filter(|p| p.0 == a).count();
+            pending.try_push((a, at, earlier));
+        }
         Plan {
             addrs,
+            start: Instant::now(),
             pending,
-            tried: Vec::new(),
+            tried: Bounded::new(),
         }
     }
 
     /// When the next attempt is due.
     fn due(&self) -> Option<Instant> {
-        self.pending.first().map(|p| p.1)
+        self.pending.first().map(|p| self.start + p.1)
     }
 
     /// Attempts started so far.
@@ -235,15 +256,13 @@ impl Plan {
 
     /// Starts the next attempt: its address and number, counted in `tally`.
     fn take(&mut self, tally: &Tally) -> Option<(SocketAddr, u32)> {
-        if self.pending.is_empty() {
-            return None;
-        }
-        let (a, _, k) = self.pending.remove(0);
+        let (a, _, k) = self.pending.remove_first()?;
         tally.attempts.fetch_add(1, Ordering::Relaxed);
         if k > 0 {
             tally.reattempts.fetch_add(1, Ordering::Relaxed);
         }
-        self.tried.push(a);
+        // Holds: `tried` has room for every attempt of the plan.
+        self.tried.try_push(a);
         Some((*self.addrs.get(a)?, self.started() - 1))
     }
 
@@ -253,9 +272,9 @@ impl Plan {
         let Some(&(a, at, 0)) = self.pending.first() else {
             return !self.pending.is_empty();
         };
-        let early = at.saturating_duration_since(Instant::now());
+        let early = (self.start + at).saturating_duration_since(Instant::now());
         for p in self.pending.iter_mut().filter(|p| p.0 == a) {
-            p.1 -= early;
+            p.1 = p.1.saturating_sub(early);
         }
         self.pending.sort_by_key(|p| (p.1, p.2));
         true
@@ -263,7 +282,7 @@ impl Plan {
 
     /// An attempt to `addr` failed (refused, unreachable): it gets no more.
     fn failed(&mut self, addr: SocketAddr) {
-        let addrs = &self.addrs;
+        let addrs = self.addrs;
         self.pending.retain(|p| addrs[p.0] != addr);
     }
 
