@@ -149,14 +149,16 @@ async fn connect_any(
     let mut plan = Plan::new(addrs, budget, seed());
     let (first_addr, first_n) = plan.take(tally).ok_or(DialError::NoAddress)?;
     // The first attempt runs in this task: the common dial, which connects before the next
-    // attempt is due, spawns nothing. Later attempts are tasks in `running`.
+    // attempt is due, spawns nothing and allocates no set. Later attempts are tasks in `running`,
+    // made at the first of them.
     let first = attempt(first_addr, options);
     tokio::pin!(first);
     let mut first_pending = true;
-    let mut running = JoinSet::new();
+    let mut running: Option<JoinSet<(SocketAddr, u32, Attempt)>> = None;
     let mut last_error = None;
     loop {
-        if !first_pending && running.is_empty() && !plan.bring_forward() {
+        let in_flight = running.as_ref().is_some_and(|r| !r.is_empty());
+        if !first_pending && !in_flight && !plan.bring_forward() {
             return Err(last_error.unwrap_or(DialError::NoAddress));
         }
         let due = plan.due();
@@ -165,7 +167,7 @@ async fn connect_any(
                 first_pending = false;
                 Some((first_addr, first_n, r))
             }
-            done = running.join_next(), if !running.is_empty() => match done {
+            done = join_next(&mut running), if in_flight => match done {
                 Some(Ok(ended)) => Some(ended),
                 Some(Err(join)) => {
                     last_error = Some(DialError::Connect(io::Error::other(join)));
@@ -175,7 +177,9 @@ async fn connect_any(
             },
             _ = tokio::time::sleep_until(due.unwrap_or_else(Instant::now)), if due.is_some() => {
                 if let Some((addr, n)) = plan.take(tally) {
-                    running.spawn(async move { (addr, n, attempt(addr, options).await) });
+                    running
+                        .get_or_insert_with(JoinSet::new)
+                        .spawn(async move { (addr, n, attempt(addr, options).await) });
                 }
                 None
             }
@@ -208,6 +212,13 @@ async fn connect_any(
         last_error = Some(e);
         plan.failed(addr);
     }
+}
+
+/// The next attempt of `running` to end; `None` when there is none.
+async fn join_next<T: 'static>(
+    running: &mut Option<JoinSet<T>>,
+) -> Option<Result<T, tokio::task::JoinError>> {
+    running.as_mut()?.join_next().await
 }
 
 /// A fresh jitter seed per dial.
