@@ -5,6 +5,7 @@ Usage (as root, or with ptrace allowed; needs strace, openssl and python3):
 
     cargo build --release --locked
     python3 benches/proxy/strace_count.py [--binary target/release/readyprism] [-n 2000] [--json out.json]
+    python3 benches/proxy/strace_count.py --haproxy     # the same count for HAProxy (`nbthread 1`)
 
 What it does: writes a CA, a server certificate for 127.0.0.1 and a client certificate with
 `openssl`; starts a backend in this script (a TLS ClientHello gets an HTTPS `200` for the probes,
@@ -18,7 +19,8 @@ for `/readyz` = 200; then attaches `strace -f -c` to every thread of the balance
 
 Per connection = (load count - idle count x load seconds / idle seconds) / n, per syscall. The
 idle window lasts as long as the load window did, so the background subtracts at the same rate.
-Prints a table (syscall, per connection, of which failed (EAGAIN...), raw load, raw idle); `--json` also writes the numbers.
+With `--haproxy` the proxy measured is HAProxy with the config benches/proxy/targets.rs writes
+(no health check, so its idle window is near silent). Prints a table (syscall, per connection, of which failed (EAGAIN...), raw load, raw idle); `--json` also writes the numbers.
 """
 
 import argparse
@@ -162,6 +164,14 @@ def traced(pid, work, out):
     return counts, seconds
 
 
+def relays(port):
+    try:
+        one_connection(port)
+        return True
+    except (OSError, RuntimeError):
+        return False
+
+
 def one_connection(port):
     with socket.create_connection(("127.0.0.1", port), timeout=5) as s:
         s.sendall(b"x")
@@ -177,22 +187,36 @@ def main():
     ap.add_argument("--binary", default=os.path.join(ROOT, "target/release/readyprism"))
     ap.add_argument("-n", type=int, default=2000, help="connections in the load window")
     ap.add_argument("--json", help="also write the numbers here")
+    ap.add_argument("--haproxy", action="store_true", help="measure HAProxy instead")
     args = ap.parse_args()
 
     with tempfile.TemporaryDirectory(prefix="strace-count-") as d:
         ca, cert, key, client = pki(d)
         _, bport = backend(cert, key)
         listen, admin = free_port(), free_port()
-        cfg = os.path.join(d, "readyprism.yaml")
-        with open(cfg, "w") as f:
-            f.write(f'listen: ["127.0.0.1:{listen}"]\nadmin: "127.0.0.1:{admin}"\n'
-                    f"tls:\n  ca: {ca}\n  client_cert: {client}\n"
-                    f'backends:\n  - address: "127.0.0.1:{bport}"\n')
-        log = open(os.path.join(d, "readyprism.log"), "w")
-        rp = subprocess.Popen([args.binary, "--log-level", "warn", "run", "--config", cfg],
-                              stdin=subprocess.DEVNULL, stdout=log, stderr=log)
+        if args.haproxy:
+            cfg = os.path.join(d, "haproxy.cfg")
+            with open(cfg, "w") as f:
+                f.write("global\n  nbthread 1\n  maxconn 9000\n"
+                        "defaults\n  mode tcp\n  timeout connect 1s\n  timeout client 10m\n"
+                        "  timeout server 10m\n"
+                        f"frontend fe\n  bind 127.0.0.1:{listen}\n  backlog 1024\n  default_backend be\n"
+                        f"backend be\n  server s1 127.0.0.1:{bport}\n")
+            command = ["haproxy", "-db", "-f", cfg]
+        else:
+            cfg = os.path.join(d, "readyprism.yaml")
+            with open(cfg, "w") as f:
+                f.write(f'listen: ["127.0.0.1:{listen}"]\nadmin: "127.0.0.1:{admin}"\n'
+                        f"tls:\n  ca: {ca}\n  client_cert: {client}\n"
+                        f'backends:\n  - address: "127.0.0.1:{bport}"\n')
+            command = [args.binary, "--log-level", "warn", "run", "--config", cfg]
+        log = open(os.path.join(d, "proxy.log"), "w")
+        rp = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=log, stderr=log)
         try:
-            until("/readyz 200", lambda: http_status(admin, "/readyz") == 200)
+            if args.haproxy:
+                until("HAProxy to relay", lambda: relays(listen))
+            else:
+                until("/readyz 200", lambda: http_status(admin, "/readyz") == 200)
             one_connection(listen)  # warm: the first connection allocates what later ones reuse
             load, load_s = traced(rp.pid, lambda: [one_connection(listen) for _ in range(args.n)],
                                   os.path.join(d, "load.strace"))
