@@ -21,6 +21,7 @@ mod memory;
 mod options;
 pub mod schedule;
 
+use std::future::Future;
 use std::io;
 use std::net::{IpAddr, SocketAddr};
 use std::sync::atomic::{AtomicU32, Ordering};
@@ -72,7 +73,9 @@ pub async fn connect(
         };
         won.map(|won| won.stream)
     };
-    tokio::time::timeout(budget, dial)
+    // Boxed: a dial's state (its plan and attempts) is larger than a relaying connection's, and
+    // inline it would size every connection's task for its whole life, not only while it dials.
+    tokio::time::timeout(budget, Box::pin(dial))
         .await
         .unwrap_or(Err(DialError::Timeout(budget)))
 }
@@ -116,21 +119,26 @@ enum Attempt {
     Unanswered,
 }
 
-/// One attempt to `addr` on a socket set up with `options`, given up after [`ATTEMPT_LIFETIME`].
-async fn attempt(addr: SocketAddr, options: SocketOptions) -> Attempt {
+/// One attempt to `addr`, given up after [`ATTEMPT_LIFETIME`]. Its socket is made and set up
+/// with `options` at once; the future only connects (and holds no copy of the options).
+fn attempt(addr: SocketAddr, options: &SocketOptions) -> impl Future<Output = Attempt> + 'static {
     let socket = match addr {
         SocketAddr::V4(_) => TcpSocket::new_v4(),
         SocketAddr::V6(_) => TcpSocket::new_v6(),
     };
-    let socket = match socket {
-        Ok(socket) => socket,
-        Err(e) => return Attempt::Failed(e),
-    };
-    options.apply(socket2::SockRef::from(&socket));
-    match tokio::time::timeout(ATTEMPT_LIFETIME, socket.connect(addr)).await {
-        Ok(Ok(stream)) => Attempt::Connected(stream),
-        Ok(Err(e)) => Attempt::Failed(e),
-        Err(_) => Attempt::Unanswered,
+    if let Ok(socket) = &socket {
+        options.apply(socket2::SockRef::from(socket));
+    }
+    async move {
+        let connect = socket.map(|s| s.connect(addr));
+        match connect {
+            Err(e) => Attempt::Failed(e),
+            Ok(connect) => match tokio::time::timeout(ATTEMPT_LIFETIME, connect).await {
+                Ok(Ok(stream)) => Attempt::Connected(stream),
+                Ok(Err(e)) => Attempt::Failed(e),
+                Err(_) => Attempt::Unanswered,
+            },
+        }
     }
 }
 
@@ -145,7 +153,6 @@ async fn connect_any(
     tally: &Tally,
     options: &SocketOptions,
 ) -> Result<Won, DialError> {
-    let options = *options;
     let mut plan = Plan::new(addrs, budget, seed());
     let (first_addr, first_n) = plan.take(tally).ok_or(DialError::NoAddress)?;
     // The first attempt runs in this task: the common dial, which connects before the next
@@ -179,7 +186,10 @@ async fn connect_any(
                 if let Some((addr, n)) = plan.take(tally) {
                     running
                         .get_or_insert_with(JoinSet::new)
-                        .spawn(async move { (addr, n, attempt(addr, options).await) });
+                        .spawn({
+                            let attempt = attempt(addr, options);
+                            async move { (addr, n, attempt.await) }
+                        });
                 }
                 None
             }
