@@ -11,16 +11,17 @@ What it does: writes a CA, a server certificate for 127.0.0.1 and a client certi
 `openssl`; starts a backend in this script (a TLS ClientHello gets an HTTPS `200` for the probes,
 any other first byte is echoed and then the backend closes, as benches/proxy/backend.rs does);
 starts the binary with a one-backend config in the shape benches/proxy/targets.rs writes; waits
-for `/readyz` = 200; then attaches `strace -f -c` to every thread of the balancer twice:
+for `/readyz` = 200 and relays one warm-up connection; then attaches `strace -f -c` to every
+thread of the proxy twice:
 
-1. an idle window (no client connection): the probes', timers' and watchers' background;
-2. a load window: `-n` short connections made one after the other (connect, 1 byte each way, the
-   backend closes first, the client closes).
+1. a load window: `-n` short connections made one after the other (connect, 1 byte each way, the
+   backend closes first, the client closes);
+2. an idle window as long as the load window: the probes', timers' and watchers' background.
 
-Per connection = (load count - idle count x load seconds / idle seconds) / n, per syscall. The
-idle window lasts as long as the load window did, so the background subtracts at the same rate.
+Per connection = (load count - idle count x load seconds / idle seconds) / n, per syscall.
 With `--haproxy` the proxy measured is HAProxy with the config benches/proxy/targets.rs writes
-(no health check, so its idle window is near silent). Prints a table (syscall, per connection, of which failed (EAGAIN...), raw load, raw idle); `--json` also writes the numbers.
+(no health check, so its idle window is near silent). Prints a table: syscall, per connection,
+of which failed (EAGAIN, EINPROGRESS), raw load and idle counts; `--json` also writes the numbers.
 """
 
 import argparse
