@@ -10,8 +10,9 @@
 //!   initial 1 s SYN retransmission — which is the whole default `connect_timeout` — while a
 //!   black-holed or overloaded backend gets at most 3 SYNs per dial, not a storm.
 //!
-//! Each attempt's socket gets the caller's [`SocketOptions`] before its `connect`, so the
-//! connection a dial returns needs no further syscall.
+//! Each attempt's socket gets the caller's [`SocketOptions`] before its `connect`, and a connect
+//! that succeeds is not asked for its error, so the connection a dial returns costs `socket`,
+//! the options' `setsockopt`s and `connect`, nothing more.
 //!
 //! Owns resolution order, the race and the budget; [`DialError`] owns what a failure means.
 
@@ -27,7 +28,9 @@ use std::net::{IpAddr, SocketAddr};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
-use tokio::net::{TcpSocket, TcpStream};
+use socket2::{Domain, SockRef, Socket, Type};
+use tokio::io::Interest;
+use tokio::net::TcpStream;
 use tokio::task::JoinSet;
 use tokio::time::Instant;
 
@@ -119,27 +122,44 @@ enum Attempt {
     Unanswered,
 }
 
-/// One attempt to `addr`, given up after [`ATTEMPT_LIFETIME`]. Its socket is made and set up
-/// with `options` at once; the future only connects (and holds no copy of the options).
+/// One attempt to `addr`, given up after [`ATTEMPT_LIFETIME`]. Its socket is made, set up with
+/// `options` and sends its SYN at once; the future only waits (and holds no copy of the options).
 fn attempt(addr: SocketAddr, options: &SocketOptions) -> impl Future<Output = Attempt> + 'static {
-    let socket = match addr {
-        SocketAddr::V4(_) => TcpSocket::new_v4(),
-        SocketAddr::V6(_) => TcpSocket::new_v6(),
-    };
-    if let Ok(socket) = &socket {
-        options.apply(socket2::SockRef::from(socket));
-    }
+    let started = start(addr, options);
     async move {
-        let connect = socket.map(|s| s.connect(addr));
-        match connect {
-            Err(e) => Attempt::Failed(e),
-            Ok(connect) => match tokio::time::timeout(ATTEMPT_LIFETIME, connect).await {
-                Ok(Ok(stream)) => Attempt::Connected(stream),
-                Ok(Err(e)) => Attempt::Failed(e),
-                Err(_) => Attempt::Unanswered,
-            },
+        let stream = match started {
+            Ok(stream) => stream,
+            Err(e) => return Attempt::Failed(e),
+        };
+        match tokio::time::timeout(ATTEMPT_LIFETIME, connected(stream)).await {
+            Ok(Ok(stream)) => Attempt::Connected(stream),
+            Ok(Err(e)) => Attempt::Failed(e),
+            Err(_) => Attempt::Unanswered,
         }
     }
+}
+
+/// A non-blocking socket to `addr` with `options` set, its connect started.
+fn start(addr: SocketAddr, options: &SocketOptions) -> io::Result<TcpStream> {
+    let socket = Socket::new(Domain::for_address(addr), Type::STREAM.nonblocking(), None)?;
+    options.apply(SockRef::from(&socket));
+    match socket.connect(&addr.into()) {
+        Err(e) if e.raw_os_error() != Some(libc::EINPROGRESS) => return Err(e),
+        _ => {}
+    }
+    TcpStream::from_std(socket.into())
+}
+
+/// Waits until `stream`'s connect ends. Writable without an error is connected: only a failed
+/// connect reads `SO_ERROR` (tokio's own connect reads it every time, a syscall per dial).
+async fn connected(stream: TcpStream) -> io::Result<TcpStream> {
+    let ready = stream.ready(Interest::WRITABLE | Interest::ERROR).await?;
+    if ready.is_error() || ready.is_write_closed() {
+        return Err(stream
+            .take_error()?
+            .unwrap_or_else(|| io::ErrorKind::NotConnected.into()));
+    }
+    Ok(stream)
 }
 
 /// Races connections to `addrs` on [`schedule::plan`]'s times within `budget`. The first to
