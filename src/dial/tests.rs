@@ -269,3 +269,22 @@ async fn a_dialed_connection_has_the_callers_options_before_any_byte() {
     assert_eq!((untuned.0, untuned.1, untuned.5), (false, false, None));
     assert_eq!(cut.4, untuned.4, "TCP_KEEPCNT not set under a user timeout");
 }
+
+#[tokio::test]
+async fn a_dial_keeps_its_plan_and_attempts_out_of_the_callers_future() {
+    // The caller (every client connection) holds this future inline for its whole life; the
+    // dial's own state (plan, attempts, the race: over 1 KiB) is boxed, as it is needed only
+    // while dialing. Sizes are fixed at compile time: the bound is not a timing.
+    let (tally, memory) = (Tally::default(), Memory::default());
+    let dial = connect(
+        "127.0.0.1",
+        1,
+        Duration::from_secs(1),
+        &tally,
+        &memory,
+        &SocketOptions::NONE,
+    );
+    let size = std::mem::size_of_val(&dial);
+    println!("dial future: {size} B");
+    assert!(size <= 512, "the dial future is {size} B");
+}
