@@ -125,7 +125,12 @@ async fn bind(
     addr: SocketAddr,
 ) -> Result<(TcpListener, SocketAddr), ApplyError> {
     let err = |cause| ApplyError::Bind { field, addr, cause };
-    let listener = TcpListener::bind(addr).await.map_err(err)?;
+    let listener = match field {
+        // With the client leg's socket options, which every accepted connection inherits.
+        ListenField::Listen => crate::proxy::listen(addr),
+        ListenField::Admin => TcpListener::bind(addr).await,
+    }
+    .map_err(err)?;
     let bound = listener.local_addr().map_err(err)?;
     Ok((listener, bound))
 }

@@ -10,24 +10,35 @@
 //!   initial 1 s SYN retransmission — which is the whole default `connect_timeout` — while a
 //!   black-holed or overloaded backend gets at most 3 SYNs per dial, not a storm.
 //!
+//! Each attempt's socket gets the caller's [`SocketOptions`] before its `connect`, and a connect
+//! that succeeds is not asked for its error, so the connection a dial returns costs `socket`,
+//! the options' `setsockopt`s and `connect`, nothing more.
+//!
 //! Owns resolution order, the race and the budget; [`DialError`] owns what a failure means.
 
+pub mod bounded;
 mod error;
 mod memory;
+mod options;
 pub mod schedule;
 
+use std::future::Future;
 use std::io;
 use std::net::{IpAddr, SocketAddr};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
+use socket2::{Domain, SockRef, Socket, Type};
+use tokio::io::Interest;
 use tokio::net::TcpStream;
 use tokio::task::JoinSet;
 use tokio::time::Instant;
 
+use bounded::Bounded;
 pub use error::{Blame, DialError};
 pub use memory::Memory;
-use schedule::ATTEMPT_LIFETIME;
+pub use options::{Keepalive, SocketOptions};
+use schedule::{ATTEMPT_LIFETIME, MAX_ATTEMPTS};
 
 /// What one dial sent, for the connection's record and `readyprism_dial_reattempts_total`.
 /// Atomics, so the counts are right also when the dial is dropped (its budget ran out, shutdown).
@@ -42,29 +53,32 @@ pub struct Tally {
 
 /// Connects to `host:port` within `budget`: an IP literal directly, a name through the system
 /// resolver with every address raced, those in `memory` as failing lately last, attempts as
-/// [`schedule::plan`] says. `tally` counts what was sent, also when the budget runs out.
+/// [`schedule::plan`] says, each attempt's socket set up with `options`. `tally` counts what was
+/// sent, also when the budget runs out.
 pub async fn connect(
     host: &str,
     port: u16,
     budget: Duration,
     tally: &Tally,
     memory: &Memory,
+    options: &SocketOptions,
 ) -> Result<TcpStream, DialError> {
     let dial = async {
-        let addrs = match host.parse::<IpAddr>() {
-            Ok(ip) => vec![SocketAddr::new(ip, port)],
-            Err(_) => interleave(
-                tokio::net::lookup_host((host, port))
+        let won = match host.parse::<IpAddr>() {
+            Ok(ip) => connect_any(&[SocketAddr::new(ip, port)], budget, tally, options).await,
+            Err(_) => {
+                let addrs = tokio::net::lookup_host((host, port))
                     .await
                     .map_err(DialError::Resolve)?
-                    .collect(),
-            ),
+                    .collect();
+                race(interleave(addrs), budget, tally, memory, options).await
+            }
         };
-        race(addrs, budget, tally, memory)
-            .await
-            .map(|won| won.stream)
+        won.map(|won| won.stream)
     };
-    tokio::time::timeout(budget, dial)
+    // Boxed: a dial's state (its plan and attempts) is larger than a relaying connection's, and
+    // inline it would size every connection's task for its whole life, not only while it dials.
+    tokio::time::timeout(budget, Box::pin(dial))
         .await
         .unwrap_or(Err(DialError::Timeout(budget)))
 }
@@ -75,12 +89,13 @@ async fn race(
     budget: Duration,
     tally: &Tally,
     memory: &Memory,
+    options: &SocketOptions,
 ) -> Result<Won, DialError> {
     if addrs.len() < 2 {
-        return connect_any(addrs, budget, tally).await;
+        return connect_any(&addrs, budget, tally, options).await;
     }
     memory.order(&mut addrs, Instant::now());
-    let won = connect_any(addrs, budget, tally).await?;
+    let won = connect_any(&addrs, budget, tally, options).await?;
     if let Ok(peer) = won.stream.peer_addr() {
         memory.learn(peer, &won.beaten, Instant::now());
     }
@@ -107,13 +122,44 @@ enum Attempt {
     Unanswered,
 }
 
-/// One attempt to `addr`, given up after [`ATTEMPT_LIFETIME`].
-async fn attempt(addr: SocketAddr) -> Attempt {
-    match tokio::time::timeout(ATTEMPT_LIFETIME, TcpStream::connect(addr)).await {
-        Ok(Ok(stream)) => Attempt::Connected(stream),
-        Ok(Err(e)) => Attempt::Failed(e),
-        Err(_) => Attempt::Unanswered,
+/// One attempt to `addr`, given up after [`ATTEMPT_LIFETIME`]. Its socket is made, set up with
+/// `options` and sends its SYN at once; the future only waits (and holds no copy of the options).
+fn attempt(addr: SocketAddr, options: &SocketOptions) -> impl Future<Output = Attempt> + 'static {
+    let started = start(addr, options);
+    async move {
+        let stream = match started {
+            Ok(stream) => stream,
+            Err(e) => return Attempt::Failed(e),
+        };
+        match tokio::time::timeout(ATTEMPT_LIFETIME, connected(stream)).await {
+            Ok(Ok(stream)) => Attempt::Connected(stream),
+            Ok(Err(e)) => Attempt::Failed(e),
+            Err(_) => Attempt::Unanswered,
+        }
     }
+}
+
+/// A non-blocking socket to `addr` with `options` set, its connect started.
+fn start(addr: SocketAddr, options: &SocketOptions) -> io::Result<TcpStream> {
+    let socket = Socket::new(Domain::for_address(addr), Type::STREAM.nonblocking(), None)?;
+    options.apply(SockRef::from(&socket));
+    match socket.connect(&addr.into()) {
+        Err(e) if e.raw_os_error() != Some(libc::EINPROGRESS) => return Err(e),
+        _ => {}
+    }
+    TcpStream::from_std(socket.into())
+}
+
+/// Waits until `stream`'s connect ends. Writable without an error is connected: only a failed
+/// connect reads `SO_ERROR` (tokio's own connect reads it every time, a syscall per dial).
+async fn connected(stream: TcpStream) -> io::Result<TcpStream> {
+    let ready = stream.ready(Interest::WRITABLE | Interest::ERROR).await?;
+    if ready.is_error() || ready.is_write_closed() {
+        return Err(stream
+            .take_error()?
+            .unwrap_or_else(|| io::ErrorKind::NotConnected.into()));
+    }
+    Ok(stream)
 }
 
 /// Races connections to `addrs` on [`schedule::plan`]'s times within `budget`. The first to
@@ -122,21 +168,24 @@ async fn attempt(addr: SocketAddr) -> Attempt {
 /// attempt starts at once (re-attempts keep their time: a black hole is not hammered). When the
 /// plan is used up, the last error is returned. A shortage of this node fails the dial at once.
 async fn connect_any(
-    addrs: Vec<SocketAddr>,
+    addrs: &[SocketAddr],
     budget: Duration,
     tally: &Tally,
+    options: &SocketOptions,
 ) -> Result<Won, DialError> {
     let mut plan = Plan::new(addrs, budget, seed());
     let (first_addr, first_n) = plan.take(tally).ok_or(DialError::NoAddress)?;
     // The first attempt runs in this task: the common dial, which connects before the next
-    // attempt is due, spawns nothing. Later attempts are tasks in `running`.
-    let first = attempt(first_addr);
+    // attempt is due, spawns nothing and allocates no set. Later attempts are tasks in `running`,
+    // made at the first of them.
+    let first = attempt(first_addr, options);
     tokio::pin!(first);
     let mut first_pending = true;
-    let mut running = JoinSet::new();
+    let mut running: Option<JoinSet<(SocketAddr, u32, Attempt)>> = None;
     let mut last_error = None;
     loop {
-        if !first_pending && running.is_empty() && !plan.bring_forward() {
+        let in_flight = running.as_ref().is_some_and(|r| !r.is_empty());
+        if !first_pending && !in_flight && !plan.bring_forward() {
             return Err(last_error.unwrap_or(DialError::NoAddress));
         }
         let due = plan.due();
@@ -145,7 +194,7 @@ async fn connect_any(
                 first_pending = false;
                 Some((first_addr, first_n, r))
             }
-            done = running.join_next(), if !running.is_empty() => match done {
+            done = join_next(&mut running), if in_flight => match done {
                 Some(Ok(ended)) => Some(ended),
                 Some(Err(join)) => {
                     last_error = Some(DialError::Connect(io::Error::other(join)));
@@ -155,7 +204,12 @@ async fn connect_any(
             },
             _ = tokio::time::sleep_until(due.unwrap_or_else(Instant::now)), if due.is_some() => {
                 if let Some((addr, n)) = plan.take(tally) {
-                    running.spawn(async move { (addr, n, attempt(addr).await) });
+                    running
+                        .get_or_insert_with(JoinSet::new)
+                        .spawn({
+                            let attempt = attempt(addr, options);
+                            async move { (addr, n, attempt.await) }
+                        });
                 }
                 None
             }
@@ -190,42 +244,50 @@ async fn connect_any(
     }
 }
 
+/// The next attempt of `running` to end; `None` when there is none.
+async fn join_next<T: 'static>(
+    running: &mut Option<JoinSet<T>>,
+) -> Option<Result<T, tokio::task::JoinError>> {
+    running.as_mut()?.join_next().await
+}
+
 /// A fresh jitter seed per dial.
 fn seed() -> u64 {
     use std::hash::BuildHasher;
     std::collections::hash_map::RandomState::new().hash_one(0u8)
 }
 
-/// One dial's attempts still to start, from [`schedule::plan`], and those started.
-struct Plan {
-    addrs: Vec<SocketAddr>,
-    /// `(address index, when, attempt of that address)`, in start order.
-    pending: Vec<(usize, Instant, usize)>,
+/// One dial's attempts still to start, from [`schedule::plan`], and those started: inline, at
+/// most [`MAX_ATTEMPTS`] each (every attempt comes from the plan).
+struct Plan<'a> {
+    addrs: &'a [SocketAddr],
+    /// When the plan was made: the attempts' offsets count from here.
+    start: Instant,
+    /// `(address index, offset from start, attempt of that address)`, in start order.
+    pending: Bounded<(usize, Duration, usize), MAX_ATTEMPTS>,
     /// Every started attempt's address index, in start order.
-    tried: Vec<usize>,
+    tried: Bounded<usize, MAX_ATTEMPTS>,
 }
 
-impl Plan {
-    fn new(addrs: Vec<SocketAddr>, budget: Duration, seed: u64) -> Plan {
-        let now = Instant::now();
-        let mut per_address = vec![0; addrs.len()];
-        let pending = schedule::plan(addrs.len(), budget, seed)
-            .into_iter()
-            .map(|(a, at)| {
-                per_address[a] += 1;
-                (a, now + at, per_address[a] - 1)
-            })
-            .collect();
+impl<'a> Plan<'a> {
+    fn new(addrs: &'a [SocketAddr], budget: Duration, seed: u64) -> Plan<'a> {
+        let planned = schedule::plan(addrs.len(), budget, seed);
+        let mut pending = Bounded::new();
+        for (i, &(a, at)) in planned.iter().enumerate() {
+            let earlier = planned[..i].iter().filter(|p| p.0 == a).count();
+            pending.try_push((a, at, earlier));
+        }
         Plan {
             addrs,
+            start: Instant::now(),
             pending,
-            tried: Vec::new(),
+            tried: Bounded::new(),
         }
     }
 
     /// When the next attempt is due.
     fn due(&self) -> Option<Instant> {
-        self.pending.first().map(|p| p.1)
+        self.pending.first().map(|p| self.start + p.1)
     }
 
     /// Attempts started so far.
@@ -235,15 +297,13 @@ impl Plan {
 
     /// Starts the next attempt: its address and number, counted in `tally`.
     fn take(&mut self, tally: &Tally) -> Option<(SocketAddr, u32)> {
-        if self.pending.is_empty() {
-            return None;
-        }
-        let (a, _, k) = self.pending.remove(0);
+        let (a, _, k) = self.pending.remove_first()?;
         tally.attempts.fetch_add(1, Ordering::Relaxed);
         if k > 0 {
             tally.reattempts.fetch_add(1, Ordering::Relaxed);
         }
-        self.tried.push(a);
+        // Holds: `tried` has room for every attempt of the plan.
+        self.tried.try_push(a);
         Some((*self.addrs.get(a)?, self.started() - 1))
     }
 
@@ -253,9 +313,9 @@ impl Plan {
         let Some(&(a, at, 0)) = self.pending.first() else {
             return !self.pending.is_empty();
         };
-        let early = at.saturating_duration_since(Instant::now());
+        let early = (self.start + at).saturating_duration_since(Instant::now());
         for p in self.pending.iter_mut().filter(|p| p.0 == a) {
-            p.1 -= early;
+            p.1 = p.1.saturating_sub(early);
         }
         self.pending.sort_by_key(|p| (p.1, p.2));
         true
@@ -263,7 +323,7 @@ impl Plan {
 
     /// An attempt to `addr` failed (refused, unreachable): it gets no more.
     fn failed(&mut self, addr: SocketAddr) {
-        let addrs = &self.addrs;
+        let addrs = self.addrs;
         self.pending.retain(|p| addrs[p.0] != addr);
     }
 

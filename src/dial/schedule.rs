@@ -10,6 +10,8 @@
 
 use std::time::Duration;
 
+use super::bounded::Bounded;
+
 /// The first re-attempt to an address starts this long after its first attempt, and the next
 /// address's first attempt this long after the previous address's (if nothing has connected or
 /// failed by then). RFC 8305 allows 100 ms to 2 s between addresses; 150 ms is several LAN and
@@ -46,25 +48,36 @@ pub fn offsets(seed: u64) -> [Duration; PER_ADDRESS] {
     [Duration::ZERO, ATTEMPT_DELAY, ATTEMPT_DELAY + second_gap]
 }
 
+/// A dial's plan: `(address index, start offset)` in start order, inline (a dial allocates none).
+pub type Attempts = Bounded<(usize, Duration), MAX_ATTEMPTS>;
+
 /// The whole plan of a dial in which nothing fails: `(address index, start offset)` in start
 /// order, the first attempts [`ATTEMPT_DELAY`] apart, each address's re-attempts at its
 /// [`offsets`], only those before `budget`, at most [`MAX_ATTEMPTS`].
-pub fn plan(addresses: usize, budget: Duration, seed: u64) -> Vec<(usize, Duration)> {
-    let mut all: Vec<(usize, Duration, usize)> = (0..addresses)
-        .flat_map(|a| {
-            let first = ATTEMPT_DELAY * u32::try_from(a).unwrap_or(u32::MAX);
-            offsets(seed.wrapping_add(a as u64))
-                .into_iter()
-                .enumerate()
-                .map(move |(k, o)| (a, first.saturating_add(o), k))
-        })
-        .filter(|(_, at, _)| *at < budget)
-        .collect();
+pub fn plan(addresses: usize, budget: Duration, seed: u64) -> Attempts {
+    // Address `a`'s first attempt starts at `a × ATTEMPT_DELAY` and its others later, so the
+    // first attempts of the first MAX_ATTEMPTS addresses all start before any attempt of a later
+    // address: only those addresses can be in the plan.
+    let mut all = Bounded::<(Duration, usize, usize), { MAX_ATTEMPTS * PER_ADDRESS }>::new();
+    for a in 0..addresses.min(MAX_ATTEMPTS) {
+        let first = ATTEMPT_DELAY * a as u32;
+        for (k, o) in offsets(seed.wrapping_add(a as u64)).into_iter().enumerate() {
+            let at = first.saturating_add(o);
+            if at < budget {
+                all.try_push((at, k, a));
+            }
+        }
+    }
     // At equal times a new address goes before a re-attempt (Happy Eyeballs), then the earlier
-    // address (the sort is stable).
-    all.sort_by_key(|(_, at, k)| (*at, *k));
-    all.truncate(MAX_ATTEMPTS);
-    all.into_iter().map(|(a, at, _)| (a, at)).collect()
+    // address: `(at, k, a)` orders every attempt, so an unstable sort is exact (and in place).
+    all.sort_unstable();
+    let mut plan = Attempts::new();
+    for &(at, _, a) in all.iter() {
+        if !plan.try_push((a, at)) {
+            break;
+        }
+    }
+    plan
 }
 
 /// splitmix64: spreads consecutive seeds over the whole range.
@@ -106,7 +119,37 @@ mod tests {
         assert_eq!(plan(5, Duration::from_secs(10), 7).len(), MAX_ATTEMPTS);
     }
 
+    /// The plan as first written: every attempt of every address, sorted (stably) by time and
+    /// attempt number, cut to MAX_ATTEMPTS. What [`plan`] must equal without allocating.
+    fn reference(addresses: usize, budget: Duration, seed: u64) -> Vec<(usize, Duration)> {
+        let mut all: Vec<(usize, Duration, usize)> = (0..addresses)
+            .flat_map(|a| {
+                let first = ATTEMPT_DELAY * u32::try_from(a).unwrap_or(u32::MAX);
+                offsets(seed.wrapping_add(a as u64))
+                    .into_iter()
+                    .enumerate()
+                    .map(move |(k, o)| (a, first.saturating_add(o), k))
+            })
+            .filter(|(_, at, _)| *at < budget)
+            .collect();
+        all.sort_by_key(|(_, at, k)| (*at, *k));
+        all.truncate(MAX_ATTEMPTS);
+        all.into_iter().map(|(a, at, _)| (a, at)).collect()
+    }
+
     proptest! {
+        /// The inline plan is the sorted list of every attempt, also for names with more
+        /// addresses than a plan holds attempts.
+        #[test]
+        fn the_plan_is_every_attempt_in_start_order_cut_to_eight(
+            addresses in 0usize..40,
+            budget_ms in 0u64..10_000,
+            seed in any::<u64>(),
+        ) {
+            let budget = MS(budget_ms);
+            prop_assert_eq!(&plan(addresses, budget, seed)[..], &reference(addresses, budget, seed)[..]);
+        }
+
         /// However many addresses and whatever the budget: no address gets more than
         /// PER_ADDRESS attempts in any 1 s (nor at all), attempts of one address are at least
         /// ATTEMPT_DELAY apart, and every attempt starts inside the budget.

@@ -47,6 +47,7 @@ async fn a_black_hole_gets_three_syns_per_dial_the_kernel_none() {
         Duration::from_secs(1),
         &tally,
         &Memory::default(),
+        &SocketOptions::NONE,
     )
     .await
     .expect_err("black hole");
@@ -59,9 +60,14 @@ async fn a_black_hole_gets_three_syns_per_dial_the_kernel_none() {
     };
     assert_eq!(count(&tally), (3, 2));
     let tally = Tally::default();
-    let e = connect_any(vec![addr], Duration::from_secs(3), &tally)
-        .await
-        .expect_err("black hole");
+    let e = connect_any(
+        &[addr],
+        Duration::from_secs(3),
+        &tally,
+        &SocketOptions::NONE,
+    )
+    .await
+    .expect_err("black hole");
     assert_eq!(e.to_string(), "dial: timeout: 3 attempts unanswered");
     assert_eq!(count(&tally), (3, 2));
 }
@@ -91,10 +97,15 @@ async fn a_lost_syn_costs_an_attempt_delay_not_the_kernels_retransmission() {
     let (hole, _fillers, addr) = black_hole().await;
     let drain = drain_after(&hole, Duration::from_millis(200));
     let tally = Tally::default();
-    let winner = connect_any(vec![addr], Duration::from_secs(1), &tally)
-        .await
-        .expect("connected")
-        .attempt;
+    let winner = connect_any(
+        &[addr],
+        Duration::from_secs(1),
+        &tally,
+        &SocketOptions::NONE,
+    )
+    .await
+    .expect("connected")
+    .attempt;
     assert!(
         winner >= 1,
         "a re-attempt connected, not the first attempt (won by attempt {winner})"
@@ -112,7 +123,8 @@ async fn a_black_holed_first_address_does_not_take_the_budget_of_the_next() {
     let good_addr = good.local_addr().expect("addr");
     // Sequentially, the first attempt would hang until the caller's budget is gone.
     let n = Tally::default();
-    let dial = connect_any(vec![hole, good_addr], Duration::from_secs(10), &n);
+    let addrs = [hole, good_addr];
+    let dial = connect_any(&addrs, Duration::from_secs(10), &n, &SocketOptions::NONE);
     let won = tokio::time::timeout(Duration::from_secs(10), dial)
         .await
         .expect("the second address answers within the budget")
@@ -138,18 +150,28 @@ async fn a_refused_address_moves_on_at_once_and_all_failing_is_the_last_error() 
         .expect("bind");
     let good_addr = good.local_addr().expect("addr");
     let n = Tally::default();
-    let won = connect_any(vec![refused, good_addr], Duration::from_secs(1), &n)
-        .await
-        .expect("connected");
+    let won = connect_any(
+        &[refused, good_addr],
+        Duration::from_secs(1),
+        &n,
+        &SocketOptions::NONE,
+    )
+    .await
+    .expect("connected");
     assert_eq!(won.stream.peer_addr().expect("peer"), good_addr);
     assert_eq!(
         n.reattempts.load(Ordering::Relaxed),
         0,
         "a refused address is not re-attempted"
     );
-    let e = connect_any(vec![refused, refused], Duration::from_secs(1), &n)
-        .await
-        .expect_err("nothing answers");
+    let e = connect_any(
+        &[refused, refused],
+        Duration::from_secs(1),
+        &n,
+        &SocketOptions::NONE,
+    )
+    .await
+    .expect_err("nothing answers");
     assert_eq!(e.to_string(), "dial: connection refused");
     assert_eq!(e.blame(), Blame::Backend);
 }
@@ -164,22 +186,105 @@ async fn an_address_that_lost_the_race_is_tried_last_by_the_next_dial() {
     let memory = Memory::default();
     let budget = Duration::from_secs(1);
     let n = Tally::default();
-    let first = race(vec![hole, good_addr], budget, &n, &memory)
-        .await
-        .expect("connected");
+    let first = race(
+        vec![hole, good_addr],
+        budget,
+        &n,
+        &memory,
+        &SocketOptions::NONE,
+    )
+    .await
+    .expect("connected");
     assert_eq!(
         first.attempt, 1,
         "the black hole went first and cost a delay"
     );
     for _ in 0..3 {
         let n = Tally::default();
-        let next = race(vec![hole, good_addr], budget, &n, &memory)
-            .await
-            .expect("connected");
+        let next = race(
+            vec![hole, good_addr],
+            budget,
+            &n,
+            &memory,
+            &SocketOptions::NONE,
+        )
+        .await
+        .expect("connected");
         assert_eq!(
             (next.attempt, n.attempts.load(Ordering::Relaxed)),
             (0, 1),
             "the remembered failure goes last: one attempt, no delay"
         );
     }
+}
+
+#[tokio::test]
+async fn a_dialed_connection_has_the_callers_options_before_any_byte() {
+    let good = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let addr = good.local_addr().expect("addr");
+    let keepalive = Keepalive {
+        idle: Duration::from_secs(30),
+        interval: Duration::from_secs(10),
+        retries: 3,
+    };
+    let with = |user_timeout| SocketOptions {
+        nodelay: true,
+        keepalive: Some(keepalive),
+        user_timeout,
+    };
+    let read = |s: &TcpStream| {
+        let s = socket2::SockRef::from(s);
+        (
+            s.tcp_nodelay().expect("TCP_NODELAY"),
+            s.keepalive().expect("SO_KEEPALIVE"),
+            s.tcp_keepalive_time().expect("TCP_KEEPIDLE"),
+            s.tcp_keepalive_interval().expect("TCP_KEEPINTVL"),
+            s.tcp_keepalive_retries().expect("TCP_KEEPCNT"),
+            s.tcp_user_timeout().expect("TCP_USER_TIMEOUT"),
+        )
+    };
+    let dial = |options| async move {
+        let tally = Tally::default();
+        connect(
+            "127.0.0.1",
+            addr.port(),
+            Duration::from_secs(1),
+            &tally,
+            &Memory::default(),
+            &options,
+        )
+        .await
+        .expect("connected")
+    };
+    let (s, m) = (Duration::from_secs, Duration::from_millis);
+    let plain = read(&dial(with(None)).await);
+    assert_eq!(plain, (true, true, s(30), s(10), 3, None));
+    // With a user timeout the kernel ignores TCP_KEEPCNT, which is then left at its default.
+    let cut = read(&dial(with(Some(m(10_000)))).await);
+    assert_eq!(&[cut.0, cut.1], &[true, true]);
+    assert_eq!((cut.2, cut.3, cut.5), (s(30), s(10), Some(m(10_000))));
+    let untuned = read(&dial(SocketOptions::NONE).await);
+    assert_eq!((untuned.0, untuned.1, untuned.5), (false, false, None));
+    assert_eq!(cut.4, untuned.4, "TCP_KEEPCNT not set under a user timeout");
+}
+
+#[tokio::test]
+async fn a_dial_keeps_its_plan_and_attempts_out_of_the_callers_future() {
+    // The caller (every client connection) holds this future inline for its whole life; the
+    // dial's own state (plan, attempts, the race: over 1 KiB) is boxed, as it is needed only
+    // while dialing. Sizes are fixed at compile time: the bound is not a timing.
+    let (tally, memory) = (Tally::default(), Memory::default());
+    let dial = connect(
+        "127.0.0.1",
+        1,
+        Duration::from_secs(1),
+        &tally,
+        &memory,
+        &SocketOptions::NONE,
+    );
+    let size = std::mem::size_of_val(&dial);
+    println!("dial future: {size} B");
+    assert!(size <= 512, "the dial future is {size} B");
 }

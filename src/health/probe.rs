@@ -20,7 +20,7 @@ use super::reason::{first_line, http_reason, tls_reason};
 use super::rise_fall::Outcome;
 use crate::backend::{BackendLive, BackendSpec};
 use crate::config::DurationValue;
-use crate::dial::Blame;
+use crate::dial::{Blame, SocketOptions};
 use crate::tls::{TlsSource, TlsState};
 
 /// Most of an answer we read. A `/readyz?verbose` body is ~2 KiB; anything longer is cut off and the
@@ -223,6 +223,13 @@ impl HttpsProbe {
     }
 }
 
+/// A probe's socket: TCP_NODELAY, so the TLS handshake's and the request's small writes go out
+/// at once; no keepalive or user timeout (the probe's budget bounds it).
+const NODELAY: SocketOptions = SocketOptions {
+    nodelay: true,
+    ..SocketOptions::NONE
+};
+
 /// A fresh HTTPS connection to `spec`: the dial path client connections use (with the backend's
 /// address memory), TLS verified against `spec.server_name`, then an HTTP/1 handshake.
 async fn connect(
@@ -233,15 +240,12 @@ async fn connect(
 ) -> Result<Conn, Failure> {
     let tally = crate::dial::Tally::default();
     let memory = &live.addresses;
-    let tcp = crate::dial::connect(&spec.host, spec.port, budget, &tally, memory).await;
+    let tcp = crate::dial::connect(&spec.host, spec.port, budget, &tally, memory, &NODELAY).await;
     live.count_dial(&tally);
     let tcp = tcp.map_err(|e| match e.blame() {
         Blame::ThisNode => Failure::ThisNode(e.to_string()),
         Blame::Backend => Failure::unanswered(e.to_string()),
     })?;
-    if let Err(e) = tcp.set_nodelay(true) {
-        tracing::debug!(error = %e, "probe: cannot set TCP_NODELAY");
-    }
     let stream = TlsConnector::from(tls.client.clone())
         .connect(spec.server_name.clone(), tcp)
         .await

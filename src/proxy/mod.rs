@@ -6,6 +6,7 @@
 //! pump (`relay`), the dial (`dial`) or the eviction protocol (`eviction`).
 
 mod record;
+mod sockets;
 
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -26,9 +27,7 @@ use crate::metrics::Metrics;
 use crate::relay::Moved;
 use crate::table::Table;
 use record::{End, Record};
-
-/// TCP keepalive idle time on both legs: finds dead peers behind NAT within about a minute.
-const KEEPALIVE_IDLE: Duration = Duration::from_secs(30);
+pub use sockets::listen;
 
 /// `TCP_USER_TIMEOUT` on the backend leg: once data we relayed to the backend has stayed
 /// unacknowledged this long, the kernel aborts the connection (`ETIMEDOUT`), the client is cut
@@ -105,8 +104,9 @@ impl Proxy {
         }
     }
 
+    /// One client connection, from accept to its record. Its socket options came with the
+    /// accept, from the listener ([`listen`]).
     async fn handle(self: Arc<Self>, client: TcpStream, peer: SocketAddr) {
-        tune(&client);
         let mut record = Record::new(peer);
         let moved = Moved::default();
         let end = self.route(&client, &mut record, &moved).await;
@@ -127,12 +127,6 @@ impl Proxy {
             match self.dial_first(&plan, record).await {
                 Dialed::Connected(backend, i, evict) => {
                     let target = &plan.targets[i];
-                    tune(&backend);
-                    if let Err(e) = socket2::SockRef::from(&backend)
-                        .set_tcp_user_timeout(Some(BACKEND_USER_TIMEOUT))
-                    {
-                        tracing::debug!(error = %e, "cannot set TCP_USER_TIMEOUT");
-                    }
                     if target.state == State::Unready {
                         self.metrics.failed_open.inc();
                     }
@@ -196,6 +190,7 @@ impl Proxy {
                 plan.connect_timeout,
                 &tally,
                 &t.live.addresses,
+                &sockets::BACKEND,
             );
             let dialed = tokio::select! {
                 _ = self.cut.cancelled() => {
@@ -295,20 +290,6 @@ enum Dialed {
     ThisNodeShort,
     /// Shutdown cut the connection while dialing.
     Cut,
-}
-
-/// TCP_NODELAY (kubelet's requests are small and latency-bound) and keepalive, best effort.
-fn tune(stream: &TcpStream) {
-    if let Err(e) = stream.set_nodelay(true) {
-        tracing::debug!(error = %e, "cannot set TCP_NODELAY");
-    }
-    let ka = socket2::TcpKeepalive::new()
-        .with_time(KEEPALIVE_IDLE)
-        .with_interval(Duration::from_secs(10))
-        .with_retries(3);
-    if let Err(e) = socket2::SockRef::from(stream).set_tcp_keepalive(&ka) {
-        tracing::debug!(error = %e, "cannot set TCP keepalive");
-    }
 }
 
 /// A per-connection delay in [0, window), spread by the connection's sequence number.

@@ -1,0 +1,98 @@
+//! The TCP options of the proxy's two legs, each set once where its socket is made: on the client
+//! listener before it listens (Linux copies them from the listening socket to every connection it
+//! accepts) and on each backend dial attempt before its `connect` (by `dial`). An accepted or
+//! dialed connection then needs no `setsockopt` of its own. Does not own how options are set
+//! (`dial::SocketOptions`) or the user timeout's reasoning ([`super::BACKEND_USER_TIMEOUT`]).
+
+use std::io;
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use tokio::net::{TcpListener, TcpSocket};
+
+use super::BACKEND_USER_TIMEOUT;
+use crate::dial::{Keepalive, SocketOptions};
+
+/// TCP keepalive on both legs: the first probe after 30 s of quiet, then every 10 s, three
+/// unanswered probes end a client leg (about a minute to find a dead peer behind NAT); a backend
+/// leg ends once a probe is unanswered for [`BACKEND_USER_TIMEOUT`].
+const KEEPALIVE: Keepalive = Keepalive {
+    idle: Duration::from_secs(30),
+    interval: Duration::from_secs(10),
+    retries: 3,
+};
+
+/// The client leg: TCP_NODELAY (kubelet's requests are small and latency-bound) and keepalive.
+pub const CLIENT: SocketOptions = SocketOptions {
+    nodelay: true,
+    keepalive: Some(KEEPALIVE),
+    user_timeout: None,
+};
+
+/// The backend leg: the client leg's options and the user timeout that cuts a dead path.
+pub const BACKEND: SocketOptions = SocketOptions {
+    user_timeout: Some(BACKEND_USER_TIMEOUT),
+    ..CLIENT
+};
+
+/// A client listener on `addr` whose accepted connections carry [`CLIENT`]'s options, set before
+/// it listens so none is accepted without them. Otherwise as `TcpListener::bind`: SO_REUSEADDR,
+/// a backlog of 128.
+pub fn listen(addr: SocketAddr) -> io::Result<TcpListener> {
+    let socket = match addr {
+        SocketAddr::V4(_) => TcpSocket::new_v4()?,
+        SocketAddr::V6(_) => TcpSocket::new_v6()?,
+    };
+    socket.set_reuseaddr(true)?;
+    CLIENT.apply(socket2::SockRef::from(&socket));
+    socket.bind(addr)?;
+    socket.listen(128)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use socket2::SockRef;
+    use tokio::net::TcpStream;
+
+    /// The options a connection carries, read back from the kernel.
+    fn options(s: &TcpStream) -> (bool, bool, Duration, Duration, u32) {
+        let s = SockRef::from(s);
+        (
+            s.tcp_nodelay().expect("TCP_NODELAY"),
+            s.keepalive().expect("SO_KEEPALIVE"),
+            s.tcp_keepalive_time().expect("TCP_KEEPIDLE"),
+            s.tcp_keepalive_interval().expect("TCP_KEEPINTVL"),
+            s.tcp_keepalive_retries().expect("TCP_KEEPCNT"),
+        )
+    }
+
+    #[tokio::test]
+    async fn an_accepted_connection_inherits_nodelay_and_keepalive_from_the_listener() {
+        let l = listen("127.0.0.1:0".parse().expect("literal")).expect("listen");
+        let dialer = TcpStream::connect(l.local_addr().expect("addr"))
+            .await
+            .expect("connect");
+        let (accepted, _) = l.accept().await.expect("accept");
+        assert_eq!(
+            options(&accepted),
+            (
+                true,
+                true,
+                Duration::from_secs(30),
+                Duration::from_secs(10),
+                3
+            )
+        );
+        assert_ne!(
+            options(&dialer),
+            options(&accepted),
+            "an untuned socket has the kernel's defaults"
+        );
+        assert_eq!(
+            SockRef::from(&accepted).tcp_user_timeout().expect("get"),
+            None,
+            "the client leg has no user timeout"
+        );
+    }
+}
