@@ -7,7 +7,7 @@
 //! fault phase only (no heals), kept for a fixed [`FAULT_FOR`] (scenario 6 too, 60 s in the lab).
 //! Scenario 8 reports what can be measured alike for every balancer (readyprism's metrics exist
 //! for it alone): SYNs at dc-b during the herd and in the [`AFTER_HERD`] after it, the herd's
-//! time and answers. Ignored by default (32 runs of about 95 s, about 50 min; CI does not
+//! time and answers. Ignored by default (32 runs of about 90 s, about 50 min; CI does not
 //! install HAProxy or nginx for them): `cargo test --test tests -- --ignored --nocapture
 //! --test-threads 1 head_to_head`.
 
