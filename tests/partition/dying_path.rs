@@ -24,7 +24,7 @@ const PROBES_ONLY_BOUND: f64 = 11.8;
 const SYNS_PER_DIAL_GOAL: f64 = 3.0;
 const PROBE_SYNS_PER_SECOND_GOAL: f64 = 1.0;
 /// The herd of scenario 8.
-const CLIENTS: usize = 50;
+pub(super) const CLIENTS: usize = 50;
 /// How long the probes' SYNs to the black-holed backend are counted, once it is unready.
 const PROBE_COUNT_FOR: Duration = Duration::from_secs(10);
 
@@ -33,7 +33,7 @@ const SYN_COUNT: &str = "rp-syn-count";
 
 /// Counts TCP SYNs arriving at `host`'s apiserver port: a rule with no target ahead of the
 /// fault chain's jump in INPUT, so that dropped SYNs are counted too.
-fn count_syns(lab: &NetLab, host: Host) {
+pub(super) fn count_syns(lab: &NetLab, host: Host) {
     let ns = lab.ns(host);
     let head = ["-w", "-I", "INPUT", "1", "-i", "eth0"].map(String::from);
     let rule = iptables::syns_to(&host.ip().to_string(), APISERVER_PORT, SYN_COUNT);
@@ -45,7 +45,7 @@ fn count_syns(lab: &NetLab, host: Host) {
 }
 
 /// SYNs counted so far by [`count_syns`].
-fn syns(lab: &NetLab, host: Host) -> u64 {
+pub(super) fn syns(lab: &NetLab, host: Host) -> u64 {
     let out = lab
         .output(
             host,
@@ -57,6 +57,32 @@ fn syns(lab: &NetLab, host: Host) -> u64 {
         .unwrap_or_else(|e| panic!("iptables -L in {}: {e}", lab.ns(host)));
     iptables::packets(&String::from_utf8_lossy(&out.stdout), SYN_COUNT)
         .expect("the SYN counter rule is in place")
+}
+
+/// Runs the herd: [`CLIENTS`] clients dial the balancer at once (`tests/lab/dialer.py`, one new
+/// connection and one `GET /whoami` each); its output is one JSON line (see the script).
+pub(super) fn dial_herd(lab: &NetLab) -> std::process::Output {
+    let (ca, cert) = (lab.path("ca.crt"), lab.path("kubelet-client-current.pem"));
+    let script = lab_dir().join("dialer.py");
+    let clients = CLIENTS.to_string();
+    lab.output(
+        Node,
+        "python3",
+        &[
+            &script.to_string_lossy(),
+            "--server",
+            LISTEN,
+            "--ca",
+            &ca.to_string_lossy(),
+            "--cert",
+            &cert.to_string_lossy(),
+            "--clients",
+            &clients,
+        ],
+        &[],
+        Duration::from_secs(60),
+    )
+    .unwrap_or_else(|e| panic!("dialer.py: {e}"))
 }
 
 /// The balancer's `readyprism_dial_failures_total` for `host`'s apiserver.
@@ -211,28 +237,7 @@ fn partition_8_an_apiserver_dropping_syns_gets_few_syns_from_a_herd_of_dials_and
             let (syns0, failures0) = (syns(lab, DcB), dial_failures(lab, DcB));
             let probes0 = checks_failed(lab, DcB);
             let t0 = wall();
-            let (ca, cert) = (lab.path("ca.crt"), lab.path("kubelet-client-current.pem"));
-            let script = lab_dir().join("dialer.py");
-            let clients = CLIENTS.to_string();
-            let out = lab
-                .output(
-                    Node,
-                    "python3",
-                    &[
-                        &script.to_string_lossy(),
-                        "--server",
-                        LISTEN,
-                        "--ca",
-                        &ca.to_string_lossy(),
-                        "--cert",
-                        &cert.to_string_lossy(),
-                        "--clients",
-                        &clients,
-                    ],
-                    &[],
-                    Duration::from_secs(60),
-                )
-                .unwrap_or_else(|e| panic!("dialer.py: {e}"));
+            let out = dial_herd(lab);
             let seconds = wall() - t0;
             // A dial still under way has sent SYNs but not yet failed: read the counts at a
             // quiet moment, once no SYN has reached dc-b for longer than a dial outlives its
