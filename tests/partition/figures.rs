@@ -147,7 +147,9 @@ pub fn timeline(
 /// alive: not ended by `to`, and an event within [`RECENT`] before `to` or any time after it.
 /// The latter needs a record that goes on after the window: on a lossy link a live stream can
 /// be silent for seconds (TCP's retransmission back-off), so the runner lets the client run
-/// until the stream has delivered again.
+/// until the stream has delivered again. A connection on a good backend silent past the client's
+/// own silence limit (30 s of back-off, seen on scenario 6's 20 % loss) counts too when the
+/// client's re-dial lands on a good backend: the balancer kept the stream on good backends.
 pub fn phase(
     t: &Timeline,
     dial_errors: &[StreamDialError],
@@ -170,9 +172,23 @@ pub fn phase(
     // The stream: the run of connections on good backends that reaches the end of the window
     // (still open then, and alive); from the first event of that run.
     let segments: Vec<&StreamSegment> = t.stream.iter().filter(|s| s.first <= to).collect();
+    let alive = |s: &StreamSegment| s.end.is_none_or(|e| e > to) && s.last > to - RECENT;
+    // Or held silent on a good backend across the end until the client itself gave up on it
+    // (its silence limit) and re-dialed, again to a good backend: on a lossy link TCP's
+    // retransmission back-off can hold a live stream silent that long, and the stream never left
+    // good backends. A stream hung on a bad backend's dead path stays "not on good".
+    let given_up_on_good = |s: &StreamSegment| {
+        let next = t.stream.iter().find(|n| n.first > to);
+        good.contains(&s.site)
+            && s.end.is_some_and(|e| e > to)
+            && s.reason
+                .as_deref()
+                .is_some_and(|r| r.starts_with("silent for"))
+            && next.is_some_and(|n| good.contains(&n.site))
+    };
     let open_at_end = segments
         .last()
-        .is_some_and(|s| s.end.is_none_or(|e| e > to) && s.last > to - RECENT);
+        .is_some_and(|s| alive(s) || given_up_on_good(s));
     let good_run = segments
         .iter()
         .rev()
@@ -364,6 +380,45 @@ mod tests {
             .filter(|e| !matches!(e, ClientEvent::Line { t, .. } if *t > FAULT_AT + 60.0))
             .collect();
         assert_eq!(stream_good(&cut, 60.0), None);
+    }
+
+    /// `events` with the witness connection ended by the client's silence limit at `end` and a
+    /// second connection, to `site`, delivering from just after it.
+    fn given_up_at(mut events: Vec<ClientEvent>, end: f64, site: &str) -> Vec<ClientEvent> {
+        events.push(ClientEvent::End {
+            t: FAULT_AT + end,
+            c: 1,
+            reason: "silent for 30 s".to_string(),
+        });
+        events.extend((0..8).map(|i| ClientEvent::Line {
+            t: FAULT_AT + end + 0.1 + f64::from(i) * 0.25,
+            c: 2,
+            site: site.to_string(),
+        }));
+        events
+    }
+
+    #[test]
+    fn a_stream_silent_on_a_good_backend_until_the_client_gave_up_stayed_on_good() {
+        // Scenario 6 in a head-to-head run: silent from +50 s on the lossy link, the client ends
+        // the connection at its 30 s limit after the window and re-dials to a good backend.
+        let events = given_up_at(record(&[(-5.0, 50.0)]), 80.0, "witness");
+        assert_eq!(stream_good(&events, 60.0), Some(0.0));
+        // ... but not when the re-dial lands on a bad backend, nor for an ordinary error.
+        let bad = given_up_at(record(&[(-5.0, 50.0)]), 80.0, "dc-b");
+        assert_eq!(stream_good(&bad, 60.0), None);
+        let reset: Vec<ClientEvent> = given_up_at(record(&[(-5.0, 50.0)]), 80.0, "witness")
+            .into_iter()
+            .map(|e| match e {
+                ClientEvent::End { t, c, .. } => ClientEvent::End {
+                    t,
+                    c,
+                    reason: "reset".to_string(),
+                },
+                e => e,
+            })
+            .collect();
+        assert_eq!(stream_good(&reset, 60.0), None);
     }
 
     #[test]

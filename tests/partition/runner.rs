@@ -272,8 +272,12 @@ pub fn run(
     // one (`figures::phase`): on a lossy link TCP's retransmission back-off keeps a live stream
     // silent for seconds (3.1 s within scenario 6's 60 s), and a record taken the moment a window
     // ended in such a silence read "stream on good never". So the client runs on until its stream
-    // delivers again, up to its own silence limit (then it ends the connection itself).
-    let _ = poll(CLIENT_SILENCE, || stream_delivered_after(&cast, end));
+    // delivers again, up to its own silence limit (then it ends the connection itself) and the
+    // few seconds its re-dial takes, whose first event shows where the stream went.
+    let redial = Duration::from_secs(5);
+    let _ = poll(CLIENT_SILENCE + redial, || {
+        stream_delivered_after(&cast, end)
+    });
     cast.stop_client();
 
     let (mut t, dial_errors) = timeline(
