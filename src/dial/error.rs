@@ -22,6 +22,15 @@ pub enum Blame {
 }
 
 /// A dial that did not connect.
+/// `1 attempt`, `3 attempts`.
+fn attempts(n: u32) -> String {
+    if n == 1 {
+        "1 attempt".to_string()
+    } else {
+        format!("{n} attempts")
+    }
+}
+
 #[derive(Debug, thiserror::Error)]
 pub enum DialError {
     /// Nothing connected within the budget (SYNs unanswered: a black hole or a full accept queue).
@@ -30,7 +39,7 @@ pub enum DialError {
     Timeout(Duration),
     /// Every planned attempt went unanswered before the budget ran out (a budget longer than the
     /// plan, as a probe's): this many SYNs, no SYN-ACK.
-    #[error("dial: timeout: {0} attempts unanswered")]
+    #[error("dial: timeout: {} unanswered", attempts(*.0))]
     Unanswered(u32),
     /// The name resolved to no address.
     #[error("dial: the name has no address")]
@@ -222,6 +231,10 @@ mod tests {
         let timeout = DialError::Timeout(Duration::from_secs(1));
         assert_eq!(timeout.to_string(), "dial: timeout after 1s");
         assert_eq!((timeout.blame(), timeout.label()), (Backend, "timeout"));
+        assert_eq!(
+            DialError::Unanswered(1).to_string(),
+            "dial: timeout: 1 attempt unanswered"
+        );
         let unanswered = DialError::Unanswered(3);
         assert_eq!(
             unanswered.to_string(),

@@ -1,6 +1,7 @@
-//! Which of a backend's addresses failed lately, so the next dials try the others first: the
-//! Happy Eyeballs cache (RFC 8305 section 4). A name whose first address is black-holed then costs
-//! one attempt delay once, not on every dial and probe.
+//! What a backend's dials learn from each other: which of its addresses failed lately, so the
+//! next dials try the others first (the Happy Eyeballs cache, RFC 8305 section 4: a name whose
+//! first address is black-holed then costs one attempt delay once, not on every dial and probe),
+//! and its [`Herd`] (the dials waiting on it now; `herd.rs`).
 //!
 //! Lock-free for the dialing tasks: one `ArcSwap` of a short list, replaced when it changes;
 //! concurrent dials that both learn something may overwrite each other, which only costs a
@@ -13,20 +14,26 @@ use std::time::Duration;
 use arc_swap::ArcSwap;
 use tokio::time::Instant;
 
+use super::herd::Herd;
+
 /// How long an address that failed stays at the back of the order. Long enough that a
 /// black-holed IPv6 path is not re-tried on every kubelet request, short enough that a path that
 /// healed is used again within minutes (RFC 8305 leaves the value to the implementation).
 pub const FAILURE_MEMORY: Duration = Duration::from_secs(10 * 60);
 
-/// One backend's recently failing addresses.
+/// One backend's recently failing addresses, and its herd.
 #[derive(Debug, Default)]
-pub struct Memory(ArcSwap<Vec<(SocketAddr, Instant)>>);
+pub struct Memory {
+    failed: ArcSwap<Vec<(SocketAddr, Instant)>>,
+    /// The backend's dials waiting now, and its latest connect.
+    pub herd: Herd,
+}
 
 impl Memory {
     /// Moves the addresses that failed within [`FAILURE_MEMORY`] of `now` to the back, keeping
     /// the order within each part.
     pub fn order(&self, addrs: &mut [SocketAddr], now: Instant) {
-        let failed = self.0.load();
+        let failed = self.failed.load();
         if failed.is_empty() {
             return;
         }
@@ -41,7 +48,7 @@ impl Memory {
     /// A dial connected to `winner` after attempts to `beaten` had started and not connected:
     /// those are remembered as failing (from `now`), the winner is forgotten, old entries expire.
     pub fn learn(&self, winner: SocketAddr, beaten: &[SocketAddr], now: Instant) {
-        let old = self.0.load();
+        let old = self.failed.load();
         if old.is_empty() && beaten.is_empty() {
             return;
         }
@@ -56,7 +63,7 @@ impl Memory {
             .collect();
         next.extend(beaten.iter().filter(|a| **a != winner).map(|a| (*a, now)));
         if next != **old {
-            self.0.store(Arc::new(next));
+            self.failed.store(Arc::new(next));
         }
     }
 }

@@ -8,7 +8,10 @@
 //!   attempts ([`schedule`]: the first re-attempt 150 ms after the first attempt, then a jittered,
 //!   doubled gap, at most 3 per address), so a lost SYN or SYN-ACK costs 150 ms instead of Linux's
 //!   initial 1 s SYN retransmission — which is the whole default `connect_timeout` — while a
-//!   black-holed or overloaded backend gets at most 3 SYNs per dial, not a storm.
+//!   black-holed or overloaded backend gets at most 3 SYNs per dial, not a storm;
+//! - while a herd of dials waits on the same backend and none of its attempts has connected
+//!   lately ([`herd`]), re-attempts are skipped: a herd into a full accept queue sends about one
+//!   SYN per dial.
 //!
 //! Each attempt's socket gets the caller's [`SocketOptions`] before its `connect`, and a connect
 //! that succeeds is not asked for its error, so the connection a dial returns costs `socket`,
@@ -18,6 +21,7 @@
 
 pub mod bounded;
 mod error;
+pub mod herd;
 mod memory;
 mod options;
 pub mod schedule;
@@ -36,6 +40,7 @@ use tokio::time::Instant;
 
 use bounded::Bounded;
 pub use error::{Blame, DialError};
+use herd::Herd;
 pub use memory::Memory;
 pub use options::{Keepalive, SocketOptions};
 use schedule::{ATTEMPT_LIFETIME, MAX_ATTEMPTS};
@@ -65,7 +70,10 @@ pub async fn connect(
 ) -> Result<TcpStream, DialError> {
     let dial = async {
         let won = match host.parse::<IpAddr>() {
-            Ok(ip) => connect_any(&[SocketAddr::new(ip, port)], budget, tally, options).await,
+            Ok(ip) => {
+                let addr = [SocketAddr::new(ip, port)];
+                connect_any(&addr, budget, tally, &memory.herd, options).await
+            }
             Err(_) => {
                 let addrs = tokio::net::lookup_host((host, port))
                     .await
@@ -92,10 +100,10 @@ async fn race(
     options: &SocketOptions,
 ) -> Result<Won, DialError> {
     if addrs.len() < 2 {
-        return connect_any(&addrs, budget, tally, options).await;
+        return connect_any(&addrs, budget, tally, &memory.herd, options).await;
     }
     memory.order(&mut addrs, Instant::now());
-    let won = connect_any(&addrs, budget, tally, options).await?;
+    let won = connect_any(&addrs, budget, tally, &memory.herd, options).await?;
     if let Ok(peer) = won.stream.peer_addr() {
         memory.learn(peer, &won.beaten, Instant::now());
     }
@@ -167,12 +175,15 @@ async fn connected(stream: TcpStream) -> io::Result<TcpStream> {
 /// A failed address gets no more attempts; when nothing is in flight, the next address's first
 /// attempt starts at once (re-attempts keep their time: a black hole is not hammered). When the
 /// plan is used up, the last error is returned. A shortage of this node fails the dial at once.
+/// A re-attempt that `herd` says a herd skips is dropped from the plan, not sent.
 async fn connect_any(
     addrs: &[SocketAddr],
     budget: Duration,
     tally: &Tally,
+    herd: &Herd,
     options: &SocketOptions,
 ) -> Result<Won, DialError> {
+    let _waiting = herd.wait();
     let mut plan = Plan::new(addrs, budget, seed());
     let (first_addr, first_n) = plan.take(tally).ok_or(DialError::NoAddress)?;
     // The first attempt runs in this task: the common dial, which connects before the next
@@ -203,7 +214,9 @@ async fn connect_any(
                 None => None,
             },
             _ = tokio::time::sleep_until(due.unwrap_or_else(Instant::now)), if due.is_some() => {
-                if let Some((addr, n)) = plan.take(tally) {
+                if plan.next_is_reattempt() && herd.skips_reattempt(Instant::now()) {
+                    plan.skip();
+                } else if let Some((addr, n)) = plan.take(tally) {
                     running
                         .get_or_insert_with(JoinSet::new)
                         .spawn({
@@ -219,6 +232,7 @@ async fn connect_any(
         };
         let e = match result {
             Attempt::Connected(stream) => {
+                herd.connected(Instant::now());
                 // Dropping the set aborts the rest.
                 drop(running);
                 return Ok(Won {
@@ -293,6 +307,16 @@ impl<'a> Plan<'a> {
     /// Attempts started so far.
     fn started(&self) -> u32 {
         self.tried.len() as u32
+    }
+
+    /// Whether the next attempt is a re-attempt (its address has had one).
+    fn next_is_reattempt(&self) -> bool {
+        self.pending.first().is_some_and(|p| p.2 > 0)
+    }
+
+    /// Drops the next attempt unsent.
+    fn skip(&mut self) {
+        let _ = self.pending.remove_first();
     }
 
     /// Starts the next attempt: its address and number, counted in `tally`.

@@ -64,6 +64,7 @@ async fn a_black_hole_gets_three_syns_per_dial_the_kernel_none() {
         &[addr],
         Duration::from_secs(3),
         &tally,
+        &Herd::default(),
         &SocketOptions::NONE,
     )
     .await
@@ -101,6 +102,7 @@ async fn a_lost_syn_costs_an_attempt_delay_not_the_kernels_retransmission() {
         &[addr],
         Duration::from_secs(1),
         &tally,
+        &Herd::default(),
         &SocketOptions::NONE,
     )
     .await
@@ -124,7 +126,14 @@ async fn a_black_holed_first_address_does_not_take_the_budget_of_the_next() {
     // Sequentially, the first attempt would hang until the caller's budget is gone.
     let n = Tally::default();
     let addrs = [hole, good_addr];
-    let dial = connect_any(&addrs, Duration::from_secs(10), &n, &SocketOptions::NONE);
+    let herd = Herd::default();
+    let dial = connect_any(
+        &addrs,
+        Duration::from_secs(10),
+        &n,
+        &herd,
+        &SocketOptions::NONE,
+    );
     let won = tokio::time::timeout(Duration::from_secs(10), dial)
         .await
         .expect("the second address answers within the budget")
@@ -154,6 +163,7 @@ async fn a_refused_address_moves_on_at_once_and_all_failing_is_the_last_error() 
         &[refused, good_addr],
         Duration::from_secs(1),
         &n,
+        &Herd::default(),
         &SocketOptions::NONE,
     )
     .await
@@ -168,6 +178,7 @@ async fn a_refused_address_moves_on_at_once_and_all_failing_is_the_last_error() 
         &[refused, refused],
         Duration::from_secs(1),
         &n,
+        &Herd::default(),
         &SocketOptions::NONE,
     )
     .await
@@ -287,4 +298,62 @@ async fn a_dial_keeps_its_plan_and_attempts_out_of_the_callers_future() {
     let size = std::mem::size_of_val(&dial);
     println!("dial future: {size} B");
     assert!(size <= 512, "the dial future is {size} B");
+}
+
+/// `n` dials at once into `addr` sharing one backend's `memory`, each with a 1 s budget: how
+/// each ended and the attempts it sent.
+async fn herd_of(
+    n: usize,
+    addr: SocketAddr,
+    memory: std::sync::Arc<Memory>,
+) -> Vec<(Result<(), String>, u32)> {
+    let mut dials = JoinSet::new();
+    for _ in 0..n {
+        let memory = memory.clone();
+        dials.spawn(async move {
+            let tally = Tally::default();
+            let ip = addr.ip().to_string();
+            let r = connect(
+                &ip,
+                addr.port(),
+                Duration::from_secs(1),
+                &tally,
+                &memory,
+                &SocketOptions::NONE,
+            )
+            .await;
+            let sent = tally.attempts.load(Ordering::Relaxed);
+            (r.map(drop).map_err(|e| e.to_string()), sent)
+        });
+    }
+    dials.join_all().await
+}
+
+#[tokio::test]
+async fn a_herd_into_a_black_hole_sends_one_syn_per_dial_not_three() {
+    // Six dials wait at once on a backend none of whose attempts connected: each keeps its first
+    // attempt and skips its re-attempts (a lone dial sends three: the test above).
+    let (_hole, _fillers, addr) = black_hole().await;
+    let ended = herd_of(6, addr, Default::default()).await;
+    for (r, sent) in &ended {
+        assert!(r.is_err(), "{ended:?}");
+        assert_eq!(*sent, 1, "one SYN per dial of the herd: {ended:?}");
+    }
+}
+
+#[tokio::test]
+async fn a_herd_keeps_its_re_attempts_while_the_backend_answers_other_dials() {
+    // Another dial of the backend has just connected: the herd's unanswered SYNs look lost, not
+    // black-holed, and their re-attempts go out. The queue is drained at 200 ms, so a dial
+    // connects only by a re-attempt.
+    let (hole, _fillers, addr) = black_hole().await;
+    let memory = std::sync::Arc::new(Memory::default());
+    memory.herd.connected(Instant::now());
+    let drain = drain_after(&hole, Duration::from_millis(200));
+    let ended = herd_of(4, addr, memory).await;
+    for (r, sent) in &ended {
+        assert!(r.is_ok(), "{ended:?}");
+        assert!(*sent >= 2, "connected by a re-attempt: {ended:?}");
+    }
+    drain.join().expect("drain");
 }
