@@ -120,6 +120,56 @@ pub fn fallback(cands: &[Candidate], when_none_ready: WhenNoneReady, rr: usize) 
     }
 }
 
+/// One connection's dial order: the picker's order, then, failing open once every ready backend
+/// failed to dial, the [`fallback`], computed only then (most connections never need it), from
+/// the same candidates, so it is the order the connection would have had at pick time.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Order {
+    cands: Vec<Candidate>,
+    when_none_ready: WhenNoneReady,
+    rr: usize,
+    pick: Pick,
+}
+
+impl Order {
+    /// Picks now; see [`pick`].
+    pub fn new(cands: Vec<Candidate>, when_none_ready: WhenNoneReady, rr: usize) -> Order {
+        let pick = pick(&cands, when_none_ready, rr);
+        Order {
+            cands,
+            when_none_ready,
+            rr,
+            pick,
+        }
+    }
+
+    /// The picker's answer.
+    pub fn pick(&self) -> &Pick {
+        &self.pick
+    }
+
+    /// Where to go once [`Order::pick`]'s order is exhausted: the [`fallback`] after a ready
+    /// pick, nowhere after any other (not-ready backends were in the pick already).
+    ///
+    /// ```
+    /// use readyprism::health::verdict::State;
+    /// use readyprism::pick::{Candidate, Order, WhenNoneReady};
+    ///
+    /// let c = |state| Candidate { state, answering: true, local: false, latency: None, active: 0 };
+    /// let some_ready = Order::new(vec![c(State::Ready), c(State::Unready)], WhenNoneReady::FailOpen, 0);
+    /// assert_eq!(some_ready.fallback(), vec![1]);
+    /// let none_ready = Order::new(vec![c(State::Unready)], WhenNoneReady::FailOpen, 0);
+    /// assert_eq!(none_ready.pick().order(), &[0]);
+    /// assert!(none_ready.fallback().is_empty(), "tried already");
+    /// ```
+    pub fn fallback(&self) -> Vec<usize> {
+        match self.pick {
+            Pick::Ready(_) => fallback(&self.cands, self.when_none_ready, self.rr),
+            Pick::NoneReady(_) | Pick::Refuse => Vec::new(),
+        }
+    }
+}
+
 /// The backends that are not ready: unchecked first, then (failing open) the answering failing
 /// ones, then the silent ones; each part by zone and latency.
 fn not_ready(cands: &[Candidate], when_none_ready: WhenNoneReady, rr: usize) -> Vec<usize> {
