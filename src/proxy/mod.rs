@@ -270,11 +270,11 @@ impl Proxy {
         moved: &'a Moved,
     ) -> impl Future<Output = End> + 'a {
         async move {
-            let live = &*link.live;
-            let _active = live.count_active();
-            let relay = crate::relay::relay(client, &link.backend, moved, &live.counters.bytes);
+            let _active = link.live.count_active();
+            let bytes = &link.live.counters.bytes;
+            let relay = crate::relay::relay(client, &link.backend, moved, bytes);
             let stopped = async {
-                match live.eviction.stopped(link.watch).await {
+                match link.live.eviction.stopped(link.watch).await {
                     Stop::Shutdown => None,
                     // After an eviction only, so boxed: its timer and the shutdown waiter it
                     // needs meanwhile take no room in every idle connection.
@@ -286,8 +286,8 @@ impl Proxy {
                     Ok(ended) => End::from(ended),
                     Err(e) if e.backend_timed_out() => {
                         // A dead path: a passive failure of the backend, as a failed dial is.
-                        live.counters.closes[CloseReason::DeadPath.index()].fetch_add(1, Ordering::Relaxed);
-                        live.dials.report(format!(
+                        link.live.counters.closes[CloseReason::DeadPath.index()].fetch_add(1, Ordering::Relaxed);
+                        link.live.dials.report(format!(
                             "relay: data to the backend unacknowledged for {:?} (TCP user timeout)",
                             BACKEND_USER_TIMEOUT
                         ));
@@ -297,7 +297,7 @@ impl Proxy {
                 },
                 why = stopped => match why {
                     Some(why) => {
-                        live.counters.closes[why.index()].fetch_add(1, Ordering::Relaxed);
+                        link.live.counters.closes[why.index()].fetch_add(1, Ordering::Relaxed);
                         End::Evicted(why)
                     }
                     None => End::Shutdown,
