@@ -181,7 +181,7 @@ async fn the_shutdown_cut_does_not_wait_for_an_evicted_connections_turn_to_close
 /// and the two stop waiters became one, 1720 B and 976 B. tokio adds 80 B of task header and
 /// trailer, the tracing span and the task tracker ~50 B more, and rounds the task up to 128 B:
 /// 600 B make a 768 B task, 976 B made a 1152 B one.
-const CONNECTION_FUTURE_BOUND: usize = 700;
+const CONNECTION_FUTURE_BOUND: usize = 640;
 
 #[tokio::test]
 async fn an_idle_connection_keeps_only_the_relay_state() {
