@@ -186,17 +186,20 @@ fn not_ready(cands: &[Candidate], when_none_ready: WhenNoneReady, rr: usize) -> 
     out
 }
 
-fn order(cands: &[Candidate], members: Vec<usize>, rr: usize) -> Vec<usize> {
-    let (local, remote): (Vec<usize>, Vec<usize>) =
-        members.into_iter().partition(|&i| cands[i].local);
-    let mut out = Vec::with_capacity(cands.len());
-    for group in [local, remote] {
-        order_group(cands, group, rr, &mut out);
-    }
-    out
+/// Orders `members` in place (no allocation on the accept path): local zone first, each zone
+/// group by [`order_group`].
+fn order(cands: &[Candidate], mut members: Vec<usize>, rr: usize) -> Vec<usize> {
+    members.sort_by_key(|&i| !cands[i].local); // stable: config order within each group
+    let split = members.partition_point(|&i| cands[i].local);
+    let (local, remote) = members.split_at_mut(split);
+    order_group(cands, local, rr);
+    order_group(cands, remote, rr);
+    members
 }
 
-fn order_group(cands: &[Candidate], mut group: Vec<usize>, rr: usize, out: &mut Vec<usize>) {
+/// By latency; the band of near-equal latencies at the front shares by fewest active
+/// connections, then round-robin on `rr`.
+fn order_group(cands: &[Candidate], group: &mut [usize], rr: usize) {
     if group.is_empty() {
         return;
     }
@@ -213,12 +216,10 @@ fn order_group(cands: &[Candidate], mut group: Vec<usize>, rr: usize, out: &mut 
         // Nothing measured: all are equally unknown and share.
         None => group.len(),
     };
-    let mut band: Vec<usize> = group[..band_end].to_vec();
+    let band = &mut group[..band_end];
     let len = band.len();
     band.rotate_left(rr % len);
     band.sort_by_key(|&i| cands[i].active); // stable: ties keep the rotated order
-    out.extend(band);
-    out.extend_from_slice(&group[band_end..]);
 }
 
 fn tolerance(best: Duration) -> Duration {
