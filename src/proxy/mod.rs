@@ -3,8 +3,8 @@
 //!
 //! The accept path takes no lock: one snapshot load per connection, kept while it dials and
 //! released before the relay, which keeps only the backend it relays to. Each connection's
-//! errors end in its own task. Does not own the order (`pick`), the byte
-//! pump (`relay`), the dial (`dial`) or the eviction protocol (`eviction`).
+//! errors end in its own task. Does not own the order (`pick`), the byte pump (`relay`), the
+//! dial (`dial`) or the eviction protocol (`eviction`).
 
 mod record;
 
@@ -58,7 +58,9 @@ pub struct Proxy {
     metrics: Arc<Metrics>,
     /// Connection tasks, for draining at shutdown.
     conns: TaskTracker,
-    /// Cancelled when connections still open after the grace period must be cut.
+    /// Cancelled when connections still open after the grace period must be cut. Heard by dials
+    /// and by evicted connections waiting their turn to close; a relayed connection hears its
+    /// backend's [`crate::eviction::Eviction::shut`] instead (one waiter while idle, not two).
     cut: CancellationToken,
     rr: AtomicUsize,
 }
@@ -105,9 +107,9 @@ impl Proxy {
                 open = self.conns.len(),
                 "grace period over; closing remaining connections"
             );
-            // The token stops dials and evicted connections waiting their turn to close; every
-            // other connection waits on its backend's eviction, which shutdown shuts. One
-            // removed since has had its connections evicted, so they hear the token.
+            // The token reaches dials and evicted connections waiting their turn; the others
+            // wait on their backend's eviction, shut here. A backend no longer in the snapshot
+            // was removed, so its connections were evicted and hear the token.
             self.cut.cancel();
             for b in &self.table.load().backends {
                 b.live.eviction.shut();
