@@ -18,7 +18,7 @@ pub use crate::eviction::Eviction;
 
 use crate::eviction::CloseReason;
 use crate::health::verdict::{Health, State};
-use crate::pick::{self, Candidate, Pick, WhenNoneReady};
+use crate::pick::{self, Candidate, Order, Pick, WhenNoneReady};
 use crate::relay::Moved;
 
 /// A backend's identity: its address exactly as configured. Reloads, probes, status, logs and
@@ -384,17 +384,15 @@ impl Snapshot {
             .collect()
     }
 
-    /// The current pick order, as a new connection with round-robin position `rr` would see it,
-    /// and the backends it goes on to when every ready one fails to dial (failing open).
-    pub fn pick(&self, rr: usize) -> (Pick, Vec<usize>) {
-        let cands = self.candidates();
-        let policy = self.routing.when_none_ready;
-        let order = pick::pick(&cands, policy, rr);
-        let fallback = match order {
-            Pick::Ready(_) => pick::fallback(&cands, policy, rr),
-            Pick::NoneReady(_) | Pick::Refuse => Vec::new(),
-        };
-        (order, fallback)
+    /// The current pick order, as a new connection with round-robin position `rr` would see it.
+    pub fn pick(&self, rr: usize) -> Pick {
+        pick::pick(&self.candidates(), self.routing.when_none_ready, rr)
+    }
+
+    /// A new connection's whole dial order: [`Snapshot::pick`], and the backends it goes on to
+    /// when every ready one fails to dial (failing open), worked out only if it comes to that.
+    pub fn order(&self, rr: usize) -> Order {
+        Order::new(self.candidates(), self.routing.when_none_ready, rr)
     }
 }
 

@@ -85,6 +85,6 @@ impl SnapshotBench {
     /// first backend's index.
     pub fn load_and_pick(&self, rr: usize) -> Option<usize> {
         let snap = self.table.load();
-        snap.pick(rr).0.order().first().copied()
+        snap.pick(rr).order().first().copied()
     }
 }

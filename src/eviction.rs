@@ -4,9 +4,11 @@
 //!
 //! Does not own deciding when (`table::transitions`) or closing a connection (`proxy`).
 
+use std::future::Future;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
-use tokio::sync::watch;
+use tokio::sync::Notify;
 
 /// Connections of a backend that went bad are closed spread over this window, so thousands of
 /// watch clients do not re-dial the next apiserver in the same millisecond; well inside the 1 s
@@ -81,7 +83,7 @@ impl CloseReason {
 }
 
 /// Closes the connections relayed to one backend, without a race against the snapshot a
-/// connection was picked from.
+/// connection was picked from; and at shutdown, once the grace period is over, closes them all.
 ///
 /// The protocol, in one place: **publish, then bump.** The table writer stamps the snapshot that
 /// stops offering the backend with [`Eviction::next`], publishes it, and only then calls
@@ -90,64 +92,107 @@ impl CloseReason {
 /// snapshot already knew it would be), so it skips the backend and, having lost candidates, plans
 /// again on the newer snapshot; `Some` fires on the next bump. No eviction can slip between
 /// reading a snapshot and watching.
-/// The channel carries the epoch and the reason of the latest bump.
-#[derive(Debug)]
-pub struct Eviction(watch::Sender<(u64, CloseReason)>);
-
-impl Default for Eviction {
-    fn default() -> Self {
-        Eviction(watch::Sender::new((0, CloseReason::TurnedUnready)))
-    }
+///
+/// Shutdown rides on the same wake-up ([`Eviction::shut`]), so a relayed connection waits on
+/// one thing: an idle connection holds one waiter, not one per reason to stop.
+#[derive(Debug, Default)]
+pub struct Eviction {
+    /// The epoch of the latest bump (high bits) and its reason's [`CloseReason::index`] (low
+    /// [`REASON_BITS`]): one word, so a reader never sees one bump's epoch with another's reason.
+    latest: AtomicU64,
+    /// Set once the proxy cuts the connections that outlived the shutdown grace period.
+    shut: AtomicBool,
+    /// Wakes every watching connection on a bump or at the cut.
+    wake: Notify,
 }
+
+/// Bits of [`Eviction::latest`] that hold the reason; the epoch has the other 56 (it only ever
+/// compares equal, and wraps after 2⁵⁶ bumps of one backend).
+const REASON_BITS: u32 = 8;
 
 impl Eviction {
     /// The current epoch: what a snapshot made now is stamped with.
     pub fn epoch(&self) -> u64 {
-        self.0.borrow().0
+        self.latest.load(Ordering::Acquire) >> REASON_BITS
     }
 
     /// The epoch to stamp on a snapshot that evicts this backend, and to bump to once published.
     pub fn next(&self) -> u64 {
-        self.epoch().wrapping_add(1)
+        self.epoch().wrapping_add(1) & (u64::MAX >> REASON_BITS)
     }
 
     /// Fires every watch with `reason`: call after publishing the snapshot stamped with `epoch`.
     pub fn bump_to(&self, epoch: u64, reason: CloseReason) {
-        self.0.send_replace((epoch, reason));
+        self.latest.store(
+            epoch << REASON_BITS | reason.index() as u64,
+            Ordering::Release,
+        );
+        self.wake.notify_waiters();
     }
 
     /// Closes every connection of a backend no snapshot offers any more (removed by a reload).
     pub fn evict_now(&self) {
-        self.0
-            .send_modify(|(n, why)| (*n, *why) = (n.wrapping_add(1), CloseReason::Removed));
+        self.bump_to(self.next(), CloseReason::Removed);
+    }
+
+    /// Closes every connection watching this backend at once, for shutdown: the drain's grace
+    /// period is over. The epoch is left alone (no snapshot is involved), so a dial that
+    /// connects now is not taken for evicted; its relay stops at once.
+    pub fn shut(&self) {
+        self.shut.store(true, Ordering::Release);
+        self.wake.notify_waiters();
     }
 
     /// A watch for a connection picked from a snapshot stamped `epoch`; `None` if already evicted.
     pub fn watch_from(&self, epoch: u64) -> Option<EvictionWatch> {
-        let mut rx = self.0.subscribe();
-        let current = rx.borrow_and_update().0;
-        (current == epoch).then_some(EvictionWatch(rx))
+        (self.epoch() == epoch).then_some(EvictionWatch(epoch))
+    }
+
+    /// True once the backend was evicted after `watch` was made (shutdown aside).
+    pub fn fired(&self, watch: EvictionWatch) -> bool {
+        self.epoch() != watch.0
+    }
+
+    /// Completes when the connection holding `watch` must be closed: the backend was evicted
+    /// (with why), or shutdown cut it. Every idle connection holds this future: not an `async
+    /// fn`, which would keep its arguments twice.
+    #[allow(clippy::manual_async_fn, reason = "an async fn's future is larger")]
+    pub fn stopped(&self, watch: EvictionWatch) -> impl Future<Output = Stop> + '_ {
+        async move {
+            loop {
+                // Made before the check: a bump after the check wakes it even though it was not
+                // polled yet (`notify_waiters` reaches every `Notified` already made).
+                let woken = self.wake.notified();
+                if self.shut.load(Ordering::Acquire) {
+                    return Stop::Shutdown;
+                }
+                let latest = self.latest.load(Ordering::Acquire);
+                if latest >> REASON_BITS != watch.0 {
+                    let index = (latest & ((1 << REASON_BITS) - 1)) as usize;
+                    // Only `bump_to` writes it, from a `CloseReason`.
+                    let why = CloseReason::ALL
+                        .get(index)
+                        .copied()
+                        .unwrap_or(CloseReason::Removed);
+                    return Stop::Evicted(why);
+                }
+                woken.await;
+            }
+        }
     }
 }
 
-/// One connection's view of its backend's [`Eviction`].
-#[derive(Debug)]
-pub struct EvictionWatch(watch::Receiver<(u64, CloseReason)>);
+/// One connection's claim on its backend's [`Eviction`]: the epoch it was made from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct EvictionWatch(u64);
 
-impl EvictionWatch {
-    /// True once the backend was evicted after the watch was made.
-    pub fn fired(&self) -> bool {
-        self.0.has_changed().unwrap_or(true)
-    }
-
-    /// Completes when the backend is evicted, with why.
-    pub async fn wait(&mut self) -> CloseReason {
-        // A closed channel cannot happen while the backend lives; treat it as a removal.
-        match self.0.changed().await {
-            Ok(()) => self.0.borrow_and_update().1,
-            Err(_) => CloseReason::Removed,
-        }
-    }
+/// Why a relayed connection must be closed by the balancer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Stop {
+    /// Its backend was evicted: close it, spread over the reason's window.
+    Evicted(CloseReason),
+    /// Shutdown's grace period is over: close it now.
+    Shutdown,
 }
 
 #[cfg(test)]
@@ -167,11 +212,11 @@ mod tests {
     #[tokio::test]
     async fn a_watch_made_from_the_current_epoch_fires_on_the_next_bump_with_its_reason() {
         let e = Eviction::default();
-        let mut w = e.watch_from(e.epoch()).expect("not evicted");
-        assert!(!w.fired());
+        let w = e.watch_from(e.epoch()).expect("not evicted");
+        assert!(!e.fired(w));
         e.bump_to(e.next(), CloseReason::Silent);
-        assert!(w.fired());
-        assert_eq!(w.wait().await, CloseReason::Silent);
+        assert!(e.fired(w));
+        assert_eq!(e.stopped(w).await, Stop::Evicted(CloseReason::Silent));
     }
 
     #[test]
@@ -183,7 +228,7 @@ mod tests {
         assert!(e.watch_from(new_snapshot_epoch).is_none());
         let early = e.watch_from(old_snapshot_epoch).expect("bump not sent yet");
         e.bump_to(new_snapshot_epoch, CloseReason::TurnedUnready);
-        assert!(early.fired(), "a watch made before the bump fires");
+        assert!(e.fired(early), "a watch made before the bump fires");
         assert!(
             e.watch_from(old_snapshot_epoch).is_none(),
             "a reader of the old snapshot after the bump skips the backend"
@@ -194,10 +239,54 @@ mod tests {
     async fn evict_now_fires_says_removed_and_stales_every_earlier_epoch() {
         let e = Eviction::default();
         let before = e.epoch();
-        let mut w = e.watch_from(before).expect("fresh");
+        let w = e.watch_from(before).expect("fresh");
         e.evict_now();
-        assert!(w.fired());
-        assert_eq!(w.wait().await, CloseReason::Removed, "the watch says why");
+        assert!(e.fired(w));
+        assert_eq!(
+            e.stopped(w).await,
+            Stop::Evicted(CloseReason::Removed),
+            "the watch says why"
+        );
         assert!(e.watch_from(before).is_none());
+    }
+
+    #[tokio::test]
+    async fn a_waiting_connection_wakes_on_a_bump_or_the_shutdown_cut() {
+        let e = std::sync::Arc::new(Eviction::default());
+        let waiting = |e: &std::sync::Arc<Eviction>| {
+            let (e, w) = (e.clone(), e.watch_from(e.epoch()).expect("fresh"));
+            tokio::spawn(async move { e.stopped(w).await })
+        };
+        let evicted = waiting(&e);
+        tokio::task::yield_now().await; // let it start waiting (it must wake either way)
+        e.bump_to(e.next(), CloseReason::Failback);
+        assert_eq!(
+            evicted.await.expect("waiter"),
+            Stop::Evicted(CloseReason::Failback)
+        );
+        let cut = waiting(&e);
+        tokio::task::yield_now().await;
+        e.shut();
+        assert_eq!(cut.await.expect("waiter"), Stop::Shutdown);
+    }
+
+    #[test]
+    fn the_cut_stops_watches_without_evicting_so_a_dial_that_connects_now_still_counts() {
+        let e = Eviction::default();
+        let w = e.watch_from(e.epoch()).expect("fresh");
+        e.shut();
+        assert!(!e.fired(w), "not an eviction: the dial is not skipped");
+        assert!(e.watch_from(e.epoch()).is_some());
+    }
+
+    #[test]
+    fn the_epoch_and_reason_share_one_word_and_the_epoch_wraps_within_it() {
+        let e = Eviction::default();
+        let last = u64::MAX >> REASON_BITS;
+        e.bump_to(last, CloseReason::DeadPath);
+        assert_eq!(e.epoch(), last);
+        assert_eq!(e.next(), 0);
+        e.evict_now();
+        assert_eq!(e.epoch(), 0);
     }
 }

@@ -120,6 +120,56 @@ pub fn fallback(cands: &[Candidate], when_none_ready: WhenNoneReady, rr: usize) 
     }
 }
 
+/// One connection's dial order: the picker's order, then, failing open once every ready backend
+/// failed to dial, the [`fallback`], computed only then (most connections never need it), from
+/// the same candidates, so it is the order the connection would have had at pick time.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Order {
+    cands: Vec<Candidate>,
+    when_none_ready: WhenNoneReady,
+    rr: usize,
+    pick: Pick,
+}
+
+impl Order {
+    /// Picks now; see [`pick`].
+    pub fn new(cands: Vec<Candidate>, when_none_ready: WhenNoneReady, rr: usize) -> Order {
+        let pick = pick(&cands, when_none_ready, rr);
+        Order {
+            cands,
+            when_none_ready,
+            rr,
+            pick,
+        }
+    }
+
+    /// The picker's answer.
+    pub fn pick(&self) -> &Pick {
+        &self.pick
+    }
+
+    /// Where to go once [`Order::pick`]'s order is exhausted: the [`fallback`] after a ready
+    /// pick, nowhere after any other (not-ready backends were in the pick already).
+    ///
+    /// ```
+    /// use readyprism::health::verdict::State;
+    /// use readyprism::pick::{Candidate, Order, WhenNoneReady};
+    ///
+    /// let c = |state| Candidate { state, answering: true, local: false, latency: None, active: 0 };
+    /// let some_ready = Order::new(vec![c(State::Ready), c(State::Unready)], WhenNoneReady::FailOpen, 0);
+    /// assert_eq!(some_ready.fallback(), vec![1]);
+    /// let none_ready = Order::new(vec![c(State::Unready)], WhenNoneReady::FailOpen, 0);
+    /// assert_eq!(none_ready.pick().order(), &[0]);
+    /// assert!(none_ready.fallback().is_empty(), "tried already");
+    /// ```
+    pub fn fallback(&self) -> Vec<usize> {
+        match self.pick {
+            Pick::Ready(_) => fallback(&self.cands, self.when_none_ready, self.rr),
+            Pick::NoneReady(_) | Pick::Refuse => Vec::new(),
+        }
+    }
+}
+
 /// The backends that are not ready: unchecked first, then (failing open) the answering failing
 /// ones, then the silent ones; each part by zone and latency.
 fn not_ready(cands: &[Candidate], when_none_ready: WhenNoneReady, rr: usize) -> Vec<usize> {
@@ -136,17 +186,20 @@ fn not_ready(cands: &[Candidate], when_none_ready: WhenNoneReady, rr: usize) -> 
     out
 }
 
-fn order(cands: &[Candidate], members: Vec<usize>, rr: usize) -> Vec<usize> {
-    let (local, remote): (Vec<usize>, Vec<usize>) =
-        members.into_iter().partition(|&i| cands[i].local);
-    let mut out = Vec::with_capacity(cands.len());
-    for group in [local, remote] {
-        order_group(cands, group, rr, &mut out);
-    }
-    out
+/// Orders `members` in place (no allocation on the accept path): local zone first, each zone
+/// group by [`order_group`].
+fn order(cands: &[Candidate], mut members: Vec<usize>, rr: usize) -> Vec<usize> {
+    members.sort_by_key(|&i| !cands[i].local); // stable: config order within each group
+    let split = members.partition_point(|&i| cands[i].local);
+    let (local, remote) = members.split_at_mut(split);
+    order_group(cands, local, rr);
+    order_group(cands, remote, rr);
+    members
 }
 
-fn order_group(cands: &[Candidate], mut group: Vec<usize>, rr: usize, out: &mut Vec<usize>) {
+/// By latency; the band of near-equal latencies at the front shares by fewest active
+/// connections, then round-robin on `rr`.
+fn order_group(cands: &[Candidate], group: &mut [usize], rr: usize) {
     if group.is_empty() {
         return;
     }
@@ -163,12 +216,10 @@ fn order_group(cands: &[Candidate], mut group: Vec<usize>, rr: usize, out: &mut 
         // Nothing measured: all are equally unknown and share.
         None => group.len(),
     };
-    let mut band: Vec<usize> = group[..band_end].to_vec();
+    let band = &mut group[..band_end];
     let len = band.len();
     band.rotate_left(rr % len);
     band.sort_by_key(|&i| cands[i].active); // stable: ties keep the rotated order
-    out.extend(band);
-    out.extend_from_slice(&group[band_end..]);
 }
 
 fn tolerance(best: Duration) -> Duration {

@@ -101,7 +101,7 @@ pub struct BackendStatus {
 impl StatusDoc {
     /// The document for `snap`.
     pub fn of(snap: &Snapshot, shutting_down: bool, client_cert: CertStatus) -> StatusDoc {
-        let (pick, _) = snap.pick(0);
+        let pick = snap.pick(0);
         let failing = |i: &usize| snap.backends[*i].health.state == State::Unready;
         let mode = match &pick {
             Pick::Ready(_) => Mode::Normal,

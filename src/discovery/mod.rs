@@ -168,7 +168,7 @@ impl Poller {
     async fn poll(&mut self, rr: usize) -> (Poll, Option<Arc<BackendSpec>>) {
         let (spec, live) = {
             let snap = self.table.load();
-            let (pick, _) = snap.pick(rr);
+            let pick = snap.pick(rr);
             let first = match &pick {
                 Pick::Ready(order) => order.first().map(|&i| &snap.backends[i]),
                 Pick::NoneReady(_) | Pick::Refuse => None,

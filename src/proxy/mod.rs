@@ -1,14 +1,15 @@
 //! The client side: accept, pick, dial with retry, relay, close when the backend turns unready,
 //! and one record per connection at its end.
 //!
-//! The accept path takes no lock: one snapshot load per connection, released before the first
-//! await. Each connection's errors end in its own task. Does not own the order (`pick`), the byte
-//! pump (`relay`), the dial (`dial`) or the eviction protocol (`eviction`).
+//! The accept path takes no lock: one snapshot load per connection, kept while it dials and
+//! released before the relay, which keeps only the backend it relays to. Each connection's
+//! errors end in its own task. Does not own the order (`pick`), the byte pump (`relay`), the
+//! dial (`dial`) or the eviction protocol (`eviction`).
 
 mod record;
 mod sockets;
 
-use std::net::SocketAddr;
+use std::future::Future;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -19,11 +20,12 @@ use tokio_util::task::TaskTracker;
 use tracing::Instrument;
 
 use crate::accept::Acceptor;
-use crate::backend::{BackendLive, BackendSpec};
+use crate::backend::{BackendLive, Snapshot};
 use crate::dial::{Blame, Tally};
-use crate::eviction::{CloseReason, EvictionWatch};
+use crate::eviction::{CloseReason, EvictionWatch, Stop};
 use crate::health::verdict::State;
 use crate::metrics::Metrics;
+use crate::pick::Order;
 use crate::relay::Moved;
 use crate::table::Table;
 use record::{End, Record};
@@ -55,7 +57,9 @@ pub struct Proxy {
     metrics: Arc<Metrics>,
     /// Connection tasks, for draining at shutdown.
     conns: TaskTracker,
-    /// Cancelled when connections still open after the grace period must be cut.
+    /// Cancelled when connections still open after the grace period must be cut. Heard by dials
+    /// and by evicted connections waiting their turn to close; a relayed connection hears its
+    /// backend's [`crate::eviction::Eviction::shut`] instead (one waiter while idle, not two).
     cut: CancellationToken,
     rr: AtomicUsize,
 }
@@ -78,8 +82,11 @@ impl Proxy {
         let mut acceptor = Acceptor::new("listen", listener, stop);
         while let Some((client, peer)) = acceptor.next().await {
             let span = tracing::debug_span!("conn", %peer);
-            self.conns
-                .spawn(self.clone().handle(client, peer).instrument(span));
+            self.conns.spawn(
+                self.clone()
+                    .handle(client, Record::new(peer))
+                    .instrument(span),
+            );
         }
     }
 
@@ -99,86 +106,105 @@ impl Proxy {
                 open = self.conns.len(),
                 "grace period over; closing remaining connections"
             );
+            // The token reaches dials and evicted connections waiting their turn; the others
+            // wait on their backend's eviction, shut here. A backend no longer in the snapshot
+            // was removed, so its connections were evicted and hear the token.
             self.cut.cancel();
+            for b in &self.table.load().backends {
+                b.live.eviction.shut();
+            }
             self.conns.wait().await;
         }
     }
 
-    /// One client connection, from accept to its record. Its socket options came with the
-    /// accept, from the listener ([`listen`]).
-    async fn handle(self: Arc<Self>, client: TcpStream, peer: SocketAddr) {
-        let mut record = Record::new(peer);
-        let moved = Moved::default();
-        let end = self.route(&client, &mut record, &moved).await;
-        record.log(&end, &moved);
+    /// One client connection, from its accept (`record` starts then) to its record. Its socket
+    /// options came with the accept, from the listener ([`listen`]). Not an
+    /// `async fn`: an async fn keeps its arguments twice in its future (as passed and as bound),
+    /// and this future is what an idle connection costs.
+    #[allow(clippy::manual_async_fn, reason = "an async fn's future is larger")]
+    fn handle(self: Arc<Self>, client: TcpStream, mut record: Record) -> impl Future<Output = ()> {
+        async move {
+            let moved = Moved::default();
+            // The dial phase is boxed and gone before the relay: its plan, timers and sockets
+            // take no room in the task of a connection that then sits idle for hours.
+            let end = match Box::pin(self.route(&mut record)).await {
+                // By reference: binding it by value would keep a second copy in the future.
+                Ok(ref link) => self.relay(&client, link, &moved).await,
+                Err(end) => end,
+            };
+            record.log(&end, &moved);
+        }
     }
 
-    /// Picks, dials and relays one client connection; returns how it ended.
-    async fn route(&self, client: &TcpStream, record: &mut Record, moved: &Moved) -> End {
+    /// Picks and dials for one client connection; returns what the relay needs, or how the
+    /// connection ended without one.
+    async fn route(&self, record: &mut Record) -> Result<Link, End> {
         let seq = self.rr.fetch_add(1, Ordering::Relaxed);
         // A second plan only if the first lost targets to an eviction while we dialed: the new
         // snapshot then has the backends that replaced them.
         for _ in 0..2 {
             let plan = self.plan(seq);
-            if plan.targets.is_empty() {
+            if plan.order.pick().order().is_empty() {
                 self.metrics.rejected_no_backend.inc();
-                return End::NoReadyBackend;
+                return Err(End::NoReadyBackend);
             }
             match self.dial_first(&plan, record).await {
-                Dialed::Connected(backend, i, evict) => {
-                    let target = &plan.targets[i];
-                    if target.state == State::Unready {
+                Dialed::Connected {
+                    stream: backend,
+                    index,
+                    rank,
+                    watch,
+                } => {
+                    let target = &plan.snap.backends[index];
+                    if target.health.state == State::Unready {
                         self.metrics.failed_open.inc();
                     }
-                    record.connected(target.spec.clone(), i);
-                    return self
-                        .relay(client, backend, &target.live, evict, seq, moved)
-                        .await;
+                    record.connected(target.spec.clone(), rank);
+                    return Ok(Link {
+                        backend,
+                        live: target.live.clone(),
+                        watch,
+                        seq,
+                    });
                 }
-                Dialed::Cut => return End::Shutdown,
-                Dialed::ThisNodeShort => return End::ThisNodeShort,
+                Dialed::Cut => return Err(End::Shutdown),
+                Dialed::ThisNodeShort => return Err(End::ThisNodeShort),
                 Dialed::Exhausted { evicted: true } => continue,
                 Dialed::Exhausted { evicted: false } => break,
             }
         }
         self.metrics.rejected_all_dials_failed.inc();
-        End::AllDialsFailed
+        Err(End::AllDialsFailed)
     }
 
-    /// The only snapshot access on this path: copy out what to dial, then let the snapshot go.
+    /// The only snapshot access on this path: one load, kept for the dial (not the relay).
     fn plan(&self, seq: usize) -> Plan {
         let snap = self.table.load();
-        let (pick, fallback) = snap.pick(seq);
-        let targets = pick
-            .order()
-            .iter()
-            .chain(&fallback)
-            .map(|&i| {
-                let b = &snap.backends[i];
-                Target {
-                    spec: b.spec.clone(),
-                    live: b.live.clone(),
-                    epoch: b.evict_epoch,
-                    state: b.health.state,
-                }
-            })
-            .collect();
         Plan {
-            targets,
-            connect_timeout: snap.routing.connect_timeout,
+            order: snap.order(seq),
+            snap,
         }
     }
 
-    /// Dials the targets in order until one connects, before any byte is relayed. A dial that
-    /// fails for the backend's fault is reported to its monitor as a failed check; one that fails
-    /// for this node's shortage ends the connection at once (every other backend would fail
-    /// the same way) and is counted apart, against no backend.
+    /// Dials the targets in order until one connects, before any byte is relayed: the picker's
+    /// order, then (failing open) the fallback, worked out only once the picker's order is
+    /// exhausted. A dial that fails for the backend's fault is reported to its monitor as a
+    /// failed check; one that fails for this node's shortage ends the connection at once (every
+    /// other backend would fail the same way) and is counted apart, against no backend.
     async fn dial_first(&self, plan: &Plan, record: &mut Record) -> Dialed {
         let mut evicted = false;
-        for (i, t) in plan.targets.iter().enumerate() {
+        let ranked = plan
+            .order
+            .pick()
+            .order()
+            .iter()
+            .copied()
+            .chain(std::iter::once_with(|| plan.order.fallback()).flatten());
+        for (rank, index) in ranked.enumerate() {
+            let t = &plan.snap.backends[index];
             // Watch before dialing, from the snapshot's epoch: an eviction between the snapshot
             // and now, or during the dial, moves us to the next target.
-            let Some(evict) = t.live.eviction.watch_from(t.epoch) else {
+            let Some(watch) = t.live.eviction.watch_from(t.evict_epoch) else {
                 evicted = true;
                 continue;
             };
@@ -187,7 +213,7 @@ impl Proxy {
             let dial = crate::dial::connect(
                 &t.spec.host,
                 t.spec.port,
-                plan.connect_timeout,
+                plan.snap.routing.connect_timeout,
                 &tally,
                 &t.live.addresses,
                 &sockets::BACKEND,
@@ -201,10 +227,15 @@ impl Proxy {
             };
             record.attempts += t.live.count_dial(&tally);
             match dialed {
-                Ok(_) if evict.fired() => evicted = true,
-                Ok(backend) => {
+                Ok(_) if t.live.eviction.fired(watch) => evicted = true,
+                Ok(stream) => {
                     t.live.dials.connected();
-                    return Dialed::Connected(backend, i, evict);
+                    return Dialed::Connected {
+                        stream,
+                        index,
+                        rank,
+                        watch,
+                    };
                 }
                 Err(e) if e.blame() == Blame::ThisNode => {
                     self.metrics.local_dial_failure(e.label());
@@ -225,65 +256,87 @@ impl Proxy {
     }
 
     /// Relays until either side ends, the backend is evicted, or shutdown cuts the connection.
-    async fn relay(
-        &self,
-        client: &TcpStream,
-        backend: TcpStream,
-        live: &BackendLive,
-        mut evict: EvictionWatch,
-        seq: usize,
-        moved: &Moved,
-    ) -> End {
-        let _active = live.count_active();
-        let evicted = async {
-            let why = evict.wait().await;
-            tokio::time::sleep(spread(seq, why.spread())).await;
-            why
-        };
-        let relay = crate::relay::relay(client, &backend, moved, &live.counters.bytes);
-        tokio::select! {
-            r = relay => match r {
-                Ok(ended) => End::from(ended),
-                Err(e) if e.backend_timed_out() => {
-                    // A dead path: a passive failure of the backend, as a failed dial is.
-                    live.counters.closes[CloseReason::DeadPath.index()].fetch_add(1, Ordering::Relaxed);
-                    live.dials.report(format!(
-                        "relay: data to the backend unacknowledged for {:?} (TCP user timeout)",
-                        BACKEND_USER_TIMEOUT
-                    ));
-                    End::DeadPath(e.to_string())
+    /// This is where an idle connection waits: what lives here is what it costs.
+    /// Not an `async fn`, for the reason [`Proxy::handle`] is not.
+    #[allow(clippy::manual_async_fn, reason = "an async fn's future is larger")]
+    fn relay<'a>(
+        &'a self,
+        client: &'a TcpStream,
+        link: &'a Link,
+        moved: &'a Moved,
+    ) -> impl Future<Output = End> + 'a {
+        async move {
+            let _active = link.live.count_active();
+            let bytes = &link.live.counters.bytes;
+            let relay = crate::relay::relay(client, &link.backend, moved, bytes);
+            let stopped = async {
+                match link.live.eviction.stopped(link.watch).await {
+                    Stop::Shutdown => None,
+                    // After an eviction only, so boxed: its timer and the shutdown waiter it
+                    // needs meanwhile take no room in every idle connection.
+                    Stop::Evicted(why) => Box::pin(self.spread(why, link.seq)).await,
                 }
-                Err(e) => End::Error(e.to_string()),
-            },
-            why = evicted => {
-                live.counters.closes[why.index()].fetch_add(1, Ordering::Relaxed);
-                End::Evicted(why)
+            };
+            tokio::select! {
+                r = relay => match r {
+                    Ok(ended) => End::from(ended),
+                    Err(e) if e.backend_timed_out() => {
+                        // A dead path: a passive failure of the backend, as a failed dial is.
+                        link.live.counters.closes[CloseReason::DeadPath.index()].fetch_add(1, Ordering::Relaxed);
+                        link.live.dials.report(format!(
+                            "relay: data to the backend unacknowledged for {:?} (TCP user timeout)",
+                            BACKEND_USER_TIMEOUT
+                        ));
+                        End::DeadPath(e.to_string())
+                    }
+                    Err(e) => End::Error(e.to_string()),
+                },
+                why = stopped => match why {
+                    Some(why) => {
+                        link.live.counters.closes[why.index()].fetch_add(1, Ordering::Relaxed);
+                        End::Evicted(why)
+                    }
+                    None => End::Shutdown,
+                },
             }
-            _ = self.cut.cancelled() => End::Shutdown,
+        }
+    }
+
+    /// An evicted connection's turn to close, spread by its sequence number over the reason's
+    /// window; `None` if shutdown cuts it first.
+    async fn spread(&self, why: CloseReason, seq: usize) -> Option<CloseReason> {
+        tokio::select! {
+            _ = tokio::time::sleep(spread(seq, why.spread())) => Some(why),
+            _ = self.cut.cancelled() => None,
         }
     }
 }
 
-/// What to dial for one client connection, copied out of a snapshot.
+/// What to dial for one client connection: the snapshot it was picked from (one reference, kept
+/// for the dial only, so the fallback and every target's eviction epoch come from the same
+/// snapshot as the pick), and the order.
 struct Plan {
-    /// Backends in pick order (the picker's order, then the fail-open fallback).
-    targets: Vec<Target>,
-    connect_timeout: Duration,
+    snap: Arc<Snapshot>,
+    order: Order,
 }
 
-/// One backend to dial, as the snapshot showed it.
-struct Target {
-    spec: Arc<BackendSpec>,
+/// What the relay keeps of the dial: the backend leg and its backend, nothing of the plan.
+struct Link {
+    backend: TcpStream,
     live: Arc<BackendLive>,
-    /// The snapshot's eviction epoch for this backend.
-    epoch: u64,
-    /// Its state in the snapshot: `Unready` means relaying to it is failing open.
-    state: State,
+    watch: EvictionWatch,
+    /// The connection's sequence number, which spreads its close when evicted.
+    seq: usize,
 }
 
 enum Dialed {
-    /// Connected to `targets[index]`, with its eviction watch.
-    Connected(TcpStream, usize, EvictionWatch),
+    /// Connected to `snap.backends[index]`, candidate number `rank`, with its eviction watch.
+    Connected {
+        stream: TcpStream,
+        index: usize,
+        rank: usize,
+        watch: EvictionWatch,
+    },
     /// Every target failed; `evicted` if some were skipped as evicted since the snapshot.
     Exhausted { evicted: bool },
     /// This node could not dial (descriptors, ports, memory).
@@ -299,71 +352,4 @@ fn spread(seq: usize, window: Duration) -> Duration {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::backend::{Backend, BackendId, Routing, Snapshot};
-    use crate::health::verdict::Health;
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
-
-    /// A plain TCP backend that writes `name` to every connection.
-    async fn named(name: &'static str) -> SocketAddr {
-        let l = TcpListener::bind("127.0.0.1:0").await.expect("bind");
-        let addr = l.local_addr().expect("addr");
-        tokio::spawn(async move {
-            while let Ok((mut s, _)) = l.accept().await {
-                let _ = s.write_all(name.as_bytes()).await;
-            }
-        });
-        addr
-    }
-
-    #[tokio::test]
-    async fn a_backend_evicted_after_the_snapshot_was_read_is_not_connected() {
-        let metrics = Arc::new(Metrics::default());
-        let backend = |addr: SocketAddr| {
-            let id = BackendId::new(&addr.to_string());
-            let live = Arc::new(BackendLive::default());
-            Backend {
-                spec: Arc::new(BackendSpec {
-                    id,
-                    host: addr.ip().to_string(),
-                    port: addr.port(),
-                    zone: None,
-                    server_name: rustls_pki_types::ServerName::try_from("x").expect("name"),
-                    source: crate::backend::BackendSource::Config,
-                }),
-                health: Health {
-                    state: State::Ready,
-                    latency: Some(Duration::from_millis(1)),
-                    last_error: None,
-                    answering: true,
-                },
-                evict_epoch: live.eviction.epoch(),
-                live,
-            }
-        };
-        let (first, second) = (named("first").await, named("second").await);
-        let table = Table::new();
-        let snap = Snapshot {
-            generation: 1,
-            routing: Routing::default(),
-            backends: vec![backend(first), backend(second)],
-        };
-        // The eviction fires, but the snapshot new connections read still offers `first`: the
-        // window between reading a snapshot and watching for evictions.
-        snap.backends[0].live.eviction.evict_now();
-        table.test_publish(snap);
-        let proxy = Proxy::new(table, metrics);
-        let l = TcpListener::bind("127.0.0.1:0").await.expect("bind");
-        let at = l.local_addr().expect("addr");
-        let stop = CancellationToken::new();
-        let served = tokio::spawn(proxy.clone().serve(l, stop.clone()));
-        let mut c = TcpStream::connect(at).await.expect("connect");
-        let mut got = String::new();
-        c.read_to_string(&mut got).await.expect("read");
-        assert_eq!(got, "second");
-        stop.cancel();
-        proxy.cut.cancel();
-        served.await.expect("serve ends");
-    }
-}
+mod tests;

@@ -8,6 +8,7 @@
 
 use std::net::SocketAddr;
 use std::sync::atomic::Ordering;
+use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::time::Instant;
@@ -85,23 +86,23 @@ impl From<Ended> for End {
     }
 }
 
-/// What is known of one client connection so far.
+/// What is known of one client connection so far. It lives as long as the connection, idle
+/// ones included, so it is kept to a few words.
 #[derive(Debug)]
 pub struct Record {
     client: SocketAddr,
     started: Instant,
+    /// The backend relayed to, once connected.
+    backend: Option<Arc<BackendSpec>>,
     /// Candidates dialed (1 when the first pick connected).
     pub dials: u32,
     /// TCP connection attempts over all dials (each a SYN, retransmissions aside).
     pub attempts: u32,
-    relayed: Option<Relayed>,
-}
-
-#[derive(Debug)]
-struct Relayed {
-    backend: std::sync::Arc<BackendSpec>,
-    rank: usize,
-    connect: Duration,
+    /// The relayed backend's candidate number (0: the first pick).
+    rank: u32,
+    /// From the accept to the connected dial, in microseconds (saturating after 71 minutes, far
+    /// beyond any dial budget).
+    connect_us: u32,
 }
 
 impl Record {
@@ -110,31 +111,28 @@ impl Record {
         Record {
             client,
             started: Instant::now(),
+            backend: None,
             dials: 0,
             attempts: 0,
-            relayed: None,
+            rank: 0,
+            connect_us: 0,
         }
     }
 
-    /// Connected to `backend`, candidate number `rank` (0: the first pick), `connect` after the
-    /// client was accepted.
-    pub fn connected(&mut self, backend: std::sync::Arc<BackendSpec>, rank: usize) {
-        self.relayed = Some(Relayed {
-            backend,
-            rank,
-            connect: self.started.elapsed(),
-        });
+    /// Connected to `backend`, candidate number `rank` (0: the first pick), now.
+    pub fn connected(&mut self, backend: Arc<BackendSpec>, rank: usize) {
+        self.backend = Some(backend);
+        self.rank = u32::try_from(rank).unwrap_or(u32::MAX);
+        self.connect_us = u32::try_from(self.started.elapsed().as_micros()).unwrap_or(u32::MAX);
     }
 
     /// Logs the record: once, at the connection's end.
     pub fn log(self, end: &End, moved: &Moved) {
-        let relayed = self.relayed.as_ref();
-        let backend = relayed.map_or("", |r| r.backend.id.as_str());
-        let zone = relayed
-            .and_then(|r| r.backend.zone.as_deref())
-            .unwrap_or("");
-        let rank = relayed.map_or(-1, |r| r.rank as i64);
-        let connect_ms = relayed.map_or(0.0, |r| ms(r.connect));
+        let relayed = self.backend.as_deref();
+        let backend = relayed.map_or("", |b| b.id.as_str());
+        let zone = relayed.and_then(|b| b.zone.as_deref()).unwrap_or("");
+        let rank = relayed.map_or(-1, |_| i64::from(self.rank));
+        let connect_ms = relayed.map_or(0.0, |_| f64::from(self.connect_us) / 1000.0);
         let duration_ms = ms(self.started.elapsed());
         let to_backend_bytes = moved.to_backend.load(Ordering::Relaxed);
         let to_client_bytes = moved.to_client.load(Ordering::Relaxed);
