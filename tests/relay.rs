@@ -200,9 +200,9 @@ fn bulk_through_the_binary_is_spliced_and_a_connection_gone_idle_holds_two_descr
             "a connection is two sockets"
         );
 
-        // Small exchanges copy: no pipe.
+        // Small exchanges (up to 4 KiB, as a kubelet's) copy: no pipe.
         for i in 0..20u8 {
-            let msg = vec![i; 100];
+            let msg = vec![i; 1 + usize::from(i) * 210];
             w.write_all(&msg).await.expect("write");
             let mut got = vec![0u8; msg.len()];
             r.read_exact(&mut got).await.expect("echo");
