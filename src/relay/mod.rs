@@ -29,8 +29,8 @@ use tokio::time::Sleep;
 use half::{Counters, Failed, Half};
 
 /// Buffer sizes by tier: 1 KiB holds a kubelet request or a watch event, 16 KiB a TCP segment
-/// burst, 256 KiB a socket buffer's worth of a bulk transfer per syscall pair (a pipe of that
-/// size, where splicing works).
+/// burst, 256 KiB a socket buffer's worth of a bulk transfer per syscall pair (where splicing
+/// works, the top tier is a pipe instead: `splice::PIPE_SIZE`).
 pub const TIERS: [usize; 3] = [1024, 16 * 1024, 256 * 1024];
 
 /// A buffer above the smallest tier is released after this long without traffic on the

@@ -12,12 +12,15 @@ use rustix::pipe::{fcntl_setpipe_size, pipe_with, splice, PipeFlags, SpliceFlags
 use tokio::io::Interest;
 use tokio::net::TcpStream;
 
-/// The capacity asked of each pipe. Linux's default, 64 KiB (16 page slots), takes at most 16
-/// socket buffer fragments per splice, and on loopback a fragment is often less than a page;
-/// 256 KiB is the relay's top buffer tier, so a splice moves at least what a copy would.
-/// Best-effort: a pipe refused a larger size (`pipe-max-size`, or the user's
-/// `pipe-user-pages-soft` once many pipes are open) keeps its default and still works.
-pub(super) const PIPE_SIZE: usize = 256 * 1024;
+/// The capacity asked of each pipe: 1 MiB, Linux's `pipe-max-size` default. A splice moves at
+/// most a pipe's worth, and a pipe is filled only once empty, so this is the step of a bulk
+/// transfer: measured on a 256 MiB download (loopback, release build), 1 MiB takes 716 splices
+/// and 0.30 CPU-s/GiB, 256 KiB 2074 and 0.40, the 64 KiB default 0.43, copying through the
+/// 256 KiB buffer 2204 reads and writes and 0.48. Kernel memory follows the bytes in flight, not
+/// the capacity (a 1 MiB pipe costs a 10 KiB slot array until filled). Best-effort: a pipe
+/// refused this size (a lower `pipe-max-size`; an unprivileged user past
+/// `pipe-user-pages-soft`, 64 MiB of pipes) keeps its default and still works.
+pub(super) const PIPE_SIZE: usize = 1024 * 1024;
 
 /// Never block inside the kernel: both sockets are non-blocking already, and this makes the
 /// pipe side so too. MOVE is a hint (pages rather than copies) the kernel may ignore.
