@@ -64,7 +64,9 @@ impl Pipe {
     }
 
     /// Moves up to `held` bytes (what the pipe holds) from the pipe to `to`. `WouldBlock` means
-    /// the socket is full, and clears its readiness.
+    /// the socket is full, and clears its readiness. Unlike the copy path's `send`, a splice to a
+    /// closed peer raises SIGPIPE (the kernel passes no MSG_NOSIGNAL); Rust's runtime ignores
+    /// that signal before `main`, so the call returns `EPIPE` like a write.
     pub(super) fn drain(&self, to: &TcpStream, held: usize) -> io::Result<usize> {
         to.try_io(Interest::WRITABLE, || {
             spliced(|| splice(&self.read, None, to, None, held, FLAGS))
