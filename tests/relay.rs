@@ -153,3 +153,96 @@ async fn failback_brings_a_connection_home_once_the_local_backend_stays_ready_an
     );
     app.shutdown().await;
 }
+
+/// `(all, pipes)`: the descriptors `pid` holds, and how many of them are pipes.
+fn descriptors(pid: u32) -> (usize, usize) {
+    let entries: Vec<_> = std::fs::read_dir(format!("/proc/{pid}/fd"))
+        .expect("fd dir")
+        .filter_map(Result::ok)
+        .collect();
+    let pipes = entries
+        .iter()
+        .filter_map(|e| std::fs::read_link(e.path()).ok())
+        .filter(|l| l.to_string_lossy().starts_with("pipe:"))
+        .count();
+    (entries.len(), pipes)
+}
+
+/// Test bytes: no period, so a lost, doubled or reordered chunk shows.
+fn pattern(len: usize) -> Vec<u8> {
+    (0..len as u64)
+        .map(|i| ((i ^ (i >> 13)).wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 56) as u8)
+        .collect()
+}
+
+#[test]
+fn bulk_through_the_binary_is_spliced_and_a_connection_gone_idle_holds_two_descriptors_again() {
+    use tokio::io::AsyncReadExt;
+    let rt = tokio::runtime::Runtime::new().expect("runtime");
+    let lab = Lab::new();
+    let a = rt.block_on(lab.fake("a"));
+    let file = lab.path("splice.yaml");
+    std::fs::write(&file, lab.yaml("dc-a", &[(addr(&a), "dc-a")], "")).expect("write");
+    let p = process::Proc::start(&file);
+    rt.block_on(poll("ready", || {
+        blocking_get(p.admin, "/status").1.contains("\"ready\"")
+    }));
+    let pid = p.pid();
+    let (before, pipes) = descriptors(pid);
+    rt.block_on(async {
+        let (conn, name) = raw(p.listen).await.expect("relayed");
+        assert_eq!(name, "a");
+        let (mut r, mut w) = conn.into_inner().into_split();
+        let connected = descriptors(pid);
+        assert_eq!(
+            connected,
+            (before + 2, pipes),
+            "a connection is two sockets"
+        );
+
+        // Small exchanges (up to 4 KiB, as a kubelet's) copy: no pipe.
+        for i in 0..20u8 {
+            let msg = vec![i; 1 + usize::from(i) * 210];
+            w.write_all(&msg).await.expect("write");
+            let mut got = vec![0u8; msg.len()];
+            r.read_exact(&mut got).await.expect("echo");
+            assert_eq!(got, msg);
+        }
+        assert_eq!(descriptors(pid), connected, "no pipe for small exchanges");
+
+        // 24 MiB up and echoed down, byte-identical.
+        let data = pattern(24 << 20);
+        let sent = data.clone();
+        let writer = tokio::spawn(async move {
+            w.write_all(&sent).await.expect("bulk write");
+            w
+        });
+        let mut got = vec![0u8; data.len()];
+        r.read_exact(&mut got).await.expect("echo of the bulk");
+        assert!(got == data, "byte-identical");
+        let mut w = writer.await.expect("writer");
+
+        // Idle beyond the release: the connection, still open, holds its two sockets only.
+        poll("pipes closed once idle", || descriptors(pid) == connected).await;
+        w.write_all(b"still here").await.expect("write");
+        let mut got = [0u8; 10];
+        r.read_exact(&mut got).await.expect("echo");
+        assert_eq!(&got, b"still here");
+
+        // The pipes, seen: a bulk echo that stalls after 16 MiB (more than the relay's socket
+        // buffers hold) while the client does not read leaves bytes in a pipe each way.
+        a.control.set_raw_stall_after(16 << 20);
+        let (conn, _) = raw(p.listen).await.expect("relayed");
+        let (mut r, mut w) = conn.into_inner().into_split();
+        let data = pattern(64 << 20);
+        let sent = data.clone();
+        let flood = tokio::spawn(async move { w.write_all(&sent).await });
+        poll("a pipe each way", || descriptors(pid).1 == pipes + 2 * 2).await;
+        let mut got = vec![0u8; 16 << 20];
+        r.read_exact(&mut got)
+            .await
+            .expect("the echo up to the stall");
+        assert!(got[..] == data[..16 << 20], "byte-identical");
+        flood.abort();
+    });
+}

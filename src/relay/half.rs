@@ -1,7 +1,9 @@
-//! One direction of a relay: its buffer (tiered, never zeroed, released when idle), the moves
-//! from one socket to the other, and the relayed half-close.
+//! One direction of a relay: where its bytes wait (a tiered buffer, never zeroed, released when
+//! idle; or, once the direction moves bulk, a pipe they are spliced through), the moves from one
+//! socket to the other, and the relayed half-close.
 //!
-//! Does not own the connection (both directions, the timers): the relay in `mod.rs` does.
+//! Does not own the connection (both directions, the timers): the relay in `mod.rs` does; nor the
+//! splice mechanics (`splice`).
 
 use std::io;
 use std::net::Shutdown;
@@ -11,7 +13,11 @@ use std::task::{ready, Context, Poll};
 use tokio::io::Interest;
 use tokio::net::TcpStream;
 
+use super::splice::{self, Pipe};
 use super::TIERS;
+
+/// The top tier: a direction whose reads fill the buffer below it moves bulk, and splices.
+const TOP: usize = TIERS.len() - 1;
 
 /// Which socket of a direction failed.
 #[derive(Debug)]
@@ -22,15 +28,41 @@ pub(super) enum Failed {
     Writing(io::Error),
 }
 
+/// Where a direction's bytes wait between the read and the write.
+#[derive(Debug)]
+enum Store {
+    /// A buffer of the current tier's size, or empty (released: an idle direction holds nothing).
+    Buffer(Box<[u8]>),
+    /// The top tier where splicing works: a pipe instead of a 256 KiB buffer.
+    Pipe(Pipe),
+}
+
+impl Default for Store {
+    fn default() -> Store {
+        Store::Buffer(Box::default())
+    }
+}
+
+/// The counters one direction adds to, each as its bytes are written: the connection's and the
+/// backend's, for all bytes and for the spliced ones.
+pub(super) struct Counters<'a> {
+    /// Every byte written.
+    pub(super) moved: [&'a AtomicU64; 2],
+    /// The bytes written by splice.
+    pub(super) spliced: [&'a AtomicU64; 2],
+}
+
 /// One direction's state.
 #[derive(Debug, Default)]
 pub(super) struct Half {
-    /// Data read and not yet written is `buf[start..end]`; empty while released.
-    buf: Box<[u8]>,
+    /// Bytes read and not yet written: `start..end` of the buffer, or `end - start` in the pipe.
+    store: Store,
     start: usize,
     end: usize,
     /// Index into [`TIERS`] of the next buffer.
     tier: usize,
+    /// A splice was refused on these sockets: the top tier is a buffer for good.
+    splice_refused: bool,
     /// EOF relayed: nothing more to do.
     done: bool,
     /// Moved bytes since the relay last looked.
@@ -44,29 +76,18 @@ impl Half {
         cx: &mut Context<'_>,
         from: &TcpStream,
         to: &TcpStream,
-        counters: [&AtomicU64; 2],
+        counters: &Counters<'_>,
     ) -> Poll<Result<(), Failed>> {
         if self.done {
             return Poll::Ready(Ok(()));
         }
         loop {
-            while self.start < self.end {
-                ready!(to.poll_write_ready(cx)).map_err(Failed::Writing)?;
-                match to.try_write(&self.buf[self.start..self.end]) {
-                    Ok(n) => {
-                        self.start += n;
-                        self.moved = true;
-                        for c in counters {
-                            c.fetch_add(n as u64, Ordering::Relaxed);
-                        }
-                    }
-                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
-                    Err(e) => return Poll::Ready(Err(Failed::Writing(e))),
-                }
-            }
+            ready!(self.flush(cx, to, counters))?;
             (self.start, self.end) = (0, 0);
-            if !self.buf.is_empty() && self.buf.len() < TIERS[self.tier] {
-                self.buf = Box::default(); // grown: the next read gets the bigger buffer
+            if let Store::Buffer(buf) = &self.store {
+                if !buf.is_empty() && buf.len() < TIERS[self.tier] {
+                    self.store = Store::default(); // grown: the next read gets the next tier
+                }
             }
             if from
                 .poll_read_ready(cx)
@@ -74,17 +95,23 @@ impl Half {
                 .is_pending()
             {
                 if self.tier == 0 {
-                    self.buf = Box::default(); // nothing to read: an idle connection holds nothing
+                    self.store = Store::default(); // nothing to read: an idle connection holds nothing
                 }
                 return Poll::Pending;
             }
-            if self.buf.is_empty() {
-                self.buf = vec![0u8; TIERS[self.tier]].into_boxed_slice();
+            if matches!(&self.store, Store::Buffer(buf) if buf.is_empty()) {
+                self.store = self.next_store();
             }
-            match read_drained(from, &mut self.buf) {
+            let read = match &mut self.store {
+                Store::Buffer(buf) => read_drained(from, buf).inspect(|&n| {
+                    self.tier = grown(self.tier, n, buf.len());
+                }),
+                Store::Pipe(pipe) => pipe.fill(from),
+            };
+            match read {
                 Ok(0) => {
                     self.done = true;
-                    self.buf = Box::default();
+                    self.store = Store::default();
                     return Poll::Ready(
                         match socket2::SockRef::from(to).shutdown(Shutdown::Write) {
                             // The peer may already be gone; the other direction reports that.
@@ -95,26 +122,102 @@ impl Half {
                         },
                     );
                 }
-                Ok(n) => {
-                    self.end = n;
-                    self.tier = grown(self.tier, n, self.buf.len());
-                }
+                Ok(n) => self.end = n,
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
+                Err(e) if self.piped() && splice::refused(&e) => {
+                    // The pipe is empty here: nothing to take back.
+                    self.copy_from_now_on().map_err(Failed::Reading)?;
+                }
                 Err(e) => return Poll::Ready(Err(Failed::Reading(e))),
             }
         }
     }
 
-    /// Holds a buffer above the smallest tier while waiting to read.
-    pub(super) fn holds_large(&self) -> bool {
-        self.buf.len() > TIERS[0] && self.start == self.end
+    /// Writes out what was read, to the last byte, before anything more is read: the next read
+    /// may land in another store (a pipe after a buffer, a buffer after a pipe), and bytes must
+    /// not overtake each other.
+    fn flush(
+        &mut self,
+        cx: &mut Context<'_>,
+        to: &TcpStream,
+        counters: &Counters<'_>,
+    ) -> Poll<Result<(), Failed>> {
+        while self.start < self.end {
+            ready!(to.poll_write_ready(cx)).map_err(Failed::Writing)?;
+            let written = match &self.store {
+                Store::Buffer(buf) => to.try_write(&buf[self.start..self.end]),
+                Store::Pipe(pipe) => pipe.drain(to, self.end - self.start),
+            };
+            match written {
+                Ok(n) => {
+                    self.start += n;
+                    self.moved = true;
+                    for c in counters.moved {
+                        c.fetch_add(n as u64, Ordering::Relaxed);
+                    }
+                    if self.piped() {
+                        for c in counters.spliced {
+                            c.fetch_add(n as u64, Ordering::Relaxed);
+                        }
+                    }
+                }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
+                Err(e) if self.piped() && splice::refused(&e) => {
+                    self.copy_from_now_on().map_err(Failed::Writing)?;
+                }
+                Err(e) => return Poll::Ready(Err(Failed::Writing(e))),
+            }
+        }
+        Poll::Ready(Ok(()))
     }
 
-    /// The connection went quiet: give the buffer back (unless it holds unwritten data) and
-    /// start the next burst a tier lower.
+    /// The store for a read at this tier: a pipe at the top tier unless splicing was refused or
+    /// no pipe can be had (then a buffer, and a pipe is tried again at the next burst).
+    fn next_store(&self) -> Store {
+        if self.tier == TOP && !self.splice_refused {
+            if let Some(pipe) = Pipe::open() {
+                return Store::Pipe(pipe);
+            }
+        }
+        Store::Buffer(vec![0u8; TIERS[self.tier]].into_boxed_slice())
+    }
+
+    fn piped(&self) -> bool {
+        matches!(self.store, Store::Pipe(_))
+    }
+
+    /// A splice was refused: this direction copies from now on, starting with the bytes the
+    /// pipe holds (taken back into a buffer, so none is lost or reordered).
+    /// (Reading a pipe that holds the bytes does not fail; if it did, they are lost, and the
+    /// error fails the direction rather than relaying a stream with a gap.)
+    fn copy_from_now_on(&mut self) -> io::Result<()> {
+        self.splice_refused = true;
+        let Store::Pipe(pipe) = std::mem::take(&mut self.store) else {
+            return Ok(());
+        };
+        let held = self.end - self.start;
+        let mut buf = vec![0u8; TIERS[TOP].max(held)].into_boxed_slice();
+        (self.start, self.end) = (0, 0);
+        pipe.take_back(&mut buf[..held])?;
+        self.store = Store::Buffer(buf);
+        self.end = held;
+        Ok(())
+    }
+
+    /// Holds a buffer above the smallest tier, or a pipe, while waiting to read.
+    pub(super) fn holds_large(&self) -> bool {
+        let large = match &self.store {
+            Store::Buffer(buf) => buf.len() > TIERS[0],
+            Store::Pipe(_) => true,
+        };
+        large && self.start == self.end
+    }
+
+    /// The connection went quiet: give the buffer or pipe back (unless it holds unwritten data)
+    /// and start the next burst a tier lower (copying: small exchanges never open a pipe).
     pub(super) fn release_idle(&mut self) {
         if self.start == self.end && !self.done {
-            self.buf = Box::default();
+            self.store = Store::default();
             (self.start, self.end) = (0, 0);
             self.tier = self.tier.saturating_sub(1);
         }
@@ -173,26 +276,42 @@ mod tests {
     }
 
     #[test]
-    fn going_idle_releases_the_buffer_and_drops_a_tier_but_keeps_unwritten_data() {
+    fn going_idle_releases_the_buffer_or_pipe_and_drops_a_tier_but_keeps_unwritten_data() {
         let mut h = Half {
-            buf: vec![0; TIERS[2]].into(),
+            store: Store::Buffer(vec![0; TIERS[2]].into()),
             tier: 2,
             ..Half::default()
         };
         assert!(h.holds_large());
         h.release_idle();
-        assert_eq!((h.buf.len(), h.tier), (0, 1));
+        assert!(matches!(&h.store, Store::Buffer(b) if b.is_empty()));
+        assert_eq!(h.tier, 1);
+        let mut piped = Half {
+            store: Store::Pipe(Pipe::open().expect("a pipe")),
+            tier: 2,
+            ..Half::default()
+        };
+        assert!(piped.holds_large(), "an idle pipe is to be released");
+        piped.release_idle();
+        assert!(!piped.piped(), "released");
+        assert_eq!(piped.tier, 1, "the next burst copies first");
         let mut pending = Half {
-            buf: vec![1, 2, 3].into(),
+            store: Store::Buffer(vec![1, 2, 3].into()),
             end: 3,
             tier: 1,
             ..Half::default()
         };
         pending.release_idle();
-        assert_eq!(
-            &pending.buf[..],
-            &[1, 2, 3],
+        assert!(
+            matches!(&pending.store, Store::Buffer(b) if b[..] == [1, 2, 3]),
             "data in flight is never dropped"
         );
+    }
+
+    #[test]
+    fn a_direction_costs_no_more_than_before_it_could_splice() {
+        // A Box<[u8]> (16 B) and a pipe (two descriptors, 8 B) share one word pair.
+        assert_eq!(std::mem::size_of::<Store>(), 16);
+        assert_eq!(std::mem::size_of::<Half>(), 48);
     }
 }

@@ -122,6 +122,11 @@ impl Proc {
         }
     }
 
+    /// The process id (to read `/proc/<pid>/`).
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
     /// Sends a signal by name (`HUP`, `TERM`, `INT`).
     pub fn signal(&self, sig: &str) {
         let ok = Command::new("kill")
