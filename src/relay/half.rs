@@ -7,14 +7,14 @@
 
 use std::io;
 use std::net::Shutdown;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::Ordering;
 use std::task::{ready, Context, Poll};
 
 use tokio::io::Interest;
 use tokio::net::TcpStream;
 
 use super::splice::{self, Pipe};
-use super::TIERS;
+use super::{Moved, TIERS};
 
 /// The top tier: a direction whose reads fill the buffer below it moves bulk, and splices.
 const TOP: usize = TIERS.len() - 1;
@@ -44,12 +44,30 @@ impl Default for Store {
 }
 
 /// The counters one direction adds to, each as its bytes are written: the connection's and the
-/// backend's, for all bytes and for the spliced ones.
+/// backend's, for all bytes and for the spliced ones. Made afresh at every poll from the two
+/// [`Moved`]s the relay borrows, so an idle connection's future holds no copy of it.
 pub(super) struct Counters<'a> {
-    /// Every byte written.
-    pub(super) moved: [&'a AtomicU64; 2],
-    /// The bytes written by splice.
-    pub(super) spliced: [&'a AtomicU64; 2],
+    /// The connection's and the backend's tallies.
+    pub(super) tallies: [&'a Moved; 2],
+    /// Which direction: client → backend.
+    pub(super) to_backend: bool,
+}
+
+impl Counters<'_> {
+    /// `n` bytes written, `spliced` or copied.
+    fn add(&self, n: usize, spliced: bool) {
+        for m in self.tallies {
+            let way = if self.to_backend {
+                &m.to_backend
+            } else {
+                &m.to_client
+            };
+            way.fetch_add(n as u64, Ordering::Relaxed);
+            if spliced {
+                m.spliced.fetch_add(n as u64, Ordering::Relaxed);
+            }
+        }
+    }
 }
 
 /// One direction's state.
@@ -152,14 +170,7 @@ impl Half {
                 Ok(n) => {
                     self.start += n;
                     self.moved = true;
-                    for c in counters.moved {
-                        c.fetch_add(n as u64, Ordering::Relaxed);
-                    }
-                    if self.piped() {
-                        for c in counters.spliced {
-                            c.fetch_add(n as u64, Ordering::Relaxed);
-                        }
-                    }
+                    counters.add(n, self.piped());
                 }
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
                 Err(e) if self.piped() && splice::refused(&e) => {

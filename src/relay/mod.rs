@@ -99,15 +99,6 @@ pub async fn relay(
     moved: &Moved,
     total: &Moved,
 ) -> Result<Ended, RelayError> {
-    let spliced = [&moved.spliced, &total.spliced];
-    let to_backend = Counters {
-        moved: [&moved.to_backend, &total.to_backend],
-        spliced,
-    };
-    let to_client = Counters {
-        moved: [&moved.to_client, &total.to_client],
-        spliced,
-    };
     let mut first_done = None;
     let mut up = Half::default();
     let mut down = Half::default();
@@ -118,13 +109,29 @@ pub async fn relay(
     let mut half_closed: Option<Pin<Box<Sleep>>> = None;
     poll_fn(|cx| {
         let a = up
-            .poll(cx, client, backend, &to_backend)
+            .poll(
+                cx,
+                client,
+                backend,
+                &Counters {
+                    tallies: [moved, total],
+                    to_backend: true,
+                },
+            )
             .map_err(|f| match f {
                 Failed::Reading(e) => RelayError::Client(e),
                 Failed::Writing(e) => RelayError::Backend(e),
             })?;
         let b = down
-            .poll(cx, backend, client, &to_client)
+            .poll(
+                cx,
+                backend,
+                client,
+                &Counters {
+                    tallies: [moved, total],
+                    to_backend: false,
+                },
+            )
             .map_err(|f| match f {
                 Failed::Reading(e) => RelayError::Backend(e),
                 Failed::Writing(e) => RelayError::Client(e),
