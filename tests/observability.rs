@@ -106,6 +106,8 @@ async fn every_metric_is_exported_and_moves() {
         ),
         11.0
     ); // "a\n" + echo "12345" + "bye\n"
+       // Small exchanges are copied, not spliced.
+    assert_eq!(m(&t, "readyprism_spliced_bytes_total", &aa_l), 0.0);
 
     // Unready with a connection open: state change, failure count, closed-unready count.
     let (_held, _) = raw(app.listen_addrs()[0]).await.expect("relayed");

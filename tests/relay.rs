@@ -221,6 +221,14 @@ fn bulk_through_the_binary_is_spliced_and_a_connection_gone_idle_holds_two_descr
         r.read_exact(&mut got).await.expect("echo of the bulk");
         assert!(got == data, "byte-identical");
         let mut w = writer.await.expect("writer");
+        // Most of it went by splice, and `readyprism_spliced_bytes_total` says so.
+        let text = blocking_get(p.admin, "/metrics").1;
+        let spliced = metric(&text, "readyprism_spliced_bytes_total", "").unwrap_or(0.0);
+        assert!(
+            spliced >= (data.len() as f64) * 2.0 * 0.75,
+            "spliced {spliced} of 2 x {} bytes",
+            data.len()
+        );
 
         // Idle beyond the release: the connection, still open, holds its two sockets only.
         poll("pipes closed once idle", || descriptors(pid) == connected).await;

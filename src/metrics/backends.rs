@@ -52,7 +52,7 @@ struct WithDirection {
 type Read = fn(&Backend) -> u64;
 
 /// The per-backend counters with only a `backend` label: name, help, and how to read it.
-const COUNTERS: [(&str, &str, Read); 3] = [
+const COUNTERS: [(&str, &str, Read); 4] = [
     (
         "connections",
         "Client connections relayed to the backend",
@@ -62,6 +62,11 @@ const COUNTERS: [(&str, &str, Read); 3] = [
         "dial_failures",
         "Dials that failed for the backend's fault (refused, timed out, unreachable, reset, blocked)",
         |b| b.live.counters.dial_failures.load(Ordering::Relaxed),
+    ),
+    (
+        "spliced_bytes",
+        "Bytes relayed by splice(2), never copied through this process (both directions; a part of bytes)",
+        |b| b.live.counters.bytes.spliced.load(Ordering::Relaxed),
     ),
     (
         "dial_reattempts",
