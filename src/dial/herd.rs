@@ -1,9 +1,10 @@
 //! A herd of dials to one backend shares its evidence: when many dials wait on the same
 //! unanswered backend at once (a site's kubelets re-dialing after a failover, into an apiserver
 //! whose accept queue is full or whose SYNs are dropped), a dial's re-attempts add SYNs and no
-//! knowledge. Re-attempts exist for a lost SYN or SYN-ACK on a path that works; a herd that no
-//! attempt of which has connected lately is not that case, so its dials keep their first attempt
-//! and skip their re-attempts: the backend gets about one SYN per dial, not three.
+//! knowledge. Re-attempts exist for a lost SYN or SYN-ACK on a path that works; a herd none of
+//! whose attempts has connected since it began waiting is not that case, so its dials keep their
+//! first attempt and skip their re-attempts: the backend gets about one SYN per dial, not three.
+//! Only a connect after the dial started counts: one from before the queue filled proves nothing.
 //!
 //! Lock-free: two atomics per backend, touched once when a dial starts and ends, when an
 //! attempt connects and when a re-attempt is due. Does not own the race (`dial`) or the plan
@@ -18,10 +19,6 @@ use tokio::time::Instant;
 /// are waiting on unanswered attempts: a client dial meeting a probe's, or two clients', keep
 /// their re-attempts (on a lossy link each may have lost its own SYN), a herd does not.
 pub const HERD: u32 = 3;
-
-/// An attempt of the backend that connected this recently shows the path works: a herd's dials
-/// then keep their re-attempts, since a lost SYN is the likely reason theirs went unanswered.
-pub const EVIDENCE: Duration = Duration::from_secs(1);
 
 /// One backend's dials in flight and its latest connect.
 #[derive(Debug)]
@@ -67,9 +64,10 @@ impl Herd {
         self.connected.fetch_max(stamp, Ordering::Relaxed);
     }
 
-    /// Whether a re-attempt due at `now` is skipped: [`HERD`] or more dials wait and none of the
-    /// backend's attempts connected within [`EVIDENCE`].
-    pub fn skips_reattempt(&self, now: Instant) -> bool {
+    /// Whether a re-attempt of a dial that began waiting at `since` is skipped: [`HERD`] or more
+    /// dials wait and none of the backend's attempts has connected since (an attempt that
+    /// connected then shows the path works: the dial's own SYN was likely lost, and it re-attempts).
+    pub fn skips_reattempt(&self, since: Instant) -> bool {
         if self.waiting.load(Ordering::Relaxed) < HERD {
             return false;
         }
@@ -77,8 +75,7 @@ impl Herd {
         let Some(ms) = stamp.checked_sub(1) else {
             return true;
         };
-        let at = self.base + Duration::from_millis(ms);
-        now.saturating_duration_since(at) >= EVIDENCE
+        self.base + Duration::from_millis(ms) < since
     }
 }
 
@@ -87,22 +84,33 @@ mod tests {
     use super::*;
 
     #[tokio::test(start_paused = true)]
-    async fn a_herd_skips_re_attempts_until_an_attempt_connects_and_for_a_second_after_keeps_them()
-    {
+    async fn a_herd_skips_re_attempts_unless_an_attempt_connected_since_the_dial_began() {
         let herd = Herd::default();
-        let now = Instant::now;
+        let ms = Duration::from_millis;
+        tokio::time::advance(ms(10)).await;
+        herd.connected(Instant::now()); // before the queue filled
+        tokio::time::advance(ms(10)).await;
+        let began = Instant::now();
         let two = (herd.wait(), herd.wait());
-        assert!(!herd.skips_reattempt(now()), "two dials are no herd");
+        assert!(!herd.skips_reattempt(began), "two dials are no herd");
         let third = herd.wait();
-        assert!(herd.skips_reattempt(now()), "three, nothing connected yet");
-        herd.connected(now());
-        assert!(!herd.skips_reattempt(now()), "an attempt just connected");
-        tokio::time::advance(EVIDENCE - Duration::from_millis(1)).await;
-        assert!(!herd.skips_reattempt(now()));
-        tokio::time::advance(Duration::from_millis(1)).await;
-        assert!(herd.skips_reattempt(now()), "the evidence is a second old");
+        assert!(
+            herd.skips_reattempt(began),
+            "three; the connect before they began proves nothing"
+        );
+        tokio::time::advance(ms(150)).await;
+        herd.connected(Instant::now());
+        assert!(
+            !herd.skips_reattempt(began),
+            "an attempt connected since: the path works"
+        );
+        let later = Instant::now() + ms(10);
+        assert!(
+            herd.skips_reattempt(later),
+            "not for a dial that began after it"
+        );
         drop(third);
-        assert!(!herd.skips_reattempt(now()), "a dial ended: two are left");
+        assert!(!herd.skips_reattempt(later), "a dial ended: two are left");
         drop(two);
         assert_eq!(herd.waiting.load(Ordering::Relaxed), 0);
     }

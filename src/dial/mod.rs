@@ -9,9 +9,9 @@
 //!   doubled gap, at most 3 per address), so a lost SYN or SYN-ACK costs 150 ms instead of Linux's
 //!   initial 1 s SYN retransmission — which is the whole default `connect_timeout` — while a
 //!   black-holed or overloaded backend gets at most 3 SYNs per dial, not a storm;
-//! - while a herd of dials waits on the same backend and none of its attempts has connected
-//!   lately ([`herd`]), re-attempts are skipped: a herd into a full accept queue sends about one
-//!   SYN per dial.
+//! - while a herd of dials waits on the same backend and none of its attempts has connected since
+//!   they began ([`herd`]), re-attempts are skipped: a herd into a full accept queue sends about
+//!   one SYN per dial.
 //!
 //! Each attempt's socket gets the caller's [`SocketOptions`] before its `connect`, and a connect
 //! that succeeds is not asked for its error, so the connection a dial returns costs `socket`,
@@ -184,6 +184,7 @@ async fn connect_any(
     options: &SocketOptions,
 ) -> Result<Won, DialError> {
     let _waiting = herd.wait();
+    let began = Instant::now();
     let mut plan = Plan::new(addrs, budget, seed());
     let (first_addr, first_n) = plan.take(tally).ok_or(DialError::NoAddress)?;
     // The first attempt runs in this task: the common dial, which connects before the next
@@ -214,7 +215,7 @@ async fn connect_any(
                 None => None,
             },
             _ = tokio::time::sleep_until(due.unwrap_or_else(Instant::now)), if due.is_some() => {
-                if plan.next_is_reattempt() && herd.skips_reattempt(Instant::now()) {
+                if plan.next_is_reattempt() && herd.skips_reattempt(began) {
                     plan.skip();
                 } else if let Some((addr, n)) = plan.take(tally) {
                     running

@@ -343,14 +343,32 @@ async fn a_herd_into_a_black_hole_sends_one_syn_per_dial_not_three() {
 
 #[tokio::test]
 async fn a_herd_keeps_its_re_attempts_while_the_backend_answers_other_dials() {
-    // Another dial of the backend has just connected: the herd's unanswered SYNs look lost, not
-    // black-holed, and their re-attempts go out. The queue is drained at 200 ms, so a dial
-    // connects only by a re-attempt.
+    // The queue is drained at 100 ms and another dial of the backend connects at 150 ms: the herd's
+    // unanswered SYNs look lost, not black-holed, and their later re-attempts go out and connect
+    // (their first attempts' SYNs were dropped, and the kernel would retransmit them only at 1 s).
     let (hole, _fillers, addr) = black_hole().await;
     let memory = std::sync::Arc::new(Memory::default());
-    memory.herd.connected(Instant::now());
-    let drain = drain_after(&hole, Duration::from_millis(200));
+    let drain = drain_after(&hole, Duration::from_millis(100));
+    let witness = {
+        let memory = memory.clone();
+        tokio::spawn(async move {
+            tokio::time::sleep(Duration::from_millis(150)).await;
+            let tally = Tally::default();
+            let ip = addr.ip().to_string();
+            connect(
+                &ip,
+                addr.port(),
+                Duration::from_secs(1),
+                &tally,
+                &memory,
+                &SocketOptions::NONE,
+            )
+            .await
+            .expect("the drained backend answers a new dial")
+        })
+    };
     let ended = herd_of(4, addr, memory).await;
+    drop(witness.await.expect("witness dial"));
     for (r, sent) in &ended {
         assert!(r.is_ok(), "{ended:?}");
         assert!(*sent >= 2, "connected by a re-attempt: {ended:?}");
