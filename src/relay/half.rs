@@ -89,12 +89,15 @@ pub(super) struct Half {
 
 impl Half {
     /// Moves bytes `from` → `to` until one of them is not ready; `Ready` once EOF is relayed.
+    /// `last`: the other direction has ended, so this EOF ends the connection and both sockets
+    /// are closed at once: the close sends `to` its FIN, and no `shutdown` is made for it.
     pub(super) fn poll(
         &mut self,
         cx: &mut Context<'_>,
         from: &TcpStream,
         to: &TcpStream,
         counters: &Counters<'_>,
+        last: bool,
     ) -> Poll<Result<(), Failed>> {
         if self.done {
             return Poll::Ready(Ok(()));
@@ -130,6 +133,9 @@ impl Half {
                 Ok(0) => {
                     self.done = true;
                     self.store = Store::default();
+                    if last {
+                        return Poll::Ready(Ok(()));
+                    }
                     return Poll::Ready(
                         match socket2::SockRef::from(to).shutdown(Shutdown::Write) {
                             // The peer may already be gone; the other direction reports that.
@@ -213,6 +219,11 @@ impl Half {
         self.store = Store::Buffer(buf);
         self.end = held;
         Ok(())
+    }
+
+    /// Its EOF has been relayed: this direction has ended.
+    pub(super) fn is_done(&self) -> bool {
+        self.done
     }
 
     /// Holds a buffer above the smallest tier, or a pipe, while waiting to read.

@@ -93,12 +93,16 @@ pub struct Moved {
 /// Relays until both directions have ended (EOF each way), either fails (saying which leg), or
 /// one has ended and the other stays silent for [`HALF_CLOSED_IDLE`]. Bytes are added to the
 /// connection's tally `moved` and to the backend's `total`.
-pub async fn relay(
-    client: &TcpStream,
-    backend: &TcpStream,
-    moved: &Moved,
-    total: &Moved,
-) -> Result<Ended, RelayError> {
+///
+/// Not an `async fn`: the relay is where an idle connection waits, and an async fn would keep
+/// the arguments and the poll function's captures besides the state itself. The future is the
+/// one closure, owning its state.
+pub fn relay<'a>(
+    client: &'a TcpStream,
+    backend: &'a TcpStream,
+    moved: &'a Moved,
+    total: &'a Moved,
+) -> impl Future<Output = Result<Ended, RelayError>> + 'a {
     let mut first_done = None;
     let mut up = Half::default();
     let mut down = Half::default();
@@ -107,7 +111,8 @@ pub async fn relay(
     let mut active = false;
     // Armed once one direction has ended.
     let mut half_closed: Option<Pin<Box<Sleep>>> = None;
-    poll_fn(|cx| {
+    poll_fn(move |cx| {
+        let down_done = down.is_done();
         let a = up
             .poll(
                 cx,
@@ -117,6 +122,7 @@ pub async fn relay(
                     tallies: [moved, total],
                     to_backend: true,
                 },
+                down_done,
             )
             .map_err(|f| match f {
                 Failed::Reading(e) => RelayError::Client(e),
@@ -131,6 +137,7 @@ pub async fn relay(
                     tallies: [moved, total],
                     to_backend: false,
                 },
+                a.is_ready(),
             )
             .map_err(|f| match f {
                 Failed::Reading(e) => RelayError::Backend(e),
@@ -182,7 +189,6 @@ pub async fn relay(
         }
         Poll::Pending
     })
-    .await
 }
 
 #[cfg(test)]
