@@ -316,19 +316,28 @@ impl BackendLive {
         tally.attempts.load(Ordering::Relaxed)
     }
 
-    /// Counts one relayed connection for as long as the returned guard lives (also on panic).
-    pub fn count_active(&self) -> ActiveGuard<'_> {
+    /// Counts one relayed connection for as long as the returned handle lives (also on panic).
+    /// The handle is the connection's reference to its backend: no second pointer is kept.
+    pub fn count_active(self: &Arc<Self>) -> Active {
         self.active.fetch_add(1, Ordering::Relaxed);
         self.counters.connections.fetch_add(1, Ordering::Relaxed);
-        ActiveGuard(self)
+        Active(self.clone())
     }
 }
 
-/// See [`BackendLive::count_active`].
+/// A relayed connection's backend, counted active while it lives ([`BackendLive::count_active`]).
 #[derive(Debug)]
-pub struct ActiveGuard<'a>(&'a BackendLive);
+pub struct Active(Arc<BackendLive>);
 
-impl Drop for ActiveGuard<'_> {
+impl std::ops::Deref for Active {
+    type Target = BackendLive;
+
+    fn deref(&self) -> &BackendLive {
+        &self.0
+    }
+}
+
+impl Drop for Active {
     fn drop(&mut self) {
         self.0.active.fetch_sub(1, Ordering::Relaxed);
     }
@@ -413,7 +422,7 @@ mod tests {
 
     #[test]
     fn active_guard_counts_now_and_ever() {
-        let live = BackendLive::default();
+        let live = Arc::new(BackendLive::default());
         let g = live.count_active();
         assert_eq!(live.active.load(Ordering::Relaxed), 1);
         drop(g);

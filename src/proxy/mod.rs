@@ -17,10 +17,9 @@ use std::time::Duration;
 use tokio::net::{TcpListener, TcpStream};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
-use tracing::Instrument;
 
 use crate::accept::Acceptor;
-use crate::backend::{BackendLive, Snapshot};
+use crate::backend::{Active, Snapshot};
 use crate::dial::{Blame, Tally};
 use crate::eviction::{CloseReason, EvictionWatch, Stop};
 use crate::health::verdict::State;
@@ -80,13 +79,11 @@ impl Proxy {
     /// `stop`; they end on their own, by eviction, or by [`Proxy::drain`].
     pub async fn serve(self: Arc<Self>, listener: TcpListener, stop: CancellationToken) {
         let mut acceptor = Acceptor::new("listen", listener, stop);
+        // No span per connection: it would live in every idle connection's task. The record and
+        // the dial's debug events name the client instead.
         while let Some((client, peer)) = acceptor.next().await {
-            let span = tracing::debug_span!("conn", %peer);
-            self.conns.spawn(
-                self.clone()
-                    .handle(client, Record::new(peer))
-                    .instrument(span),
-            );
+            self.conns
+                .spawn(self.clone().handle(client, Record::new(peer)));
         }
     }
 
@@ -128,8 +125,22 @@ impl Proxy {
             // The dial phase is boxed and gone before the relay: its plan, timers and sockets
             // take no room in the task of a connection that then sits idle for hours.
             let end = match Box::pin(self.route(&mut record)).await {
-                // By reference: binding it by value would keep a second copy in the future.
-                Ok(ref link) => self.relay(&client, link, &moved).await,
+                // The relay, written out here rather than in a function of its own: a second
+                // future would hold its own references to what this one holds.
+                // `ref`: binding the link by value would keep a second copy in the future.
+                Ok(ref link) => tokio::select! {
+                    r = crate::relay::relay(&client, &link.backend, &moved, &link.live.counters.bytes) => {
+                        relay_ended(link, r)
+                    }
+                    why = async {
+                        match link.live.eviction.stopped(link.watch).await {
+                            Stop::Shutdown => None,
+                            // After an eviction only, so boxed: its timer and the shutdown
+                            // waiter it needs meanwhile take no room in every idle connection.
+                            Stop::Evicted(why) => Box::pin(self.spread(why, link.seq)).await,
+                        }
+                    } => stopped(link, why),
+                },
                 Err(end) => end,
             };
             record.log(&end, &moved);
@@ -162,7 +173,7 @@ impl Proxy {
                     record.connected(target.spec.clone(), rank);
                     return Ok(Link {
                         backend,
-                        live: target.live.clone(),
+                        live: target.live.count_active(),
                         watch,
                         seq,
                     });
@@ -239,7 +250,7 @@ impl Proxy {
                 }
                 Err(e) if e.blame() == Blame::ThisNode => {
                     self.metrics.local_dial_failure(e.label());
-                    tracing::debug!(backend = %t.spec.id, error = %e, "this node cannot dial; closing the client connection");
+                    tracing::debug!(client = %record.client(), backend = %t.spec.id, error = %e, "this node cannot dial; closing the client connection");
                     return Dialed::ThisNodeShort;
                 }
                 Err(e) => {
@@ -247,59 +258,12 @@ impl Proxy {
                         .counters
                         .dial_failures
                         .fetch_add(1, Ordering::Relaxed);
-                    tracing::debug!(backend = %t.spec.id, error = %e, "dial failed; trying the next backend");
+                    tracing::debug!(client = %record.client(), backend = %t.spec.id, error = %e, "dial failed; trying the next backend");
                     t.live.dials.report(e.to_string());
                 }
             }
         }
         Dialed::Exhausted { evicted }
-    }
-
-    /// Relays until either side ends, the backend is evicted, or shutdown cuts the connection.
-    /// This is where an idle connection waits: what lives here is what it costs.
-    /// Not an `async fn`, for the reason [`Proxy::handle`] is not.
-    #[allow(clippy::manual_async_fn, reason = "an async fn's future is larger")]
-    fn relay<'a>(
-        &'a self,
-        client: &'a TcpStream,
-        link: &'a Link,
-        moved: &'a Moved,
-    ) -> impl Future<Output = End> + 'a {
-        async move {
-            let _active = link.live.count_active();
-            let bytes = &link.live.counters.bytes;
-            let relay = crate::relay::relay(client, &link.backend, moved, bytes);
-            let stopped = async {
-                match link.live.eviction.stopped(link.watch).await {
-                    Stop::Shutdown => None,
-                    // After an eviction only, so boxed: its timer and the shutdown waiter it
-                    // needs meanwhile take no room in every idle connection.
-                    Stop::Evicted(why) => Box::pin(self.spread(why, link.seq)).await,
-                }
-            };
-            tokio::select! {
-                r = relay => match r {
-                    Ok(ended) => End::from(ended),
-                    Err(e) if e.backend_timed_out() => {
-                        // A dead path: a passive failure of the backend, as a failed dial is.
-                        link.live.counters.closes[CloseReason::DeadPath.index()].fetch_add(1, Ordering::Relaxed);
-                        link.live.dials.report(format!(
-                            "relay: data to the backend unacknowledged for {:?} (TCP user timeout)",
-                            BACKEND_USER_TIMEOUT
-                        ));
-                        End::DeadPath(e.to_string())
-                    }
-                    Err(e) => End::Error(e.to_string()),
-                },
-                why = stopped => match why {
-                    Some(why) => {
-                        link.live.counters.closes[why.index()].fetch_add(1, Ordering::Relaxed);
-                        End::Evicted(why)
-                    }
-                    None => End::Shutdown,
-                },
-            }
-        }
     }
 
     /// An evicted connection's turn to close, spread by its sequence number over the reason's
@@ -323,7 +287,8 @@ struct Plan {
 /// What the relay keeps of the dial: the backend leg and its backend, nothing of the plan.
 struct Link {
     backend: TcpStream,
-    live: Arc<BackendLive>,
+    /// Counted active as long as the link lives.
+    live: Active,
     watch: EvictionWatch,
     /// The connection's sequence number, which spreads its close when evicted.
     seq: usize,
@@ -343,6 +308,36 @@ enum Dialed {
     ThisNodeShort,
     /// Shutdown cut the connection while dialing.
     Cut,
+}
+
+/// How a relay that ended by itself ended the connection. A backend leg that TCP gave up on (data
+/// unacknowledged for [`BACKEND_USER_TIMEOUT`]) is a dead path: a passive failure of the backend,
+/// as a failed dial is.
+fn relay_ended(link: &Link, r: Result<crate::relay::Ended, crate::relay::RelayError>) -> End {
+    match r {
+        Ok(ended) => End::from(ended),
+        Err(e) if e.backend_timed_out() => {
+            link.live.counters.closes[CloseReason::DeadPath.index()]
+                .fetch_add(1, Ordering::Relaxed);
+            link.live.dials.report(format!(
+                "relay: data to the backend unacknowledged for {BACKEND_USER_TIMEOUT:?} (TCP user timeout)"
+            ));
+            End::DeadPath(e.to_string())
+        }
+        Err(e) => End::Error(e.to_string()),
+    }
+}
+
+/// How a connection the balancer stopped ended: evicted (`Some(why)`, counted against its
+/// backend) or cut at shutdown.
+fn stopped(link: &Link, why: Option<CloseReason>) -> End {
+    match why {
+        Some(why) => {
+            link.live.counters.closes[why.index()].fetch_add(1, Ordering::Relaxed);
+            End::Evicted(why)
+        }
+        None => End::Shutdown,
+    }
 }
 
 /// A per-connection delay in [0, window), spread by the connection's sequence number.
