@@ -68,42 +68,38 @@ pub async fn connect(
     memory: &Memory,
     options: &SocketOptions,
 ) -> Result<TcpStream, DialError> {
-    let dial = async {
-        let won = match host.parse::<IpAddr>() {
-            Ok(ip) => {
-                let addr = [SocketAddr::new(ip, port)];
-                connect_any(&addr, budget, tally, &memory.herd, options).await
-            }
-            Err(_) => {
-                let addrs = tokio::net::lookup_host((host, port))
-                    .await
-                    .map_err(DialError::Resolve)?
-                    .collect();
-                race(interleave(addrs), budget, tally, memory, options).await
-            }
-        };
-        won.map(|won| won.stream)
+    let deadline = Instant::now() + budget;
+    let won = match host.parse::<IpAddr>() {
+        Ok(ip) => {
+            let addr = [SocketAddr::new(ip, port)];
+            connect_any(&addr, deadline, budget, tally, &memory.herd, options).await
+        }
+        Err(_) => {
+            let addrs = tokio::time::timeout_at(deadline, tokio::net::lookup_host((host, port)))
+                .await
+                .map_err(|_| DialError::Timeout(budget))?
+                .map_err(DialError::Resolve)?
+                .collect();
+            race(interleave(addrs), deadline, budget, tally, memory, options).await
+        }
     };
-    // Boxed: a dial's state (its plan and attempts) is larger than a relaying connection's, and
-    // inline it would size every connection's task for its whole life, not only while it dials.
-    tokio::time::timeout(budget, Box::pin(dial))
-        .await
-        .unwrap_or(Err(DialError::Timeout(budget)))
+    won.map(|won| won.stream)
 }
 
 /// [`connect_any`] with the addresses that failed lately last, teaching `memory` what lost.
 async fn race(
     mut addrs: Vec<SocketAddr>,
+    deadline: Instant,
     budget: Duration,
     tally: &Tally,
     memory: &Memory,
     options: &SocketOptions,
 ) -> Result<Won, DialError> {
     if addrs.len() < 2 {
-        return connect_any(&addrs, budget, tally, &memory.herd, options).await;
+        return connect_any(&addrs, deadline, budget, tally, &memory.herd, options).await;
     }
     memory.order(&mut addrs, Instant::now());
-    let won = connect_any(&addrs, budget, tally, &memory.herd, options).await?;
+    let won = connect_any(&addrs, deadline, budget, tally, &memory.herd, options).await?;
     if let Ok(peer) = won.stream.peer_addr() {
         memory.learn(peer, &won.beaten, Instant::now());
     }
@@ -130,8 +126,9 @@ enum Attempt {
     Unanswered,
 }
 
-/// One attempt to `addr`, given up after [`ATTEMPT_LIFETIME`]. Its socket is made, set up with
-/// `options` and sends its SYN at once; the future only waits (and holds no copy of the options).
+/// One attempt to `addr`, given up after [`ATTEMPT_LIFETIME`]: a re-attempt, run as a task of
+/// its own. Its socket is made, set up with `options` and sends its SYN at once; the future only
+/// waits (and holds no copy of the options).
 fn attempt(addr: SocketAddr, options: &SocketOptions) -> impl Future<Output = Attempt> + 'static {
     let started = start(addr, options);
     async move {
@@ -140,9 +137,17 @@ fn attempt(addr: SocketAddr, options: &SocketOptions) -> impl Future<Output = At
             Err(e) => return Attempt::Failed(e),
         };
         match tokio::time::timeout(ATTEMPT_LIFETIME, connected(stream)).await {
-            Ok(Ok(stream)) => Attempt::Connected(stream),
-            Ok(Err(e)) => Attempt::Failed(e),
+            Ok(r) => Attempt::from(r),
             Err(_) => Attempt::Unanswered,
+        }
+    }
+}
+
+impl From<io::Result<TcpStream>> for Attempt {
+    fn from(r: io::Result<TcpStream>) -> Attempt {
+        match r {
+            Ok(stream) => Attempt::Connected(stream),
+            Err(e) => Attempt::Failed(e),
         }
     }
 }
@@ -170,14 +175,21 @@ async fn connected(stream: TcpStream) -> io::Result<TcpStream> {
     Ok(stream)
 }
 
-/// Races connections to `addrs` on [`schedule::plan`]'s times within `budget`. The first to
-/// connect wins (with its attempt number and the addresses it beat) and the others are dropped.
+/// Races connections to `addrs` on [`schedule::plan`]'s times until `deadline` (`budget` from
+/// the dial's start). The first to connect wins (with its attempt number and the addresses it
+/// beat) and the others are dropped.
 /// A failed address gets no more attempts; when nothing is in flight, the next address's first
 /// attempt starts at once (re-attempts keep their time: a black hole is not hammered). When the
-/// plan is used up, the last error is returned. A shortage of this node fails the dial at once.
-/// A re-attempt that `herd` says a herd skips is dropped from the plan, not sent.
+/// plan is used up, the last error is returned; at the deadline, [`DialError::Timeout`]. A
+/// shortage of this node fails the dial at once. A re-attempt that `herd` says a herd skips is
+/// dropped from the plan, not sent.
+///
+/// One timer serves the whole dial: the next of the budget's end, the first attempt's
+/// [`ATTEMPT_LIFETIME`] and the next planned attempt. A dial that connects before its first
+/// re-attempt is due, nearly every one, registers that timer once and never fires it.
 async fn connect_any(
     addrs: &[SocketAddr],
+    deadline: Instant,
     budget: Duration,
     tally: &Tally,
     herd: &Herd,
@@ -185,26 +197,46 @@ async fn connect_any(
 ) -> Result<Won, DialError> {
     let _waiting = herd.wait();
     let began = Instant::now();
-    let mut plan = Plan::new(addrs, budget, seed());
+    let mut plan = Plan::new(addrs, deadline.saturating_duration_since(began), seed());
     let (first_addr, first_n) = plan.take(tally).ok_or(DialError::NoAddress)?;
     // The first attempt runs in this task: the common dial, which connects before the next
     // attempt is due, spawns nothing and allocates no set. Later attempts are tasks in `running`,
-    // made at the first of them.
-    let first = attempt(first_addr, options);
-    tokio::pin!(first);
-    let mut first_pending = true;
+    // made at the first of them. `None` once it ended or was given up (dropping its socket).
+    let first_expires = began + ATTEMPT_LIFETIME;
+    let mut first = std::pin::pin!(Some(async {
+        match start(first_addr, options) {
+            Ok(stream) => Attempt::from(connected(stream).await),
+            Err(e) => Attempt::Failed(e),
+        }
+    }));
     let mut running: Option<JoinSet<(SocketAddr, u32, Attempt)>> = None;
     let mut last_error = None;
+    let timer = tokio::time::sleep_until(
+        deadline
+            .min(first_expires)
+            .min(plan.due().unwrap_or(deadline)),
+    );
+    tokio::pin!(timer);
     loop {
+        let first_pending = first.is_some();
         let in_flight = running.as_ref().is_some_and(|r| !r.is_empty());
         if !first_pending && !in_flight && !plan.bring_forward() {
             return Err(last_error.unwrap_or(DialError::NoAddress));
         }
-        let due = plan.due();
+        let mut wake = deadline;
+        if first_pending {
+            wake = wake.min(first_expires);
+        }
+        if let Some(due) = plan.due() {
+            wake = wake.min(due);
+        }
+        if timer.deadline() != wake {
+            timer.as_mut().reset(wake);
+        }
         let ended = tokio::select! {
-            r = &mut first, if first_pending => {
-                first_pending = false;
-                Some((first_addr, first_n, r))
+            r = async { Some(first.as_mut().as_pin_mut()?.await) }, if first_pending => {
+                first.set(None);
+                r.map(|r| (first_addr, first_n, r))
             }
             done = join_next(&mut running), if in_flight => match done {
                 Some(Ok(ended)) => Some(ended),
@@ -214,16 +246,26 @@ async fn connect_any(
                 }
                 None => None,
             },
-            _ = tokio::time::sleep_until(due.unwrap_or_else(Instant::now)), if due.is_some() => {
-                if plan.next_is_reattempt() && herd.skips_reattempt(began) {
-                    plan.skip();
-                } else if let Some((addr, n)) = plan.take(tally) {
-                    running
-                        .get_or_insert_with(JoinSet::new)
-                        .spawn({
-                            let attempt = attempt(addr, options);
-                            async move { (addr, n, attempt.await) }
-                        });
+            () = &mut timer => {
+                let now = Instant::now();
+                if now >= deadline {
+                    return Err(DialError::Timeout(budget));
+                }
+                if first_pending && now >= first_expires {
+                    first.set(None);
+                    last_error = Some(DialError::Unanswered(plan.started()));
+                }
+                if plan.due().is_some_and(|due| due <= now) {
+                    if plan.next_is_reattempt() && herd.skips_reattempt(began) {
+                        plan.skip();
+                    } else if let Some((addr, n)) = plan.take(tally) {
+                        running
+                            .get_or_insert_with(JoinSet::new)
+                            .spawn({
+                                let attempt = attempt(addr, options);
+                                async move { (addr, n, attempt.await) }
+                            });
+                    }
                 }
                 None
             }

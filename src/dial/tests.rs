@@ -17,6 +17,33 @@ fn families_alternate_starting_with_the_resolvers_first() {
     );
 }
 
+/// [`connect_any`] with `budget` from now and no socket options, in a herd of its own.
+async fn race_alone(
+    addrs: &[SocketAddr],
+    budget: Duration,
+    tally: &Tally,
+) -> Result<Won, DialError> {
+    race_with(addrs, budget, tally, &Herd::default()).await
+}
+
+/// [`connect_any`] with `budget` from now and no socket options, in `herd`.
+async fn race_with(
+    addrs: &[SocketAddr],
+    budget: Duration,
+    tally: &Tally,
+    herd: &Herd,
+) -> Result<Won, DialError> {
+    connect_any(
+        addrs,
+        Instant::now() + budget,
+        budget,
+        tally,
+        herd,
+        &SocketOptions::NONE,
+    )
+    .await
+}
+
 /// A listener that stopped accepting with its queue full: dials to it hang in the SYN stage.
 async fn black_hole() -> (socket2::Socket, Vec<TcpStream>, SocketAddr) {
     let s =
@@ -60,15 +87,9 @@ async fn a_black_hole_gets_three_syns_per_dial_the_kernel_none() {
     };
     assert_eq!(count(&tally), (3, 2));
     let tally = Tally::default();
-    let e = connect_any(
-        &[addr],
-        Duration::from_secs(3),
-        &tally,
-        &Herd::default(),
-        &SocketOptions::NONE,
-    )
-    .await
-    .expect_err("black hole");
+    let e = race_alone(&[addr], Duration::from_secs(3), &tally)
+        .await
+        .expect_err("black hole");
     assert_eq!(e.to_string(), "dial: timeout: 3 attempts unanswered");
     assert_eq!(count(&tally), (3, 2));
 }
@@ -98,16 +119,10 @@ async fn a_lost_syn_costs_an_attempt_delay_not_the_kernels_retransmission() {
     let (hole, _fillers, addr) = black_hole().await;
     let drain = drain_after(&hole, Duration::from_millis(200));
     let tally = Tally::default();
-    let winner = connect_any(
-        &[addr],
-        Duration::from_secs(1),
-        &tally,
-        &Herd::default(),
-        &SocketOptions::NONE,
-    )
-    .await
-    .expect("connected")
-    .attempt;
+    let winner = race_alone(&[addr], Duration::from_secs(1), &tally)
+        .await
+        .expect("connected")
+        .attempt;
     assert!(
         winner >= 1,
         "a re-attempt connected, not the first attempt (won by attempt {winner})"
@@ -127,13 +142,7 @@ async fn a_black_holed_first_address_does_not_take_the_budget_of_the_next() {
     let n = Tally::default();
     let addrs = [hole, good_addr];
     let herd = Herd::default();
-    let dial = connect_any(
-        &addrs,
-        Duration::from_secs(10),
-        &n,
-        &herd,
-        &SocketOptions::NONE,
-    );
+    let dial = race_with(&addrs, Duration::from_secs(10), &n, &herd);
     let won = tokio::time::timeout(Duration::from_secs(10), dial)
         .await
         .expect("the second address answers within the budget")
@@ -159,30 +168,18 @@ async fn a_refused_address_moves_on_at_once_and_all_failing_is_the_last_error() 
         .expect("bind");
     let good_addr = good.local_addr().expect("addr");
     let n = Tally::default();
-    let won = connect_any(
-        &[refused, good_addr],
-        Duration::from_secs(1),
-        &n,
-        &Herd::default(),
-        &SocketOptions::NONE,
-    )
-    .await
-    .expect("connected");
+    let won = race_alone(&[refused, good_addr], Duration::from_secs(1), &n)
+        .await
+        .expect("connected");
     assert_eq!(won.stream.peer_addr().expect("peer"), good_addr);
     assert_eq!(
         n.reattempts.load(Ordering::Relaxed),
         0,
         "a refused address is not re-attempted"
     );
-    let e = connect_any(
-        &[refused, refused],
-        Duration::from_secs(1),
-        &n,
-        &Herd::default(),
-        &SocketOptions::NONE,
-    )
-    .await
-    .expect_err("nothing answers");
+    let e = race_alone(&[refused, refused], Duration::from_secs(1), &n)
+        .await
+        .expect_err("nothing answers");
     assert_eq!(e.to_string(), "dial: connection refused");
     assert_eq!(e.blame(), Blame::Backend);
 }
@@ -199,6 +196,7 @@ async fn an_address_that_lost_the_race_is_tried_last_by_the_next_dial() {
     let n = Tally::default();
     let first = race(
         vec![hole, good_addr],
+        Instant::now() + budget,
         budget,
         &n,
         &memory,
@@ -214,6 +212,7 @@ async fn an_address_that_lost_the_race_is_tried_last_by_the_next_dial() {
         let n = Tally::default();
         let next = race(
             vec![hole, good_addr],
+            Instant::now() + budget,
             budget,
             &n,
             &memory,
@@ -279,25 +278,6 @@ async fn a_dialed_connection_has_the_callers_options_before_any_byte() {
     let untuned = read(&dial(SocketOptions::NONE).await);
     assert_eq!((untuned.0, untuned.1, untuned.5), (false, false, None));
     assert_eq!(cut.4, untuned.4, "TCP_KEEPCNT not set under a user timeout");
-}
-
-#[tokio::test]
-async fn a_dial_keeps_its_plan_and_attempts_out_of_the_callers_future() {
-    // The caller (every client connection) holds this future inline for its whole life; the
-    // dial's own state (plan, attempts, the race: over 1 KiB) is boxed, as it is needed only
-    // while dialing. Sizes are fixed at compile time: the bound is not a timing.
-    let (tally, memory) = (Tally::default(), Memory::default());
-    let dial = connect(
-        "127.0.0.1",
-        1,
-        Duration::from_secs(1),
-        &tally,
-        &memory,
-        &SocketOptions::NONE,
-    );
-    let size = std::mem::size_of_val(&dial);
-    println!("dial future: {size} B");
-    assert!(size <= 512, "the dial future is {size} B");
 }
 
 /// `n` dials at once into `addr` sharing one backend's `memory`, each with a 1 s budget: how
