@@ -152,6 +152,15 @@ impl Metrics {
                 ),
             ),
             (
+                "conc_cpu",
+                m(
+                    "1000 conns × 20 round trips",
+                    "proxy CPU per request",
+                    "µs",
+                    None,
+                ),
+            ),
+            (
                 "idle_rss",
                 m(
                     "5000 idle connections",
@@ -176,6 +185,15 @@ impl Metrics {
                     "connections/s",
                     "1/s",
                     RatioAtLeast(1.0),
+                ),
+            ),
+            (
+                "churn_cpu",
+                m(
+                    "5000 short connections",
+                    "proxy CPU per connection",
+                    "µs",
+                    None,
                 ),
             ),
             (
@@ -367,7 +385,9 @@ pub fn run(round: usize, setup: &Setup<'_>, out: &mut Metrics) {
             return;
         }
         let (conns, rts) = sizes.concurrent;
+        let c0 = t.cpu();
         let (d, mut lat, failed, first) = rt.block_on(load::concurrent(t.addr, conns, rts));
+        let cpu = t.cpu().saturating_sub(c0);
         assert_eq!(
             failed,
             0,
@@ -377,6 +397,12 @@ pub fn run(round: usize, setup: &Setup<'_>, out: &mut Metrics) {
         lat.sort_unstable();
         out.push("conc_rps", t.kind, (conns * rts) as f64 / d.as_secs_f64());
         out.push("conc_p99", t.kind, pct(&lat, 99.0) / 1e3);
+        if t.kind != Kind::Direct {
+            // What the proxy itself spends: on two cores shared with the client and the
+            // backend, requests/s also measures them.
+            let requests = (conns * rts) as f64;
+            out.push("conc_cpu", t.kind, cpu.as_secs_f64() * 1e6 / requests);
+        }
     });
 
     each(&mut |t| {
@@ -407,7 +433,9 @@ pub fn run(round: usize, setup: &Setup<'_>, out: &mut Metrics) {
             return;
         }
         let before = (t.rss(), t.fds());
+        let c0 = t.cpu();
         let (d, failed) = rt.block_on(load::churn(t.addr, sizes.churn, 32));
+        let cpu = t.cpu().saturating_sub(c0);
         assert_eq!(
             failed,
             0,
@@ -415,6 +443,10 @@ pub fn run(round: usize, setup: &Setup<'_>, out: &mut Metrics) {
             t.kind.name()
         );
         out.push("churn_cps", t.kind, sizes.churn as f64 / d.as_secs_f64());
+        if t.kind != Kind::Direct {
+            let per = cpu.as_secs_f64() * 1e6 / sizes.churn as f64;
+            out.push("churn_cpu", t.kind, per);
+        }
         if t.kind != Kind::Direct {
             settle(t, before.1);
             let mb = |after: u64, base: u64| (after as f64 - base as f64) / 1e6;

@@ -6,6 +6,7 @@ Usage (as root, or with ptrace allowed; needs strace, openssl and python3):
     cargo build --release --locked
     python3 benches/proxy/strace_count.py [--binary target/release/readyprism] [-n 2000] [--json out.json]
     python3 benches/proxy/strace_count.py --haproxy     # the same count for HAProxy (`nbthread 1`)
+    python3 benches/proxy/strace_count.py --round-trips 21 [--haproxy]   # per round trip
 
 What it does: writes a CA, a server certificate for 127.0.0.1 and a client certificate with
 `openssl`; starts a backend in this script (a TLS ClientHello gets an HTTPS `200` for the probes,
@@ -19,6 +20,10 @@ thread of the proxy twice:
 2. an idle window as long as the load window: the probes', timers' and watchers' background.
 
 Per connection = (load count - idle count x load seconds / idle seconds) / n, per syscall.
+With `--round-trips K`, the per-round-trip cost of a kept connection instead (the 1000 x 20 row):
+each connection of a second load window makes K one-byte round trips before it closes (the
+backend echoes until the client closes), and per round trip = (that window's count - the first
+window's, whose connections make one) / (n x (K - 1)).
 With `--haproxy` the proxy measured is HAProxy with the config benches/proxy/targets.rs writes
 (no health check, so its idle window is near silent). Prints a table: syscall, per connection,
 of which failed (EAGAIN, EINPROGRESS), raw load and idle counts; `--json` also writes the numbers.
@@ -99,6 +104,8 @@ def backend(server_cert, server_key):
                     continue
                 data = conn.recv(1)
                 conn.sendall(data)
+                while data == b"r" and (data := conn.recv(1)):  # round trips until the client closes
+                    conn.sendall(data)
             except OSError:
                 pass
             conn.close()
@@ -183,12 +190,22 @@ def one_connection(port):
             raise RuntimeError(f"relayed {got!r}, expected b'x'")
 
 
+def round_trips(port, k):
+    with socket.create_connection(("127.0.0.1", port), timeout=5) as s:
+        for _ in range(k):
+            s.sendall(b"r")
+            if s.recv(16) != b"r":
+                raise RuntimeError("round trip not echoed")
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--binary", default=os.path.join(ROOT, "target/release/readyprism"))
     ap.add_argument("-n", type=int, default=2000, help="connections in the load window")
     ap.add_argument("--json", help="also write the numbers here")
     ap.add_argument("--haproxy", action="store_true", help="measure HAProxy instead")
+    ap.add_argument("--round-trips", type=int, default=0, metavar="K",
+                    help="count per round trip of connections making K (> 1) round trips")
     args = ap.parse_args()
 
     with tempfile.TemporaryDirectory(prefix="strace-count-") as d:
@@ -222,10 +239,36 @@ def main():
             load, load_s = traced(rp.pid, lambda: [one_connection(listen) for _ in range(args.n)],
                                   os.path.join(d, "load.strace"))
             idle, idle_s = traced(rp.pid, lambda: time.sleep(load_s), os.path.join(d, "idle.strace"))
+            if args.round_trips > 1:
+                k = args.round_trips
+                one, one_s = traced(rp.pid, lambda: [round_trips(listen, 1) for _ in range(args.n)],
+                                    os.path.join(d, "one.strace"))
+                many, many_s = traced(rp.pid, lambda: [round_trips(listen, k) for _ in range(args.n)],
+                                      os.path.join(d, "many.strace"))
         finally:
             rp.terminate()
             rp.wait()
             log.close()
+        if args.round_trips > 1:
+            # Each window less the idle background, then the K-trip window less the 1-trip one.
+            one_net = {k_: v[0] - idle.get(k_, (0, 0))[0] * one_s / idle_s for k_, v in one.items()}
+            many_net = {k_: v[0] - idle.get(k_, (0, 0))[0] * many_s / idle_s for k_, v in many.items()}
+            trips = args.n * (args.round_trips - 1)
+            rows = sorted(((name, (many_net.get(name, 0) - one_net.get(name, 0)) / trips)
+                           for name in set(one_net) | set(many_net)), key=lambda r: (-round(r[1], 2), r[0]))
+            print(f"{args.n} connections of {args.round_trips} round trips in {many_s:.2f} s, "
+                  f"of 1 in {one_s:.2f} s; per round trip beyond the first:")
+            total = 0.0
+            for name, per in rows:
+                total += per
+                if abs(per) >= 0.01:
+                    print(f"{name:<18} {per:>9.2f}")
+            print(f"{'total':<18} {total:>9.2f}")
+            if args.json:
+                with open(args.json, "w") as f:
+                    json.dump({"n": args.n, "round_trips": args.round_trips,
+                               "per_round_trip": dict(rows)}, f, indent=1)
+            return
         scale = load_s / idle_s
         zero = (0, 0)
         rows = []
