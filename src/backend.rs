@@ -283,9 +283,10 @@ pub struct BackendLive {
     pub counters: ConnCounters,
     /// Failed client dials and dead-path relays, for the backend's monitor.
     pub dials: DialReports,
-    /// Which of its addresses failed lately (a DNS-named backend): probes and client dials try
-    /// the others first.
-    pub addresses: crate::dial::Memory,
+    /// What its dials share, probes' and clients' alike: which of its addresses failed lately (a
+    /// DNS-named backend: the others are tried first), and the herd of dials waiting on it (whose
+    /// re-attempts are skipped while none connects).
+    pub dial_memory: crate::dial::Memory,
 }
 
 /// The proxy's per-backend counts: plain atomics (the relay path touches nothing else), read by

@@ -239,7 +239,7 @@ async fn connect(
     budget: Duration,
 ) -> Result<Conn, Failure> {
     let tally = crate::dial::Tally::default();
-    let memory = &live.addresses;
+    let memory = &live.dial_memory;
     let tcp = crate::dial::connect(&spec.host, spec.port, budget, &tally, memory, &NODELAY).await;
     live.count_dial(&tally);
     let tcp = tcp.map_err(|e| match e.blame() {

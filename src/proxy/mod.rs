@@ -226,7 +226,7 @@ impl Proxy {
                 t.spec.port,
                 plan.snap.routing.connect_timeout,
                 &tally,
-                &t.live.addresses,
+                &t.live.dial_memory,
                 &sockets::BACKEND,
             );
             let dialed = tokio::select! {
