@@ -195,7 +195,7 @@ async fn an_idle_connection_keeps_only_the_relay_state() {
         .expect("connect");
     let (accepted, peer) = l.accept().await.expect("accept");
     let proxy = Proxy::new(Table::new(), Arc::new(Metrics::default()));
-    let handle = proxy.clone().handle(accepted, Record::new(peer));
+    let handle = proxy.clone().connection(accepted, peer);
     let size = std::mem::size_of_val(&handle);
     eprintln!("connection future: {size} B (bound {CONNECTION_FUTURE_BOUND} B)");
     assert!(
