@@ -126,20 +126,27 @@ enum Attempt {
     Unanswered,
 }
 
-/// One attempt to `addr`, given up after [`ATTEMPT_LIFETIME`]: a re-attempt, run as a task of
-/// its own. Its socket is made, set up with `options` and sends its SYN at once; the future only
-/// waits (and holds no copy of the options).
-fn attempt(addr: SocketAddr, options: &SocketOptions) -> impl Future<Output = Attempt> + 'static {
+/// One attempt to `addr` with no time limit of its own: its socket is made, set up with
+/// `options` and sends its SYN at once, before the future is first polled; the future only waits
+/// (and holds no copy of the options). The first attempt of a dial, which the dial's own timer
+/// gives up.
+fn unbounded(addr: SocketAddr, options: &SocketOptions) -> impl Future<Output = Attempt> + 'static {
     let started = start(addr, options);
     async move {
-        let stream = match started {
-            Ok(stream) => stream,
-            Err(e) => return Attempt::Failed(e),
-        };
-        match tokio::time::timeout(ATTEMPT_LIFETIME, connected(stream)).await {
-            Ok(r) => Attempt::from(r),
-            Err(_) => Attempt::Unanswered,
+        match started {
+            Ok(stream) => Attempt::from(connected(stream).await),
+            Err(e) => Attempt::Failed(e),
         }
+    }
+}
+
+/// [`unbounded`], given up after [`ATTEMPT_LIFETIME`]: a re-attempt, run as a task of its own.
+fn attempt(addr: SocketAddr, options: &SocketOptions) -> impl Future<Output = Attempt> + 'static {
+    let attempt = unbounded(addr, options);
+    async move {
+        tokio::time::timeout(ATTEMPT_LIFETIME, attempt)
+            .await
+            .unwrap_or(Attempt::Unanswered)
     }
 }
 
@@ -203,19 +210,18 @@ async fn connect_any(
     // attempt is due, spawns nothing and allocates no set. Later attempts are tasks in `running`,
     // made at the first of them. `None` once it ended or was given up (dropping its socket).
     let first_expires = began + ATTEMPT_LIFETIME;
-    let mut first = std::pin::pin!(Some(async {
-        match start(first_addr, options) {
-            Ok(stream) => Attempt::from(connected(stream).await),
-            Err(e) => Attempt::Failed(e),
-        }
-    }));
+    let mut first = std::pin::pin!(Some(unbounded(first_addr, options)));
     let mut running: Option<JoinSet<(SocketAddr, u32, Attempt)>> = None;
     let mut last_error = None;
-    let timer = tokio::time::sleep_until(
-        deadline
-            .min(first_expires)
-            .min(plan.due().unwrap_or(deadline)),
-    );
+    // The next of the budget's end, the first attempt's end (while it runs) and the plan's next.
+    let next_wake = |first_pending: bool, plan: &Plan| {
+        let mut wake = deadline;
+        if first_pending {
+            wake = wake.min(first_expires);
+        }
+        plan.due().map_or(wake, |due| wake.min(due))
+    };
+    let timer = tokio::time::sleep_until(next_wake(true, &plan));
     tokio::pin!(timer);
     loop {
         let first_pending = first.is_some();
@@ -223,13 +229,7 @@ async fn connect_any(
         if !first_pending && !in_flight && !plan.bring_forward() {
             return Err(last_error.unwrap_or(DialError::NoAddress));
         }
-        let mut wake = deadline;
-        if first_pending {
-            wake = wake.min(first_expires);
-        }
-        if let Some(due) = plan.due() {
-            wake = wake.min(due);
-        }
+        let wake = next_wake(first_pending, &plan);
         if timer.deadline() != wake {
             timer.as_mut().reset(wake);
         }
