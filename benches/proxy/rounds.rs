@@ -369,9 +369,7 @@ pub fn run(round: usize, setup: &Setup<'_>, out: &mut Metrics) {
             if !only.bulk {
                 return;
             }
-            let (c0, k0) = (t.cpu(), t.ticks());
-            let d = f(t.addr, sizes.bulk);
-            let (c, k) = (t.cpu().saturating_sub(c0), t.ticks().saturating_sub(k0));
+            let (d, c, k) = t.spending(|| f(t.addr, sizes.bulk));
             out.push(mbs, t.kind, sizes.bulk as f64 / 1e6 / d.as_secs_f64());
             if t.kind != Kind::Direct {
                 out.push(cpu, t.kind, c.as_secs_f64() / gib);
@@ -385,9 +383,8 @@ pub fn run(round: usize, setup: &Setup<'_>, out: &mut Metrics) {
             return;
         }
         let (conns, rts) = sizes.concurrent;
-        let c0 = t.cpu();
-        let (d, mut lat, failed, first) = rt.block_on(load::concurrent(t.addr, conns, rts));
-        let cpu = t.cpu().saturating_sub(c0);
+        let ((d, mut lat, failed, first), cpu, _) =
+            t.spending(|| rt.block_on(load::concurrent(t.addr, conns, rts)));
         assert_eq!(
             failed,
             0,
@@ -433,9 +430,8 @@ pub fn run(round: usize, setup: &Setup<'_>, out: &mut Metrics) {
             return;
         }
         let before = (t.rss(), t.fds());
-        let c0 = t.cpu();
-        let (d, failed) = rt.block_on(load::churn(t.addr, sizes.churn, 32));
-        let cpu = t.cpu().saturating_sub(c0);
+        let ((d, failed), cpu, _) =
+            t.spending(|| rt.block_on(load::churn(t.addr, sizes.churn, 32)));
         assert_eq!(
             failed,
             0,

@@ -20,10 +20,10 @@ thread of the proxy twice:
 2. an idle window as long as the load window: the probes', timers' and watchers' background.
 
 Per connection = (load count - idle count x load seconds / idle seconds) / n, per syscall.
-With `--round-trips K`, the per-round-trip cost of a kept connection instead (the 1000 x 20 row):
-each connection of a second load window makes K one-byte round trips before it closes (the
-backend echoes until the client closes), and per round trip = (that window's count - the first
-window's, whose connections make one) / (n x (K - 1)).
+With `--round-trips K`, the per-round-trip cost of a kept connection instead (the 1000 x 20 row),
+from three windows: `-n` connections of one round trip each (the backend echoes until the client
+closes), the idle window as long, and `-n` connections of K round trips; per round trip = (the
+K-trip window's count - the 1-trip window's, each less its idle share) / (n x (K - 1)).
 With `--haproxy` the proxy measured is HAProxy with the config benches/proxy/targets.rs writes
 (no health check, so its idle window is near silent). Prints a table: syscall, per connection,
 of which failed (EAGAIN, EINPROGRESS), raw load and idle counts; `--json` also writes the numbers.
@@ -236,15 +236,18 @@ def main():
             else:
                 until("/readyz 200", lambda: http_status(admin, "/readyz") == 200)
             one_connection(listen)  # warm: the first connection allocates what later ones reuse
-            load, load_s = traced(rp.pid, lambda: [one_connection(listen) for _ in range(args.n)],
-                                  os.path.join(d, "load.strace"))
-            idle, idle_s = traced(rp.pid, lambda: time.sleep(load_s), os.path.join(d, "idle.strace"))
             if args.round_trips > 1:
+                # The 1-trip window stands in for the load window: it is what the K-trip one less.
                 k = args.round_trips
                 one, one_s = traced(rp.pid, lambda: [round_trips(listen, 1) for _ in range(args.n)],
                                     os.path.join(d, "one.strace"))
+                idle, idle_s = traced(rp.pid, lambda: time.sleep(one_s), os.path.join(d, "idle.strace"))
                 many, many_s = traced(rp.pid, lambda: [round_trips(listen, k) for _ in range(args.n)],
                                       os.path.join(d, "many.strace"))
+            else:
+                load, load_s = traced(rp.pid, lambda: [one_connection(listen) for _ in range(args.n)],
+                                      os.path.join(d, "load.strace"))
+                idle, idle_s = traced(rp.pid, lambda: time.sleep(load_s), os.path.join(d, "idle.strace"))
         finally:
             rp.terminate()
             rp.wait()

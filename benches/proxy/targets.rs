@@ -175,6 +175,15 @@ impl Target {
         self.pid().map(ticks_of).unwrap_or_default()
     }
 
+    /// Runs `work` and returns what it made with the CPU time ([`Target::cpu`]) and ticks
+    /// ([`Target::ticks`]) this target spent meanwhile.
+    pub fn spending<R>(&self, work: impl FnOnce() -> R) -> (R, Duration, u64) {
+        let (c0, k0) = (self.cpu(), self.ticks());
+        let r = work();
+        let (c, k) = (self.cpu(), self.ticks());
+        (r, c.saturating_sub(c0), k.saturating_sub(k0))
+    }
+
     /// Resident memory (VmRSS) in bytes.
     pub fn rss(&self) -> u64 {
         let Some(pid) = self.pid() else { return 0 };
