@@ -17,7 +17,7 @@ use super::splice::{self, Pipe};
 use super::{Moved, TIERS};
 
 /// The top tier: a direction whose reads fill the buffer below it moves bulk, and splices.
-const TOP: usize = TIERS.len() - 1;
+const TOP: u8 = (TIERS.len() - 1) as u8;
 
 /// Which socket of a direction failed.
 #[derive(Debug)]
@@ -74,11 +74,13 @@ impl Counters<'_> {
 #[derive(Debug, Default)]
 pub(super) struct Half {
     /// Bytes read and not yet written: `start..end` of the buffer, or `end - start` in the pipe.
+    /// Offsets of 4 B each, not 8 (a buffer is at most 256 KiB and a pipe 1 MiB): the half lives
+    /// in every idle connection.
     store: Store,
-    start: usize,
-    end: usize,
+    start: u32,
+    end: u32,
     /// Index into [`TIERS`] of the next buffer.
-    tier: usize,
+    tier: u8,
     /// A splice was refused on these sockets: the top tier is a buffer for good.
     splice_refused: bool,
     /// EOF relayed: nothing more to do.
@@ -106,7 +108,7 @@ impl Half {
             ready!(self.flush(cx, to, counters))?;
             (self.start, self.end) = (0, 0);
             if let Store::Buffer(buf) = &self.store {
-                if !buf.is_empty() && buf.len() < TIERS[self.tier] {
+                if !buf.is_empty() && buf.len() < TIERS[usize::from(self.tier)] {
                     self.store = Store::default(); // grown: the next read gets the next tier
                 }
             }
@@ -146,7 +148,7 @@ impl Half {
                         },
                     );
                 }
-                Ok(n) => self.end = n,
+                Ok(n) => self.end = offset(n),
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
                 Err(e) if self.piped() && splice::refused(&e) => {
                     // The pipe is empty here: nothing to take back.
@@ -169,12 +171,12 @@ impl Half {
         while self.start < self.end {
             ready!(to.poll_write_ready(cx)).map_err(Failed::Writing)?;
             let written = match &self.store {
-                Store::Buffer(buf) => to.try_write(&buf[self.start..self.end]),
-                Store::Pipe(pipe) => pipe.drain(to, self.end - self.start),
+                Store::Buffer(buf) => to.try_write(&buf[self.start as usize..self.end as usize]),
+                Store::Pipe(pipe) => pipe.drain(to, self.held()),
             };
             match written {
                 Ok(n) => {
-                    self.start += n;
+                    self.start += offset(n);
                     self.moved = true;
                     counters.add(n, self.piped());
                 }
@@ -196,7 +198,12 @@ impl Half {
                 return Store::Pipe(pipe);
             }
         }
-        Store::Buffer(vec![0u8; TIERS[self.tier]].into_boxed_slice())
+        Store::Buffer(vec![0u8; TIERS[usize::from(self.tier)]].into_boxed_slice())
+    }
+
+    /// Bytes read and not yet written.
+    fn held(&self) -> usize {
+        (self.end - self.start) as usize
     }
 
     fn piped(&self) -> bool {
@@ -212,12 +219,12 @@ impl Half {
         let Store::Pipe(pipe) = std::mem::take(&mut self.store) else {
             return Ok(());
         };
-        let held = self.end - self.start;
-        let mut buf = vec![0u8; TIERS[TOP].max(held)].into_boxed_slice();
+        let held = self.held();
+        let mut buf = vec![0u8; TIERS[usize::from(TOP)].max(held)].into_boxed_slice();
         (self.start, self.end) = (0, 0);
         pipe.take_back(&mut buf[..held])?;
         self.store = Store::Buffer(buf);
-        self.end = held;
+        self.end = offset(held);
         Ok(())
     }
 
@@ -270,12 +277,18 @@ fn read_drained(from: &TcpStream, buf: &mut [u8]) -> io::Result<usize> {
 }
 
 /// The tier after a read of `n` bytes into a buffer of `capacity`: up one if the read filled it.
-fn grown(tier: usize, n: usize, capacity: usize) -> usize {
+fn grown(tier: u8, n: usize, capacity: usize) -> u8 {
     if n >= capacity {
-        (tier + 1).min(TIERS.len() - 1)
+        (tier + 1).min(TOP)
     } else {
         tier
     }
+}
+
+/// A count of bytes in a store as an offset. Every count fits: a read or write moves at most a
+/// store's size (a buffer of at most 256 KiB, a pipe of 1 MiB); saturating is never reached.
+fn offset(n: usize) -> u32 {
+    u32::try_from(n).unwrap_or(u32::MAX)
 }
 
 #[cfg(test)]
