@@ -6,6 +6,7 @@
 //! errors end in its own task. Does not own the order (`pick`), the byte pump (`relay`), the
 //! dial (`dial`) or the eviction protocol (`eviction`).
 
+mod race;
 mod record;
 mod sockets;
 
@@ -28,6 +29,7 @@ use crate::metrics::Metrics;
 use crate::pick::Order;
 use crate::relay::Moved;
 use crate::table::Table;
+use race::First;
 use record::{End, Record};
 pub use sockets::listen;
 
@@ -133,24 +135,17 @@ impl Proxy {
             let moved = Moved::default();
             // The dial phase is boxed and gone before the relay: its plan, timers and sockets
             // take no room in the task of a connection that then sits idle for hours.
-            let end = match Box::pin(self.route(&mut record)).await {
-                // The relay, written out here rather than in a function of its own: a second
-                // future would hold its own references to what this one holds.
-                // `ref`: binding the link by value would keep a second copy in the future.
-                Ok(ref link) => tokio::select! {
-                    r = crate::relay::relay(&client, &link.backend, &moved, &link.live.counters.bytes) => {
-                        relay_ended(link, r)
-                    }
-                    why = async {
-                        match link.live.eviction.stopped(link.watch).await {
-                            Stop::Shutdown => None,
-                            // After an eviction only, so boxed: its timer and the shutdown
-                            // waiter it needs meanwhile take no room in every idle connection.
-                            Stop::Evicted(why) => Box::pin(self.spread(why, link.seq)).await,
-                        }
-                    } => stopped(link, why),
-                },
-                Err(end) => end,
+            let link = match Box::pin(self.route(&mut record)).await {
+                Ok(link) => link,
+                Err(end) => return record.log(&end, &moved),
+            };
+            // The relay, written out here rather than in a function of its own: a second
+            // future would hold its own references to what this one holds.
+            let relay =
+                crate::relay::relay(&client, &link.backend, &moved, &link.live.counters.bytes);
+            let end = match race::race(relay, self.stop(&link, record.seq())).await {
+                First::Work(r) => relay_ended(&link, r),
+                First::Stop(why) => stopped(&link, why),
             };
             record.log(&end, &moved);
         }
@@ -160,6 +155,7 @@ impl Proxy {
     /// connection ended without one.
     async fn route(&self, record: &mut Record) -> Result<Link, End> {
         let seq = self.rr.fetch_add(1, Ordering::Relaxed);
+        record.number(seq);
         // A second plan only if the first lost targets to an eviction while we dialed: the new
         // snapshot then has the backends that replaced them.
         for _ in 0..2 {
@@ -184,7 +180,6 @@ impl Proxy {
                         backend,
                         live: target.live.count_active(),
                         watch,
-                        seq,
                     });
                 }
                 Dialed::Cut => return Err(End::Shutdown),
@@ -228,7 +223,7 @@ impl Proxy {
                 evicted = true;
                 continue;
             };
-            record.dials += 1;
+            record.dialing();
             let tally = Tally::default();
             let dial = crate::dial::connect(
                 &t.spec.host,
@@ -245,7 +240,7 @@ impl Proxy {
                 }
                 r = dial => r,
             };
-            record.attempts += t.live.count_dial(&tally);
+            record.attempted(t.live.count_dial(&tally));
             match dialed {
                 Ok(_) if t.live.eviction.fired(watch) => evicted = true,
                 Ok(stream) => {
@@ -275,9 +270,28 @@ impl Proxy {
         Dialed::Exhausted { evicted }
     }
 
+    /// Completes when `link`'s connection (number `seq`) must be closed: with the reason once
+    /// its turn after an eviction has come, `None` at shutdown's cut. Not an `async fn` (its arguments would be
+    /// kept twice), nor a block in the caller (that would hold a reference per field of `link`).
+    #[allow(clippy::manual_async_fn, reason = "an async fn's future is larger")]
+    fn stop<'a>(
+        &'a self,
+        link: &'a Link,
+        seq: u32,
+    ) -> impl Future<Output = Option<CloseReason>> + 'a {
+        async move {
+            match link.live.eviction.stopped(link.watch).await {
+                Stop::Shutdown => None,
+                // After an eviction only, so boxed: its timer and the shutdown waiter it needs
+                // meanwhile take no room in every idle connection.
+                Stop::Evicted(why) => Box::pin(self.spread(why, seq)).await,
+            }
+        }
+    }
+
     /// An evicted connection's turn to close, spread by its sequence number over the reason's
     /// window; `None` if shutdown cuts it first.
-    async fn spread(&self, why: CloseReason, seq: usize) -> Option<CloseReason> {
+    async fn spread(&self, why: CloseReason, seq: u32) -> Option<CloseReason> {
         tokio::select! {
             _ = tokio::time::sleep(spread(seq, why.spread())) => Some(why),
             _ = self.cut.cancelled() => None,
@@ -299,8 +313,6 @@ struct Link {
     /// Counted active as long as the link lives.
     live: Active,
     watch: EvictionWatch,
-    /// The connection's sequence number, which spreads its close when evicted.
-    seq: usize,
 }
 
 enum Dialed {
@@ -350,8 +362,8 @@ fn stopped(link: &Link, why: Option<CloseReason>) -> End {
 }
 
 /// A per-connection delay in [0, window), spread by the connection's sequence number.
-fn spread(seq: usize, window: Duration) -> Duration {
-    let frac = (seq as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 44; // 20 bits
+fn spread(seq: u32, window: Duration) -> Duration {
+    let frac = u64::from(seq).wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 44; // 20 bits
     window.mul_f64(frac as f64 / (1u64 << 20) as f64)
 }
 
