@@ -1,0 +1,73 @@
+//! Why a config could not be applied, as one line that names the config field to blame.
+//!
+//! Does not own the config's own errors (`config`) or the files' (`tls`).
+
+use std::net::SocketAddr;
+
+use crate::config::{Config, ListenField};
+use crate::tls::TlsError;
+
+/// Why a config could not be applied: the balancer could not start, or a reload was rejected.
+/// One line each, naming the culprit.
+#[derive(Debug, thiserror::Error)]
+pub enum ApplyError {
+    /// A listener could not be bound (port in use, address not local, …). A taken 7445 (KubePrism's
+    /// port) says how to check whether KubePrism still holds it.
+    #[error("cannot listen on {addr}: {cause}{}", kubeprism_hint(.addr, .cause))]
+    Bind {
+        /// Which listener field the address comes from.
+        field: ListenField,
+        /// The address.
+        addr: SocketAddr,
+        /// Why.
+        cause: std::io::Error,
+    },
+    /// A CA, certificate or key file is unusable.
+    #[error("{0}")]
+    Tls(TlsError),
+    /// Internal: the table writer is gone (only during shutdown).
+    #[error("the routing table is shutting down")]
+    TableGone,
+}
+
+/// KubePrism, the balancer readyprism replaces on Talos, listens on 7445 too: a deployment that
+/// did not turn it off (a delete of a `KubePrismConfig` the node does not have is skipped
+/// silently) shows up as this port in use, so the one error line says what to check.
+fn kubeprism_hint(addr: &SocketAddr, cause: &std::io::Error) -> &'static str {
+    const KUBEPRISM_PORT: u16 = 7445;
+    if addr.port() == KUBEPRISM_PORT && cause.kind() == std::io::ErrorKind::AddrInUse {
+        ": is KubePrism still enabled? (talosctl get kubeprismstatuses)"
+    } else {
+        ""
+    }
+}
+
+impl ApplyError {
+    /// The error as one line prefixed with the config file, line, column and field it is about
+    /// (`config.yaml:6:3: tls.ca: /ca.crt: cannot read: …`), when a field is to blame.
+    pub fn placed(&self, source: &crate::config::Source, config: &Config) -> String {
+        match self.field(config) {
+            Some(field) => format!("{}: {self}", source.place(&field)),
+            None => self.to_string(),
+        }
+    }
+
+    /// The config field the error is about (`tls.ca`, `listen[1]`, `admin`), as `config` places
+    /// it; `None` when no field is to blame.
+    pub fn field(&self, config: &Config) -> Option<String> {
+        match self {
+            ApplyError::Bind { field, addr, .. } => Some(config.listener_field(*field, *addr)),
+            ApplyError::Tls(e) => config
+                .tls
+                .field_of(e.path(), e.is_about_key())
+                .map(str::to_string),
+            ApplyError::TableGone => None,
+        }
+    }
+}
+
+impl From<TlsError> for ApplyError {
+    fn from(e: TlsError) -> Self {
+        ApplyError::Tls(e)
+    }
+}
