@@ -271,8 +271,9 @@ impl Proxy {
     }
 
     /// Completes when `link`'s connection (number `seq`) must be closed: with the reason once
-    /// its turn after an eviction has come, `None` at shutdown's cut. Not an `async fn` (its arguments would be
-    /// kept twice), nor a block in the caller (that would hold a reference per field of `link`).
+    /// its turn after an eviction has come, `None` at shutdown's cut. Not an `async fn` (its
+    /// arguments would be kept twice), nor a block in the caller (that would hold a reference
+    /// per field of `link`).
     #[allow(clippy::manual_async_fn, reason = "an async fn's future is larger")]
     fn stop<'a>(
         &'a self,

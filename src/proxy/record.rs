@@ -223,6 +223,39 @@ mod tests {
     use super::*;
 
     #[test]
+    fn the_record_keeps_the_client_as_accepted_and_its_counters_saturate() {
+        for client in ["10.0.0.7:40000", "[::1]:7445", "[fe80::1%2]:1"] {
+            let client: SocketAddr = client.parse().expect("address");
+            let r = Record::new(client);
+            assert_eq!(
+                (r.client().ip(), r.client().port()),
+                (client.ip(), client.port())
+            );
+        }
+        let mut r = Record::new("127.0.0.1:1".parse().expect("address"));
+        r.attempted(3);
+        r.attempted(70_000);
+        for _ in 0..70_000 {
+            r.dialing();
+        }
+        let spec = BackendSpec {
+            id: crate::backend::BackendId::new("10.0.0.1:6443"),
+            host: "10.0.0.1".into(),
+            port: 6443,
+            zone: None,
+            server_name: rustls_pki_types::ServerName::try_from("x").expect("name"),
+            source: crate::backend::BackendSource::Config,
+        };
+        r.connected(Arc::new(spec), 300);
+        r.number(usize::MAX);
+        assert_eq!(
+            (r.attempts, r.dials, r.rank, r.seq()),
+            (u16::MAX, u16::MAX, u8::MAX, u32::MAX)
+        );
+        assert!(r.backend.is_some());
+    }
+
+    #[test]
     fn every_end_names_who_and_why_and_only_ordinary_ends_are_quiet() {
         let cases = [
             (End::ClientClosed, "client", "closed", false),

@@ -122,14 +122,30 @@ impl Half {
                 }
                 return Poll::Pending;
             }
-            if matches!(&self.store, Store::Buffer(buf) if buf.is_empty()) {
-                self.store = self.next_store();
-            }
-            let read = match &mut self.store {
-                Store::Buffer(buf) => read_drained(from, buf).inspect(|&n| {
-                    self.tier = grown(self.tier, n, buf.len());
-                }),
-                Store::Pipe(pipe) => pipe.fill(from),
+            let empty = matches!(&self.store, Store::Buffer(buf) if buf.is_empty());
+            let read = if empty && self.tier == 0 {
+                // A small exchange: read on the stack and write straight on, so that kubelet's
+                // requests and their answers take no heap buffer (one per burst before).
+                let mut small = [0u8; TIERS[0]];
+                match read_drained(from, &mut small) {
+                    Ok(n) if n > 0 => {
+                        self.tier = grown(self.tier, n, small.len());
+                        self.pass_on(&small[..n], to, counters)
+                            .map_err(Failed::Writing)?;
+                        continue;
+                    }
+                    r => r,
+                }
+            } else {
+                if empty {
+                    self.store = self.next_store();
+                }
+                match &mut self.store {
+                    Store::Buffer(buf) => read_drained(from, buf).inspect(|&n| {
+                        self.tier = grown(self.tier, n, buf.len());
+                    }),
+                    Store::Pipe(pipe) => pipe.fill(from),
+                }
             };
             match read {
                 Ok(0) => {
@@ -188,6 +204,27 @@ impl Half {
             }
         }
         Poll::Ready(Ok(()))
+    }
+
+    /// Writes `bytes`, read on the stack, straight to `to`. What `to` does not take now is kept
+    /// in a buffer of the smallest tier, flushed before anything more is read.
+    fn pass_on(&mut self, bytes: &[u8], to: &TcpStream, counters: &Counters<'_>) -> io::Result<()> {
+        let written = match to.try_write(bytes) {
+            Ok(n) => n,
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => 0,
+            Err(e) => return Err(e),
+        };
+        if written > 0 {
+            self.moved = true;
+            counters.add(written, false);
+        }
+        if let Some(rest) = bytes.get(written..).filter(|rest| !rest.is_empty()) {
+            let mut buf = vec![0u8; TIERS[0]].into_boxed_slice();
+            buf[..rest.len()].copy_from_slice(rest);
+            self.store = Store::Buffer(buf);
+            (self.start, self.end) = (0, offset(rest.len()));
+        }
+        Ok(())
     }
 
     /// The store for a read at this tier: a pipe at the top tier unless splicing was refused or
@@ -341,6 +378,66 @@ mod tests {
             matches!(&pending.store, Store::Buffer(b) if b[..] == [1, 2, 3]),
             "data in flight is never dropped"
         );
+    }
+
+    /// Two ends of a loopback connection.
+    async fn pair() -> (TcpStream, TcpStream) {
+        let l = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind");
+        let a = TcpStream::connect(l.local_addr().expect("addr"))
+            .await
+            .expect("connect");
+        let (b, _) = l.accept().await.expect("accept");
+        (a, b)
+    }
+
+    #[tokio::test]
+    async fn a_small_read_the_peer_cannot_take_yet_waits_in_a_buffer_and_arrives_in_order() {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let (mut src, from) = pair().await;
+        let (to, mut sink) = pair().await;
+        // `to` takes nothing more until `sink` reads.
+        let chunk = vec![7u8; 64 * 1024];
+        let mut prefill = 0;
+        to.writable().await.expect("writable");
+        loop {
+            match to.try_write(&chunk) {
+                Ok(n) => prefill += n,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+                Err(e) => panic!("prefill: {e}"),
+            }
+        }
+        src.write_all(b"0123456789").await.expect("write");
+        from.readable().await.expect("readable");
+        let moved = [Moved::default(), Moved::default()];
+        let counters = Counters {
+            tallies: [&moved[0], &moved[1]],
+            to_backend: true,
+        };
+        let mut h = Half::default();
+        let first =
+            std::future::poll_fn(|cx| Poll::Ready(h.poll(cx, &from, &to, &counters, false))).await;
+        assert!(first.is_pending());
+        assert_eq!(h.held(), 10, "read, not written, and kept");
+        assert!(matches!(&h.store, Store::Buffer(b) if b.len() == TIERS[0]));
+        let reader = tokio::spawn(async move {
+            let mut all = vec![0u8; prefill + 10];
+            sink.read_exact(&mut all).await.expect("read");
+            all
+        });
+        let flushed = std::future::poll_fn(|cx| match h.poll(cx, &from, &to, &counters, false) {
+            Poll::Ready(r) => Poll::Ready(r.map_err(|_| "the direction failed")),
+            Poll::Pending if h.held() == 0 => Poll::Ready(Ok(())),
+            Poll::Pending => Poll::Pending,
+        });
+        tokio::time::timeout(std::time::Duration::from_secs(10), flushed)
+            .await
+            .expect("flushed in time")
+            .expect("flushed");
+        let all = reader.await.expect("reader");
+        assert_eq!(&all[prefill..], b"0123456789");
+        assert_eq!(moved[0].to_backend.load(Ordering::Relaxed), 10);
     }
 
     #[test]
