@@ -5,6 +5,7 @@
 
 use std::io::{BufRead, BufReader};
 use std::net::SocketAddr;
+use std::os::unix::process::CommandExt;
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -51,6 +52,9 @@ impl Proc {
             ])
             .arg(config)
             .env_remove("READYPRISM_ZONE")
+            // A group of its own, which drop kills whole: under a wrapper the child is the
+            // wrapper, and killing it alone leaves readyprism running (strace detaches it).
+            .process_group(0)
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::piped())
@@ -153,6 +157,11 @@ impl Proc {
 
 impl Drop for Proc {
     fn drop(&mut self) {
+        let group = format!("-{}", self.child.id());
+        let _ = Command::new("kill")
+            .args(["-KILL", "--", &group])
+            .stderr(Stdio::null())
+            .status();
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
