@@ -1,6 +1,7 @@
-//! One direction of a relay: where its bytes wait (a tiered buffer, never zeroed, released when
-//! idle; or, once the direction moves bulk, a pipe they are spliced through), the moves from one
-//! socket to the other, and the relayed half-close.
+//! One direction of a relay: where its bytes wait (nowhere on the heap for a small read the other
+//! socket takes at once: it passes through the stack; else a tiered buffer, never zeroed, released
+//! when idle; or, once the direction moves bulk, a pipe they are spliced through), the moves from
+//! one socket to the other, and the relayed half-close.
 //!
 //! Does not own the connection (both directions, the timers): the relay in `mod.rs` does; nor the
 //! splice mechanics (`splice`).
