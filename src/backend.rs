@@ -1,6 +1,6 @@
 //! A backend's identity, its live per-backend state (active count, eviction, failed client
 //! dials), and the immutable [`Snapshot`] that holds every backend with its health and the
-//! routing settings.
+//! routing settings (declared in `routing`).
 //!
 //! Does not own how health is measured (`health/`), how snapshots are published (`table`), or how a
 //! backend is chosen (`pick`).
@@ -8,17 +8,19 @@
 use std::fmt;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
-use std::time::Duration;
 
 use arc_swap::ArcSwapOption;
 use rustls_pki_types::ServerName;
 use tokio::sync::Notify;
 
 pub use crate::eviction::Eviction;
+pub use routing::{NodeZone, Routing, ZoneSource};
+
+mod routing;
 
 use crate::eviction::CloseReason;
 use crate::health::verdict::{Health, State};
-use crate::pick::{self, Candidate, Order, Pick, WhenNoneReady};
+use crate::pick::{self, Candidate, Order, Pick};
 use crate::relay::Moved;
 
 /// A backend's identity: its address exactly as configured. Reloads, probes, status, logs and
@@ -104,105 +106,6 @@ impl BackendSource {
             BackendSource::Config => "config",
             BackendSource::Discovered => "discovered",
             BackendSource::Cache => "cache",
-        }
-    }
-}
-
-/// The config-derived settings that decide routing, declared once: the config holds them, the
-/// snapshot carries them to the accept path.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Routing {
-    /// This node's zone: backends in it are picked first. Set with [`Routing::set_zone`], which
-    /// keeps `zone_source` beside it.
-    pub zone: Option<String>,
-    /// Where `zone` came from: `Some` exactly when `zone` is (shown in `/status` and the log).
-    pub zone_source: Option<ZoneSource>,
-    /// Behaviour with no ready backend.
-    pub when_none_ready: WhenNoneReady,
-    /// Bound on one dial attempt; on expiry the next candidate is tried.
-    pub connect_timeout: Duration,
-    /// Once a backend in this node's zone has been ready this long, connections relayed to other
-    /// zones are closed so their clients come home; `None`: never.
-    pub failback_after: Option<Duration>,
-}
-
-impl Routing {
-    /// Sets this node's zone and its source together.
-    pub fn set_zone(&mut self, zone: Option<NodeZone>) {
-        (self.zone, self.zone_source) = match zone {
-            Some(z) => (Some(z.name), Some(z.source)),
-            None => (None, None),
-        };
-    }
-
-    /// This node's zone with its source; `None` when unknown.
-    pub fn node_zone(&self) -> Option<NodeZone> {
-        Some(NodeZone {
-            name: self.zone.clone()?,
-            source: self.zone_source?,
-        })
-    }
-}
-
-/// This node's zone, with the setting it came from (shown in `/status` and the start-up log).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct NodeZone {
-    /// The zone's name, compared with each backend's zone.
-    pub name: String,
-    /// Where the name came from.
-    pub source: ZoneSource,
-}
-
-/// Where this node's zone came from, in order of precedence.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ZoneSource {
-    /// `--zone`.
-    Flag,
-    /// `READYPRISM_ZONE`.
-    Env,
-    /// The config's `zone:`.
-    Config,
-    /// The `zones:` network that holds this interface address of the node.
-    Address(std::net::IpAddr),
-}
-
-impl fmt::Display for ZoneSource {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            ZoneSource::Flag => f.write_str("flag"),
-            ZoneSource::Env => f.write_str("env"),
-            ZoneSource::Config => f.write_str("config"),
-            ZoneSource::Address(ip) => write!(f, "address {ip}"),
-        }
-    }
-}
-
-impl std::str::FromStr for ZoneSource {
-    type Err = String;
-
-    /// The [`fmt::Display`] form back: `flag`, `env`, `config`, `address 10.0.1.5`.
-    fn from_str(text: &str) -> Result<Self, String> {
-        match text {
-            "flag" => Ok(ZoneSource::Flag),
-            "env" => Ok(ZoneSource::Env),
-            "config" => Ok(ZoneSource::Config),
-            _ => text
-                .strip_prefix("address ")
-                .and_then(|ip| ip.parse().ok())
-                .map(ZoneSource::Address)
-                .ok_or_else(|| format!("{text:?} is not a zone source")),
-        }
-    }
-}
-
-impl Default for Routing {
-    fn default() -> Self {
-        Routing {
-            zone: None,
-            zone_source: None,
-            when_none_ready: WhenNoneReady::FailOpen,
-            connect_timeout: Duration::from_secs(1),
-            failback_after: Some(Duration::from_secs(60)),
         }
     }
 }

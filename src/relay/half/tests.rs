@@ -1,0 +1,120 @@
+//! Unit tests of one direction of a relay (`super`): its tiers, its release when idle, a small
+//! read the peer cannot take at once, and its size.
+
+use super::*;
+
+#[test]
+fn a_full_read_moves_up_a_tier_and_the_top_tier_stays() {
+    let cases = [
+        // (tier, read, capacity, next tier)
+        (0, 1024, 1024, 1),
+        (0, 1023, 1024, 0),
+        (1, 16 * 1024, 16 * 1024, 2),
+        (1, 100, 16 * 1024, 1),
+        (2, 256 * 1024, 256 * 1024, 2),
+    ];
+    for (tier, n, cap, want) in cases {
+        assert_eq!(grown(tier, n, cap), want, "tier {tier}, read {n} of {cap}");
+    }
+}
+
+#[test]
+fn going_idle_releases_the_buffer_or_pipe_and_drops_a_tier_but_keeps_unwritten_data() {
+    let mut h = Half {
+        store: Store::Buffer(vec![0; TIERS[2]].into()),
+        tier: 2,
+        ..Half::default()
+    };
+    assert!(h.holds_large());
+    h.release_idle();
+    assert!(matches!(&h.store, Store::Buffer(b) if b.is_empty()));
+    assert_eq!(h.tier, 1);
+    let mut piped = Half {
+        store: Store::Pipe(Pipe::open().expect("a pipe")),
+        tier: 2,
+        ..Half::default()
+    };
+    assert!(piped.holds_large(), "an idle pipe is to be released");
+    piped.release_idle();
+    assert!(!piped.piped(), "released");
+    assert_eq!(piped.tier, 1, "the next burst copies first");
+    let mut pending = Half {
+        store: Store::Buffer(vec![1, 2, 3].into()),
+        end: 3,
+        tier: 1,
+        ..Half::default()
+    };
+    pending.release_idle();
+    assert!(
+        matches!(&pending.store, Store::Buffer(b) if b[..] == [1, 2, 3]),
+        "data in flight is never dropped"
+    );
+}
+
+/// Two ends of a loopback connection.
+async fn pair() -> (TcpStream, TcpStream) {
+    let l = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let a = TcpStream::connect(l.local_addr().expect("addr"))
+        .await
+        .expect("connect");
+    let (b, _) = l.accept().await.expect("accept");
+    (a, b)
+}
+
+#[tokio::test]
+async fn a_small_read_the_peer_cannot_take_yet_waits_in_a_buffer_and_arrives_in_order() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let (mut src, from) = pair().await;
+    let (to, mut sink) = pair().await;
+    // `to` takes nothing more until `sink` reads.
+    let chunk = vec![7u8; 64 * 1024];
+    let mut prefill = 0;
+    to.writable().await.expect("writable");
+    loop {
+        match to.try_write(&chunk) {
+            Ok(n) => prefill += n,
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+            Err(e) => panic!("prefill: {e}"),
+        }
+    }
+    src.write_all(b"0123456789").await.expect("write");
+    from.readable().await.expect("readable");
+    let moved = [Moved::default(), Moved::default()];
+    let counters = Counters {
+        tallies: [&moved[0], &moved[1]],
+        to_backend: true,
+    };
+    let mut h = Half::default();
+    let first =
+        std::future::poll_fn(|cx| Poll::Ready(h.poll(cx, &from, &to, &counters, false))).await;
+    assert!(first.is_pending());
+    assert_eq!(h.held(), 10, "read, not written, and kept");
+    assert!(matches!(&h.store, Store::Buffer(b) if b.len() == TIERS[0]));
+    let reader = tokio::spawn(async move {
+        let mut all = vec![0u8; prefill + 10];
+        sink.read_exact(&mut all).await.expect("read");
+        all
+    });
+    let flushed = std::future::poll_fn(|cx| match h.poll(cx, &from, &to, &counters, false) {
+        Poll::Ready(r) => Poll::Ready(r.map_err(|_| "the direction failed")),
+        Poll::Pending if h.held() == 0 => Poll::Ready(Ok(())),
+        Poll::Pending => Poll::Pending,
+    });
+    tokio::time::timeout(std::time::Duration::from_secs(10), flushed)
+        .await
+        .expect("flushed in time")
+        .expect("flushed");
+    let all = reader.await.expect("reader");
+    assert_eq!(&all[prefill..], b"0123456789");
+    assert_eq!(moved[0].to_backend.load(Ordering::Relaxed), 10);
+}
+
+#[test]
+fn a_direction_costs_no_more_than_before_it_could_splice() {
+    // A Box<[u8]> (16 B) and a pipe (two descriptors, 8 B) share one word pair; two 4 B
+    // offsets, the tier and three flags take the other 16 B.
+    assert_eq!(std::mem::size_of::<Store>(), 16);
+    assert_eq!(std::mem::size_of::<Half>(), 32);
+}
