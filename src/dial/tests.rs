@@ -1,5 +1,7 @@
 //! The race's unit tests: order, re-attempts, black holes, refusals and the address memory.
 
+use std::sync::atomic::Ordering;
+
 use super::*;
 
 #[test]
