@@ -1,0 +1,80 @@
+//! The rules of the `health:` block: the probe path, the probe interval, timeout and fast
+//! interval (defaults, bounds, and how they relate), rise and fall.
+//!
+//! Does not own the other blocks' rules (`super`), nor how a duration is parsed (`raw`).
+
+use std::time::Duration;
+
+use super::Resolver;
+use crate::config::raw::{DurationValue, RawHealth};
+use crate::config::{ConfigError, HealthConfig};
+
+/// `health.interval`: 5 s, at most 10 minutes (a backend change unnoticed for longer is a fault).
+const INTERVAL: (Duration, Duration) = (Duration::from_secs(5), Duration::from_secs(600));
+/// `health.timeout`: 3 s, at most 5 minutes (and less than the interval).
+const TIMEOUT: (Duration, Duration) = (Duration::from_secs(3), Duration::from_secs(300));
+/// `health.fast_interval`: 1 s, at most 10 minutes (and at most the interval).
+const FAST_INTERVAL: (Duration, Duration) = (Duration::from_secs(1), Duration::from_secs(600));
+
+impl Resolver<'_> {
+    /// The `health:` block: a sendable path, the three intervals within their bounds and
+    /// ordered (timeout < interval, fast_interval ≤ interval), rise and fall at least 1.
+    pub(super) fn health(&self, raw: RawHealth) -> Result<HealthConfig, ConfigError> {
+        let path = raw.path.unwrap_or_else(|| "/readyz".to_string());
+        let sendable = path.parse::<hyper::http::uri::PathAndQuery>().is_ok();
+        if !path.starts_with('/') || !sendable {
+            return Err(self.invalid(
+                self.key("path"),
+                "health.path",
+                format!(
+                    "{path:?} must start with '/' and hold only characters a URI path may hold"
+                ),
+            ));
+        }
+        let interval = self.positive("health.interval", raw.interval, INTERVAL)?;
+        let timeout = self.positive("health.timeout", raw.timeout, TIMEOUT)?;
+        let fast_interval =
+            self.positive("health.fast_interval", raw.fast_interval, FAST_INTERVAL)?;
+        if timeout >= interval {
+            let line = self.key("timeout").or_else(|| self.key("interval"));
+            return Err(self.invalid(
+                line,
+                "health.timeout",
+                format!(
+                    "{}{} must be less than health.interval ({})",
+                    if raw.timeout.is_none() {
+                        "the default "
+                    } else {
+                        ""
+                    },
+                    DurationValue(timeout),
+                    DurationValue(interval)
+                ),
+            ));
+        }
+        if fast_interval > interval {
+            let line = self.key("fast_interval").or_else(|| self.key("interval"));
+            return Err(self.invalid(
+                line,
+                "health.fast_interval",
+                format!(
+                    "{} must not exceed health.interval ({})",
+                    DurationValue(fast_interval),
+                    DurationValue(interval)
+                ),
+            ));
+        }
+        let count = |field: &str, key: &str, v: Option<u32>| match v {
+            Some(0) => Err(self.invalid(self.key(key), field, "must be at least 1")),
+            v => Ok(v.unwrap_or(2)),
+        };
+        Ok(HealthConfig {
+            path,
+            interval,
+            timeout,
+            fast_interval,
+            rise: count("health.rise", "rise", raw.rise)?,
+            fall: count("health.fall", "fall", raw.fall)?,
+        })
+    }
+}
