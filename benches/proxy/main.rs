@@ -19,6 +19,7 @@
 
 mod backend;
 mod load;
+mod metrics;
 mod report;
 mod rounds;
 mod targets;
@@ -31,7 +32,8 @@ use std::time::Instant;
 
 use serde::Serialize;
 
-use rounds::{Metrics, Sizes};
+use metrics::Metrics;
+use rounds::Sizes;
 use targets::{Env, Kind, Target};
 
 /// TLS probe cost of a balancer that only probes, over the whole run.
