@@ -1,14 +1,21 @@
 //! From what the client and the balancer recorded to a scenario's [`Timeline`] and the figures of
 //! each phase: when requests and the stream reached a good backend, errors, the slowest request.
-//! Pure: no processes, no clock.
+//! No processes, no clock; only [`save`] writes a file.
+//!
+//! This file computes a phase's figures ([`phase`]) and holds their tests; `figures/record.rs`
+//! builds the [`Timeline`] from the records ([`timeline`]), `figures/report.rs` prints and saves
+//! it ([`report`], [`save`]).
 
-use std::collections::BTreeMap;
-
-use super::balancer_log::Change;
 use super::cast::{ClientEvent, CONNECT_TIMEOUT};
 use super::lease;
 use super::netlab::Host;
-use super::timeline::{LeaseAttempt, Phase, Request, StateChange, StreamSegment, Timeline};
+use super::timeline::{Phase, Request, StreamSegment, Timeline};
+
+mod record;
+mod report;
+
+pub use record::timeline;
+pub use report::{report, save};
 
 /// A stream connection with an event this recently counts as alive (four of its 250 ms events).
 pub const RECENT: f64 = 1.0;
@@ -18,127 +25,6 @@ pub const RECENT: f64 = 1.0;
 pub struct StreamDialError {
     pub t: f64,
     pub error: String,
-}
-
-/// The record of a run, times relative to `fault_at` (wall clock).
-pub fn timeline(
-    scenario: &str,
-    title: &str,
-    fault: &str,
-    fault_at: f64,
-    heal_at: Option<f64>,
-    events: &[ClientEvent],
-    changes: &[Change],
-) -> (Timeline, Vec<StreamDialError>) {
-    let rel = |t: f64| t - fault_at;
-    let mut requests = Vec::new();
-    let (mut leases, mut slow) = (Vec::new(), Vec::new());
-    let mut segments: BTreeMap<u32, StreamSegment> = BTreeMap::new();
-    let mut ends: BTreeMap<u32, (f64, String)> = BTreeMap::new();
-    let mut dial_errors = Vec::new();
-    for e in events {
-        match e {
-            ClientEvent::Req {
-                t0,
-                t1,
-                ok,
-                site,
-                attempts,
-                error,
-            } => requests.push(Request {
-                start: rel(*t0),
-                end: rel(*t1),
-                site: site.clone(),
-                ok: *ok,
-                attempts: *attempts,
-                error: error.clone(),
-            }),
-            ClientEvent::Line { t, c, site } => {
-                let seg = segments.entry(*c).or_insert_with(|| StreamSegment {
-                    conn: *c,
-                    site: site.clone(),
-                    first: rel(*t),
-                    last: rel(*t),
-                    end: None,
-                    reason: None,
-                });
-                seg.last = rel(*t);
-            }
-            ClientEvent::End { t, c, reason } => {
-                ends.insert(*c, (rel(*t), reason.clone()));
-            }
-            ClientEvent::DialError { t, error, .. } => dial_errors.push(StreamDialError {
-                t: rel(*t),
-                error: error.clone(),
-            }),
-            ClientEvent::Lease {
-                t0,
-                t1,
-                ok,
-                site,
-                attempt,
-                conn,
-                error,
-            } => leases.push(LeaseAttempt {
-                start: rel(*t0),
-                end: rel(*t1),
-                ok: *ok,
-                site: site.clone(),
-                attempt: *attempt,
-                conn: conn.clone(),
-                error: error.clone(),
-            }),
-            ClientEvent::Slow {
-                t0,
-                t1,
-                ok,
-                site,
-                attempts,
-                error,
-            } => slow.push(Request {
-                start: rel(*t0),
-                end: rel(*t1),
-                site: site.clone(),
-                ok: *ok,
-                attempts: *attempts,
-                error: error.clone(),
-            }),
-        }
-    }
-    for (c, (t, reason)) in ends {
-        if let Some(seg) = segments.get_mut(&c) {
-            seg.end = Some(t);
-            seg.reason = Some(reason);
-        }
-    }
-    requests.sort_by(|a, b| a.start.total_cmp(&b.start));
-    let states = changes
-        .iter()
-        .map(|c| StateChange {
-            t: rel(c.t),
-            site: c.site.name().to_string(),
-            from: c.from.clone(),
-            to: c.to.clone(),
-            reason: c.reason.clone(),
-        })
-        .collect();
-    let t = Timeline {
-        scenario: scenario.to_string(),
-        title: title.to_string(),
-        fault: fault.to_string(),
-        heal_at: heal_at.map(rel),
-        sites: [Host::DcA, Host::DcB, Host::Witness]
-            .iter()
-            .map(|h| h.name().to_string())
-            .collect(),
-        requests,
-        stream: segments.into_values().collect(),
-        states,
-        phases: Vec::new(),
-        leases,
-        slow,
-    };
-    (t, dial_errors)
 }
 
 /// The figures of the window `(from, to]` (relative to the fault) with `good` as good backends.
@@ -261,71 +147,6 @@ pub fn phase(
             .filter(|r| !r.ok && r.end > from && r.end <= to)
             .count(),
     }
-}
-
-fn opt(v: Option<f64>) -> String {
-    v.map(|s| format!("{s:.2} s"))
-        .unwrap_or_else(|| "never".to_string())
-}
-
-/// The figures as the lines a scenario prints.
-pub fn report(t: &Timeline) -> String {
-    let mut out = format!("{}\n  fault: {}\n", t.title, t.fault);
-    for p in &t.phases {
-        out.push_str(&format!(
-            "  {} ({:+.1}..{:+.1} s, good: {}): {} requests; first on good {}, all on good {}, stream on good {} \
-             (longest gap {:.2} s); {} errors, {} retried, {} took >= connect_timeout, slowest {:.2} s ({}); changes: [{}]\n",
-            p.name,
-            p.from,
-            p.to,
-            p.good.join("/"),
-            p.requests,
-            opt(p.first_good),
-            opt(p.all_good),
-            opt(p.stream_good),
-            p.stream_gap,
-            p.errors,
-            p.retried,
-            p.slow,
-            p.slowest,
-            p.slowest_site.as_deref().unwrap_or("-"),
-            p.changes.join(", "),
-        ));
-        out.push_str(&format!(
-            "    lease: longest gap between renewals {:.2} s, {} failed attempts",
-            p.lease_gap, p.lease_failures
-        ));
-        if !t.slow.is_empty() {
-            out.push_str(&format!(
-                "; in-flight request on good {}, {} failed",
-                opt(p.inflight_good),
-                p.inflight_errors
-            ));
-        }
-        out.push('\n');
-        for e in &p.error_samples {
-            out.push_str(&format!("    error: {e}\n"));
-        }
-    }
-    out
-}
-
-/// Where the run's record goes: `<target>/partition-lab/<scenario>.json`.
-pub fn results_dir() -> std::path::PathBuf {
-    std::path::Path::new(env!("CARGO_TARGET_TMPDIR"))
-        .parent()
-        .expect("target dir")
-        .join("partition-lab")
-}
-
-/// Writes the record; returns its path.
-pub fn save(t: &Timeline) -> std::path::PathBuf {
-    let dir = results_dir();
-    std::fs::create_dir_all(&dir).unwrap_or_else(|e| panic!("{dir:?}: {e}"));
-    let path = dir.join(format!("{}.json", t.scenario));
-    let json = serde_json::to_string_pretty(t).expect("timeline to JSON");
-    std::fs::write(&path, json).unwrap_or_else(|e| panic!("{path:?}: {e}"));
-    path
 }
 
 /// The stream figure, on records made up here: no lab needed.
