@@ -1,0 +1,67 @@
+//! A test as the balancer's client: raw connections through the proxy (`RAW\n`, the fake's
+//! greeting, read to EOF) and GETs from the admin server, async or from blocking code. It does not
+//! start fakes or balancers (`lab.rs`).
+
+use std::net::SocketAddr;
+
+use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
+use tokio::net::TcpStream;
+
+use super::patience;
+
+/// A raw connection through the balancer: sends `RAW\n`, returns the stream and the greeting
+/// (the fake apiserver's name), or `None` if the balancer closed the connection.
+pub async fn raw(proxy: SocketAddr) -> Option<(BufReader<TcpStream>, String)> {
+    let mut s = TcpStream::connect(proxy)
+        .await
+        .expect("connect to balancer");
+    s.write_all(b"RAW\n").await.ok()?;
+    let mut r = BufReader::new(s);
+    let mut line = String::new();
+    match tokio::time::timeout(patience(), r.read_line(&mut line))
+        .await
+        .expect("greeting in time")
+    {
+        Ok(n) if n > 0 => Some((r, line.trim().to_string())),
+        _ => None,
+    }
+}
+
+/// Name of the fake that a new connection through the balancer reaches.
+pub async fn landed(proxy: SocketAddr) -> String {
+    raw(proxy).await.expect("balancer relayed the connection").1
+}
+
+/// Reads until EOF or error; returns what was read.
+pub async fn read_to_end(r: &mut BufReader<TcpStream>) -> Vec<u8> {
+    let mut out = Vec::new();
+    let _ = tokio::time::timeout(patience(), r.read_to_end(&mut out))
+        .await
+        .expect("EOF in time");
+    out
+}
+
+/// GET `path` from the admin server; returns (status code, body).
+pub async fn admin_get(admin: SocketAddr, path: &str) -> (u16, String) {
+    let a = readyprism::cli::http::get(&admin.to_string(), path)
+        .await
+        .expect("admin answers");
+    (a.status, a.body)
+}
+
+/// [`admin_get`] for synchronous code (polls of a child process); code 0 if unreachable. Runs on
+/// a thread of its own, so it may be called from inside a runtime too.
+pub fn blocking_get(admin: SocketAddr, path: &str) -> (u16, String) {
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .expect("runtime");
+            rt.block_on(readyprism::cli::http::get(&admin.to_string(), path))
+                .map_or((0, String::new()), |a| (a.status, a.body))
+        })
+        .join()
+        .expect("GET thread")
+    })
+}

@@ -1,0 +1,153 @@
+//! The [`Lab`] fixture: an in-memory CA with a server and a kubelet-style client certificate on
+//! disk, fake apiservers with its TLS, config YAML for them and a balancer started from it. It
+//! does not wait for states (`wait.rs`) or talk to the balancer (`client.rs`).
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use readyprism::app::App;
+use readyprism::config::Config;
+use readyprism::health::verdict::State;
+use readyprism::sim::apiserver::FakeApiserver;
+use readyprism::sim::pki::{Ca, Issued};
+use rustls::ServerConfig;
+use tokio::net::TcpListener;
+
+use super::{addr, wait_states};
+
+/// Probes at start-up only, in practice: backends stay as first seen while a test breaks them.
+pub const SLOW_PROBES: &str = "health: { interval: 30s, timeout: 2s, fast_interval: 1s }\n";
+
+/// A CA, a server cert for 127.0.0.1, a kubelet-style client cert, and a temp dir with the files.
+pub struct Lab {
+    pub ca: Ca,
+    pub client: Issued,
+    pub dir: tempfile::TempDir,
+    server_tls: Arc<ServerConfig>,
+}
+
+impl Lab {
+    pub fn new() -> Lab {
+        let _ = rustls::crypto::ring::default_provider().install_default();
+        let ca = Ca::new("test-cluster-ca").expect("ca");
+        let server = ca
+            .server(&["127.0.0.1", "::1", "localhost"])
+            .expect("server cert");
+        let client = ca.client("test-node").expect("client cert");
+        let dir = tempfile::tempdir().expect("tempdir");
+        std::fs::write(dir.path().join("ca.crt"), &ca.cert_pem).expect("write ca");
+        std::fs::write(
+            dir.path().join("kubelet-client-current.pem"),
+            client.combined_pem(),
+        )
+        .expect("write client");
+        let server_tls = readyprism::sim::apiserver::server_tls(&ca, &server).expect("server tls");
+        Lab {
+            ca,
+            client,
+            dir,
+            server_tls,
+        }
+    }
+
+    pub fn path(&self, name: &str) -> PathBuf {
+        self.dir.path().join(name)
+    }
+
+    /// A fake apiserver on 127.0.0.1:0. Once stopped, its port refuses (stays bound).
+    pub async fn fake(&self, name: &str) -> FakeApiserver {
+        let any = SocketAddr::from(([127, 0, 0, 1], 0));
+        FakeApiserver::bind(name, any, self.server_tls.clone()).expect("start fake")
+    }
+
+    /// A fake apiserver on `listener` (one the test made: a short accept queue, say) with the
+    /// lab's TLS.
+    pub fn fake_on(&self, name: &str, listener: TcpListener) -> FakeApiserver {
+        FakeApiserver::start(name, listener, self.server_tls.clone()).expect("start fake")
+    }
+
+    /// A fake apiserver on 127.0.0.1:0 with TLS of its own
+    /// (`readyprism::sim::apiserver::server_tls` or `strict_server_tls` with another CA): a
+    /// certificate the balancer does not trust, a client CA that refuses the kubelet's.
+    pub async fn fake_serving(&self, name: &str, tls: Arc<ServerConfig>) -> FakeApiserver {
+        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+        FakeApiserver::start(name, listener, tls).expect("start fake")
+    }
+
+    /// Config YAML: ports 0, fast probes, the lab's CA and client cert, `backends` as
+    /// `(address, zone)`, then `extra` appended (top-level keys; may override `health`).
+    pub fn yaml(&self, zone: &str, backends: &[(String, &str)], extra: &str) -> String {
+        let mut y = format!(
+            "listen: [\"127.0.0.1:0\"]\nadmin: \"127.0.0.1:0\"\nzone: {zone}\ntls:\n  ca: {}\n  client_cert: {}\nbackends:\n",
+            self.path("ca.crt").display(),
+            self.path("kubelet-client-current.pem").display()
+        );
+        for (addr, z) in backends {
+            y.push_str(&format!("  - {{ address: \"{addr}\", zone: {z} }}\n"));
+        }
+        if !extra.contains("health:") {
+            // Fast enough for short tests, with a timeout that a loaded machine still meets.
+            y.push_str("health: { interval: 1s, timeout: 800ms, fast_interval: 150ms }\n");
+        }
+        y.push_str(extra);
+        y
+    }
+
+    /// Two fake apiservers, `local` in the node's zone `dc-a` and `remote` in `dc-b`, behind a
+    /// balancer started with `extra` config, both ready.
+    pub async fn local_and_remote(&self, extra: &str) -> (FakeApiserver, FakeApiserver, App) {
+        let (local, remote) = (self.fake("local").await, self.fake("remote").await);
+        let app = self
+            .start(&self.yaml(
+                "dc-a",
+                &[(addr(&local), "dc-a"), (addr(&remote), "dc-b")],
+                extra,
+            ))
+            .await;
+        wait_states(&app, &[State::Ready, State::Ready]).await;
+        (local, remote, app)
+    }
+
+    /// One fake apiserver `a` in the node's zone `dc-a` behind a balancer started with `extra`
+    /// config, ready.
+    pub async fn one_ready(&self, extra: &str) -> (FakeApiserver, App) {
+        let a = self.fake("a").await;
+        let app = self.alone_behind_balancer(&a, extra).await;
+        wait_states(&app, &[State::Ready]).await;
+        (a, app)
+    }
+
+    /// A balancer (zone dc-a, `extra` config) in front of `a` alone, started, its state not
+    /// waited for.
+    pub async fn alone_behind_balancer(&self, a: &FakeApiserver, extra: &str) -> App {
+        self.start(&self.yaml("dc-a", &[(addr(a), "dc-a")], extra))
+            .await
+    }
+
+    /// For tests of the real binary: a fake `a` started on `rt`, and a config file `name` in the
+    /// lab's directory that routes to it (zone dc-a, the lab's fast probes, then `extra`).
+    pub fn fake_and_config(
+        &self,
+        rt: &tokio::runtime::Runtime,
+        name: &str,
+        extra: &str,
+    ) -> (FakeApiserver, PathBuf) {
+        let a = rt.block_on(self.fake("a"));
+        let file = self.path(name);
+        std::fs::write(&file, self.yaml("dc-a", &[(addr(&a), "dc-a")], extra)).expect("write");
+        (a, file)
+    }
+
+    /// Writes `text` to the file `name` in the lab's directory; returns its path.
+    pub fn write(&self, name: &str, text: &str) -> String {
+        let p = self.path(name);
+        std::fs::write(&p, text).expect("write");
+        p.display().to_string()
+    }
+
+    pub async fn start(&self, yaml: &str) -> App {
+        let config = Config::parse(yaml, "test.yaml").expect("valid test config");
+        App::start(config).await.expect("start balancer")
+    }
+}
