@@ -46,6 +46,42 @@ impl Metrics {
             ),
             ("conn_p99", m("connect + first byte", "p99", "µs", None)),
             (
+                "conn_cpu",
+                m(
+                    "connect + first byte",
+                    "proxy CPU per connection",
+                    "µs",
+                    None,
+                ),
+            ),
+            (
+                "conn_wait",
+                m(
+                    "connect + first byte",
+                    "proxy run-queue wait per connection",
+                    "µs",
+                    None,
+                ),
+            ),
+            (
+                "conn_runs",
+                m(
+                    "connect + first byte",
+                    "proxy put on a CPU per connection (after a sleep or a preemption)",
+                    "times",
+                    None,
+                ),
+            ),
+            (
+                "conn_sleeps",
+                m(
+                    "connect + first byte",
+                    "proxy sleeps per connection",
+                    "",
+                    None,
+                ),
+            ),
+            (
                 "down_mbs",
                 m("bulk 64 MiB", "download", "MB/s", RatioAtLeast(1.4)),
             ),

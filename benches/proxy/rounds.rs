@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use crate::load;
 use crate::metrics::Metrics;
 use crate::report::pct;
-use crate::targets::{http_status, Env, Kind, Target};
+use crate::targets::{http_status, Env, Kind, Sched, Target};
 
 /// How much work each scenario does.
 #[derive(Debug, Clone, Copy)]
@@ -162,16 +162,36 @@ pub fn run(round: usize, setup: &Setup<'_>, out: &mut Metrics) {
 
     if only.connect {
         let mut got: BTreeMap<Kind, Vec<u64>> = BTreeMap::new();
+        // What the scheduler did for each proxy while its connections ran (its probes' share
+        // over these few seconds is noise next to thousands of connections).
+        let mut sched: BTreeMap<Kind, Sched> = BTreeMap::new();
         for _ in 0..SLICES {
             each(&mut |t| {
+                let before = t.sched();
                 let s = load::connect_first_byte(t.addr, sizes.connects / SLICES);
+                let spent = t.sched().since(before);
+                let sum = sched.entry(t.kind).or_default();
+                *sum = Sched {
+                    run_ns: sum.run_ns + spent.run_ns,
+                    wait_ns: sum.wait_ns + spent.wait_ns,
+                    runs: sum.runs + spent.runs,
+                    sleeps: sum.sleeps + spent.sleeps,
+                };
                 got.entry(t.kind).or_default().extend(s);
             });
         }
         for (k, mut s) in got {
+            let n = s.len() as f64;
             s.sort_unstable();
             out.push("conn_p50", k, pct(&s, 50.0) / 1e3);
             out.push("conn_p99", k, pct(&s, 99.0) / 1e3);
+            if k != Kind::Direct {
+                let spent = sched[&k];
+                out.push("conn_cpu", k, spent.run_ns as f64 / 1e3 / n);
+                out.push("conn_wait", k, spent.wait_ns as f64 / 1e3 / n);
+                out.push("conn_runs", k, spent.runs as f64 / n);
+                out.push("conn_sleeps", k, spent.sleeps as f64 / n);
+            }
         }
     }
 

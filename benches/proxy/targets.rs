@@ -170,6 +170,11 @@ impl Target {
         self.pid().map(cpu_of).unwrap_or_default()
     }
 
+    /// [`Sched`] now: run time, run-queue wait and times run.
+    pub fn sched(&self) -> Sched {
+        self.pid().map(sched_of).unwrap_or_default()
+    }
+
     /// utime + stime in 10 ms ticks (a cross-check of [`Target::cpu`]).
     pub fn ticks(&self) -> u64 {
         self.pid().map(ticks_of).unwrap_or_default()
@@ -222,15 +227,62 @@ impl Drop for Target {
 /// Sum of `/proc/<pid>/task/*/schedstat` run times: nanosecond resolution, where utime+stime in
 /// `/proc/<pid>/stat` only has 10 ms ticks (a 64 MiB transfer takes well under 100 ms).
 pub fn cpu_of(pid: u32) -> Duration {
+    Duration::from_nanos(sched_of(pid).run_ns)
+}
+
+/// What the scheduler did for a process, summed over its threads (`/proc/<pid>/task/*/schedstat`).
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Sched {
+    /// Time on a CPU.
+    pub run_ns: u64,
+    /// Time runnable but waiting for a CPU (woken, not yet running).
+    pub wait_ns: u64,
+    /// Times it was put on a CPU: after a sleep or after a preemption.
+    pub runs: u64,
+    /// Times it went to sleep (`voluntary_ctxt_switches` in `/proc/<pid>/task/*/status`): the
+    /// rest of `runs` are preemptions.
+    pub sleeps: u64,
+}
+
+impl Sched {
+    /// What was spent from `earlier` to `self`.
+    pub fn since(self, earlier: Sched) -> Sched {
+        Sched {
+            run_ns: self.run_ns.saturating_sub(earlier.run_ns),
+            wait_ns: self.wait_ns.saturating_sub(earlier.wait_ns),
+            runs: self.runs.saturating_sub(earlier.runs),
+            sleeps: self.sleeps.saturating_sub(earlier.sleeps),
+        }
+    }
+}
+
+/// [`Sched`] of `pid` now; zero if it is gone.
+pub fn sched_of(pid: u32) -> Sched {
     let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
-        return Duration::ZERO;
+        return Sched::default();
     };
-    let ns: u64 = tasks
+    tasks
         .filter_map(Result::ok)
-        .filter_map(|t| std::fs::read_to_string(t.path().join("schedstat")).ok())
-        .filter_map(|s| s.split_whitespace().next()?.parse::<u64>().ok())
-        .sum();
-    Duration::from_nanos(ns)
+        .fold(Sched::default(), |sum, t| {
+            let stat = std::fs::read_to_string(t.path().join("schedstat")).unwrap_or_default();
+            let mut f = stat
+                .split_whitespace()
+                .map(|v| v.parse::<u64>().unwrap_or(0));
+            let mut next = || f.next().unwrap_or(0);
+            let (run_ns, wait_ns, runs) = (next(), next(), next());
+            let status = std::fs::read_to_string(t.path().join("status")).unwrap_or_default();
+            let sleeps = status
+                .lines()
+                .find_map(|l| l.strip_prefix("voluntary_ctxt_switches:"))
+                .and_then(|v| v.trim().parse::<u64>().ok())
+                .unwrap_or(0);
+            Sched {
+                run_ns: sum.run_ns + run_ns,
+                wait_ns: sum.wait_ns + wait_ns,
+                runs: sum.runs + runs,
+                sleeps: sum.sleeps + sleeps,
+            }
+        })
 }
 
 /// utime + stime from `/proc/<pid>/stat`, in clock ticks of 10 ms (cross-check of [`cpu_of`]).
