@@ -77,7 +77,7 @@ impl Metrics {
                 m(
                     "connect + first byte",
                     "proxy sleeps per connection",
-                    "",
+                    "times",
                     None,
                 ),
             ),

@@ -162,8 +162,9 @@ pub fn run(round: usize, setup: &Setup<'_>, out: &mut Metrics) {
 
     if only.connect {
         let mut got: BTreeMap<Kind, Vec<u64>> = BTreeMap::new();
-        // What the scheduler did for each proxy while its connections ran (its probes' share
-        // over these few seconds is noise next to thousands of connections).
+        // What the scheduler did for each proxy while its own slices ran: some 30 ms a round, so
+        // a watcher's tick (every 1 s) falls into them in about one round of 30, a probe (every
+        // 5 s) more rarely.
         let mut sched: BTreeMap<Kind, Sched> = BTreeMap::new();
         for _ in 0..SLICES {
             each(&mut |t| {
