@@ -172,12 +172,7 @@ pub fn run(round: usize, setup: &Setup<'_>, out: &mut Metrics) {
                 let s = load::connect_first_byte(t.addr, sizes.connects / SLICES);
                 let spent = t.sched().since(before);
                 let sum = sched.entry(t.kind).or_default();
-                *sum = Sched {
-                    run_ns: sum.run_ns + spent.run_ns,
-                    wait_ns: sum.wait_ns + spent.wait_ns,
-                    runs: sum.runs + spent.runs,
-                    sleeps: sum.sleeps + spent.sleeps,
-                };
+                *sum = *sum + spent;
                 got.entry(t.kind).or_default().extend(s);
             });
         }

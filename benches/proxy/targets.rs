@@ -193,11 +193,7 @@ impl Target {
     pub fn rss(&self) -> u64 {
         let Some(pid) = self.pid() else { return 0 };
         let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
-        status
-            .lines()
-            .find_map(|l| l.strip_prefix("VmRSS:"))
-            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
-            .map_or(0, |kb| kb * 1024)
+        status_field(&status, "VmRSS:").map_or(0, |kb| kb * 1024)
     }
 
     /// Open descriptors.
@@ -227,7 +223,8 @@ impl Drop for Target {
 /// Sum of `/proc/<pid>/task/*/schedstat` run times: nanosecond resolution, where utime+stime in
 /// `/proc/<pid>/stat` only has 10 ms ticks (a 64 MiB transfer takes well under 100 ms).
 pub fn cpu_of(pid: u32) -> Duration {
-    Duration::from_nanos(sched_of(pid).run_ns)
+    let run_ns = threads(pid).map(|t| schedstat(&t).0).sum();
+    Duration::from_nanos(run_ns)
 }
 
 /// What the scheduler did for a process, summed over its threads (`/proc/<pid>/task/*/schedstat`).
@@ -244,6 +241,19 @@ pub struct Sched {
     pub sleeps: u64,
 }
 
+impl std::ops::Add for Sched {
+    type Output = Sched;
+
+    fn add(self, o: Sched) -> Sched {
+        Sched {
+            run_ns: self.run_ns + o.run_ns,
+            wait_ns: self.wait_ns + o.wait_ns,
+            runs: self.runs + o.runs,
+            sleeps: self.sleeps + o.sleeps,
+        }
+    }
+}
+
 impl Sched {
     /// What was spent from `earlier` to `self`.
     pub fn since(self, earlier: Sched) -> Sched {
@@ -258,31 +268,44 @@ impl Sched {
 
 /// [`Sched`] of `pid` now; zero if it is gone.
 pub fn sched_of(pid: u32) -> Sched {
-    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
-        return Sched::default();
-    };
-    tasks
+    threads(pid).fold(Sched::default(), |sum, t| {
+        let (run_ns, wait_ns, runs) = schedstat(&t);
+        let status = std::fs::read_to_string(t.join("status")).unwrap_or_default();
+        let sleeps = status_field(&status, "voluntary_ctxt_switches:").unwrap_or(0);
+        sum + Sched {
+            run_ns,
+            wait_ns,
+            runs,
+            sleeps,
+        }
+    })
+}
+
+/// The `/proc/<pid>/task/<tid>` directory of each of `pid`'s threads; none if it is gone.
+fn threads(pid: u32) -> impl Iterator<Item = PathBuf> {
+    std::fs::read_dir(format!("/proc/{pid}/task"))
+        .into_iter()
+        .flatten()
         .filter_map(Result::ok)
-        .fold(Sched::default(), |sum, t| {
-            let stat = std::fs::read_to_string(t.path().join("schedstat")).unwrap_or_default();
-            let mut f = stat
-                .split_whitespace()
-                .map(|v| v.parse::<u64>().unwrap_or(0));
-            let mut next = || f.next().unwrap_or(0);
-            let (run_ns, wait_ns, runs) = (next(), next(), next());
-            let status = std::fs::read_to_string(t.path().join("status")).unwrap_or_default();
-            let sleeps = status
-                .lines()
-                .find_map(|l| l.strip_prefix("voluntary_ctxt_switches:"))
-                .and_then(|v| v.trim().parse::<u64>().ok())
-                .unwrap_or(0);
-            Sched {
-                run_ns: sum.run_ns + run_ns,
-                wait_ns: sum.wait_ns + wait_ns,
-                runs: sum.runs + runs,
-                sleeps: sum.sleeps + sleeps,
-            }
-        })
+        .map(|t| t.path())
+}
+
+/// A thread's `schedstat`: time on a CPU (ns), time waiting for one (ns), times put on one.
+fn schedstat(task: &Path) -> (u64, u64, u64) {
+    let stat = std::fs::read_to_string(task.join("schedstat")).unwrap_or_default();
+    let mut f = stat
+        .split_whitespace()
+        .map(|v| v.parse::<u64>().unwrap_or(0));
+    let mut next = || f.next().unwrap_or(0);
+    (next(), next(), next())
+}
+
+/// The number after `key` in a `/proc` `status` file (a trailing unit such as `kB` dropped).
+fn status_field(status: &str, key: &str) -> Option<u64> {
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix(key))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
 }
 
 /// utime + stime from `/proc/<pid>/stat`, in clock ticks of 10 ms (cross-check of [`cpu_of`]).
