@@ -102,6 +102,27 @@ impl Half {
         counters: &Counters<'_>,
         last: bool,
     ) -> Poll<Result<(), Failed>> {
+        let mut held_back = false;
+        let r = self.moves(cx, from, to, counters, last, &mut held_back);
+        if held_back && r.is_pending() {
+            // The EOF that would have sent them did not come in this poll (a read side closed
+            // while a driver on another thread raced the read): send them now. Setting
+            // TCP_NODELAY again pushes what a socket holds back.
+            let _ = socket2::SockRef::from(to).set_tcp_nodelay(true);
+        }
+        r
+    }
+
+    /// [`Half::poll`]'s moves; `held_back` is set once bytes were written to wait for the FIN.
+    fn moves(
+        &mut self,
+        cx: &mut Context<'_>,
+        from: &TcpStream,
+        to: &TcpStream,
+        counters: &Counters<'_>,
+        last: bool,
+        held_back: &mut bool,
+    ) -> Poll<Result<(), Failed>> {
         if self.done {
             return Poll::Ready(Ok(()));
         }
@@ -131,8 +152,20 @@ impl Half {
                 match read_drained(from, &mut small) {
                     Ok(n) if n > 0 => {
                         self.tier = grown(self.tier, n, small.len());
-                        self.pass_on(&small[..n], to, counters)
+                        // A short read drained the socket and cleared its readiness, so a socket
+                        // still ready now has its read side closed: the FIN came with these
+                        // bytes (tokio never clears a closed read side, and its driver does not
+                        // run during this poll). They are this direction's last, and unless the
+                        // connection ends with them, the shutdown that relays the EOF follows in
+                        // this poll: held back until then, they and the FIN leave in one segment.
+                        let ends = n < small.len() && from.poll_read_ready(cx).is_ready();
+                        *held_back |= ends && !last;
+                        self.pass_on(&small[..n], to, counters, ends && !last)
                             .map_err(Failed::Writing)?;
+                        if !ends && self.start == self.end && n < small.len() {
+                            // Passed on whole, and nothing more to read (the waker is registered).
+                            return Poll::Pending;
+                        }
                         continue;
                     }
                     r => r,
@@ -206,10 +239,25 @@ impl Half {
         Poll::Ready(Ok(()))
     }
 
-    /// Writes `bytes`, read on the stack, straight to `to`. What `to` does not take now is kept
-    /// in a buffer of the smallest tier, flushed before anything more is read.
-    fn pass_on(&mut self, bytes: &[u8], to: &TcpStream, counters: &Counters<'_>) -> io::Result<()> {
-        let written = match to.try_write(bytes) {
+    /// Writes `bytes`, read on the stack, straight to `to`; with `fin_follows`, held back
+    /// (`MSG_MORE`) for the FIN about to be sent, so the two leave in one segment. What `to` does
+    /// not take now is kept in a buffer of the smallest tier, flushed before anything more is read.
+    fn pass_on(
+        &mut self,
+        bytes: &[u8],
+        to: &TcpStream,
+        counters: &Counters<'_>,
+        fin_follows: bool,
+    ) -> io::Result<()> {
+        let sent = if fin_follows {
+            to.try_io(Interest::WRITABLE, || {
+                socket2::SockRef::from(to)
+                    .send_with_flags(bytes, libc::MSG_MORE | libc::MSG_NOSIGNAL)
+            })
+        } else {
+            to.try_write(bytes)
+        };
+        let written = match sent {
             Ok(n) => n,
             Err(e) if e.kind() == io::ErrorKind::WouldBlock => 0,
             Err(e) => return Err(e),

@@ -1,5 +1,5 @@
 //! Unit tests of one direction of a relay (`super`): its tiers, its release when idle, a small
-//! read the peer cannot take at once, and its size.
+//! read the peer cannot take at once, the last bytes sent with their FIN, and its size.
 
 use super::*;
 
@@ -117,4 +117,92 @@ fn a_direction_costs_no_more_than_before_it_could_splice() {
     // offsets, the tier and three flags take the other 16 B.
     assert_eq!(std::mem::size_of::<Store>(), 16);
     assert_eq!(std::mem::size_of::<Half>(), 32);
+}
+
+/// What `ss` says of the connection from `local` to `peer`: (segments it received, bytes it
+/// holds not yet sent). `ss` (iproute2, which `.ci/run` installs) reads the kernel's own count:
+/// how bytes were cut into segments shows nowhere in the bytes themselves.
+fn segments(local: &TcpStream, peer: &TcpStream) -> (u64, u64) {
+    let (l, p) = (
+        local.local_addr().expect("addr"),
+        peer.local_addr().expect("addr"),
+    );
+    let out = std::process::Command::new("ss")
+        .args([
+            "-tinH",
+            "state",
+            "all",
+            "src",
+            &l.to_string(),
+            "dst",
+            &p.to_string(),
+        ])
+        .output()
+        .expect("run ss (iproute2)");
+    let text = String::from_utf8_lossy(&out.stdout);
+    let field = |name: &str| {
+        text.split_whitespace()
+            .find_map(|w| w.strip_prefix(name))
+            .map(|v| v.parse::<u64>().expect("a count"))
+    };
+    (
+        field("segs_in:").expect("ss lists the connection"),
+        field("notsent:").unwrap_or(0),
+    )
+}
+
+#[tokio::test]
+async fn the_last_bytes_and_their_fin_leave_in_one_segment_and_other_bytes_at_once() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let (mut src, from) = pair().await;
+    let (to, mut sink) = pair().await;
+    to.set_nodelay(true)
+        .expect("TCP_NODELAY, as both legs have");
+    let moved = [Moved::default(), Moved::default()];
+    let counters = Counters {
+        tallies: [&moved[0], &moved[1]],
+        to_backend: true,
+    };
+    let mut h = Half::default();
+
+    // Bytes with no FIN behind them are not held back.
+    src.write_all(b"ping").await.expect("write");
+    from.readable().await.expect("readable");
+    let (before, _) = segments(&sink, &to);
+    let r = std::future::poll_fn(|cx| Poll::Ready(h.poll(cx, &from, &to, &counters, false))).await;
+    assert!(r.is_pending(), "the direction goes on");
+    assert_eq!(segments(&to, &sink).1, 0, "nothing held back");
+    let mut ping = [0u8; 4];
+    sink.read_exact(&mut ping).await.expect("read");
+    assert_eq!(&ping, b"ping");
+    assert_eq!(segments(&sink, &to).0, before + 1);
+
+    // Bytes and the FIN right behind them: one segment.
+    src.write_all(b"bye").await.expect("write");
+    src.shutdown().await.expect("FIN");
+    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(10);
+    while !from
+        .ready(Interest::READABLE)
+        .await
+        .expect("ready")
+        .is_read_closed()
+    {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the FIN never arrived"
+        );
+        tokio::task::yield_now().await;
+    }
+    let (before, _) = segments(&sink, &to);
+    let r = std::future::poll_fn(|cx| Poll::Ready(h.poll(cx, &from, &to, &counters, false))).await;
+    assert!(matches!(r, Poll::Ready(Ok(()))), "the EOF is relayed");
+    let mut rest = Vec::new();
+    sink.read_to_end(&mut rest).await.expect("read to EOF");
+    assert_eq!(rest, b"bye");
+    assert_eq!(
+        segments(&sink, &to).0,
+        before + 1,
+        "the last bytes and the FIN came in one segment"
+    );
+    assert_eq!(moved[0].to_backend.load(Ordering::Relaxed), 7);
 }
