@@ -198,6 +198,47 @@ def round_trips(port, k):
                 raise RuntimeError("round trip not echoed")
 
 
+def start_proxy(d, haproxy, binary):
+    """Writes a PKI and a config into `d`, starts this script's backend and the proxy measured
+    (HAProxy with `haproxy`, else `binary`) with one backend, and waits until it relays (readyprism:
+    until its `/readyz` is 200) and has relayed one warm-up connection (the first connection
+    allocates what later ones reuse). Returns (process, listen port, log file): terminate the
+    process and close the log when done."""
+    ca, cert, key, client = pki(d)
+    _, bport = backend(cert, key)
+    listen, admin = free_port(), free_port()
+    if haproxy:
+        cfg = os.path.join(d, "haproxy.cfg")
+        with open(cfg, "w") as f:
+            f.write("global\n  nbthread 1\n  maxconn 9000\n"
+                    "defaults\n  mode tcp\n  timeout connect 1s\n  timeout client 10m\n"
+                    "  timeout server 10m\n"
+                    f"frontend fe\n  bind 127.0.0.1:{listen}\n  backlog 1024\n  default_backend be\n"
+                    f"backend be\n  server s1 127.0.0.1:{bport}\n")
+        command = ["haproxy", "-db", "-f", cfg]
+    else:
+        cfg = os.path.join(d, "readyprism.yaml")
+        with open(cfg, "w") as f:
+            f.write(f'listen: ["127.0.0.1:{listen}"]\nadmin: "127.0.0.1:{admin}"\n'
+                    f"tls:\n  ca: {ca}\n  client_cert: {client}\n"
+                    f'backends:\n  - address: "127.0.0.1:{bport}"\n')
+        command = [binary, "--log-level", "warn", "run", "--config", cfg]
+    log = open(os.path.join(d, "proxy.log"), "w")
+    rp = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=log, stderr=log)
+    try:
+        if haproxy:
+            until("HAProxy to relay", lambda: relays(listen))
+        else:
+            until("/readyz 200", lambda: http_status(admin, "/readyz") == 200)
+        one_connection(listen)
+    except BaseException:
+        rp.terminate()
+        rp.wait()
+        log.close()
+        raise
+    return rp, listen, log
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--binary", default=os.path.join(ROOT, "target/release/readyprism"))
@@ -209,33 +250,8 @@ def main():
     args = ap.parse_args()
 
     with tempfile.TemporaryDirectory(prefix="strace-count-") as d:
-        ca, cert, key, client = pki(d)
-        _, bport = backend(cert, key)
-        listen, admin = free_port(), free_port()
-        if args.haproxy:
-            cfg = os.path.join(d, "haproxy.cfg")
-            with open(cfg, "w") as f:
-                f.write("global\n  nbthread 1\n  maxconn 9000\n"
-                        "defaults\n  mode tcp\n  timeout connect 1s\n  timeout client 10m\n"
-                        "  timeout server 10m\n"
-                        f"frontend fe\n  bind 127.0.0.1:{listen}\n  backlog 1024\n  default_backend be\n"
-                        f"backend be\n  server s1 127.0.0.1:{bport}\n")
-            command = ["haproxy", "-db", "-f", cfg]
-        else:
-            cfg = os.path.join(d, "readyprism.yaml")
-            with open(cfg, "w") as f:
-                f.write(f'listen: ["127.0.0.1:{listen}"]\nadmin: "127.0.0.1:{admin}"\n'
-                        f"tls:\n  ca: {ca}\n  client_cert: {client}\n"
-                        f'backends:\n  - address: "127.0.0.1:{bport}"\n')
-            command = [args.binary, "--log-level", "warn", "run", "--config", cfg]
-        log = open(os.path.join(d, "proxy.log"), "w")
-        rp = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=log, stderr=log)
+        rp, listen, log = start_proxy(d, args.haproxy, args.binary)
         try:
-            if args.haproxy:
-                until("HAProxy to relay", lambda: relays(listen))
-            else:
-                until("/readyz 200", lambda: http_status(admin, "/readyz") == 200)
-            one_connection(listen)  # warm: the first connection allocates what later ones reuse
             if args.round_trips > 1:
                 # The 1-trip window stands in for the load window: it is what the K-trip one less.
                 k = args.round_trips
