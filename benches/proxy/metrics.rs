@@ -148,6 +148,15 @@ impl Metrics {
                 ),
             ),
             (
+                "conc_segs",
+                m(
+                    "1000 conns × 20 round trips",
+                    "TCP segments sent on loopback per request (all parties)",
+                    "segments",
+                    None,
+                ),
+            ),
+            (
                 "idle_rss",
                 m(
                     "5000 idle connections",
@@ -180,6 +189,15 @@ impl Metrics {
                     "5000 short connections",
                     "proxy CPU per connection",
                     "µs",
+                    None,
+                ),
+            ),
+            (
+                "churn_segs",
+                m(
+                    "5000 short connections",
+                    "TCP segments sent on loopback per connection (all parties)",
+                    "segments",
                     None,
                 ),
             ),

@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use crate::load;
 use crate::metrics::Metrics;
 use crate::report::pct;
-use crate::targets::{http_status, Env, Kind, Sched, Target};
+use crate::targets::{http_status, tcp_out_segments, Env, Kind, Sched, Target};
 
 /// How much work each scenario does.
 #[derive(Debug, Clone, Copy)]
@@ -219,8 +219,10 @@ pub fn run(round: usize, setup: &Setup<'_>, out: &mut Metrics) {
             return;
         }
         let (conns, rts) = sizes.concurrent;
+        let segs = tcp_out_segments();
         let ((d, mut lat, failed, first), cpu, _) =
             t.spending(|| rt.block_on(load::concurrent(t.addr, conns, rts)));
+        let segs = tcp_out_segments().saturating_sub(segs);
         assert_eq!(
             failed,
             0,
@@ -230,6 +232,7 @@ pub fn run(round: usize, setup: &Setup<'_>, out: &mut Metrics) {
         lat.sort_unstable();
         out.push("conc_rps", t.kind, (conns * rts) as f64 / d.as_secs_f64());
         out.push("conc_p99", t.kind, pct(&lat, 99.0) / 1e3);
+        out.push("conc_segs", t.kind, segs as f64 / (conns * rts) as f64);
         if t.kind != Kind::Direct {
             // What the proxy itself spends: on two cores shared with the client and the
             // backend, requests/s also measures them.
@@ -266,8 +269,12 @@ pub fn run(round: usize, setup: &Setup<'_>, out: &mut Metrics) {
             return;
         }
         let before = (t.rss(), t.fds());
+        let segs = tcp_out_segments();
         let ((d, failed), cpu, _) =
             t.spending(|| rt.block_on(load::churn(t.addr, sizes.churn, 32)));
+        // Every segment this host sent meanwhile: the client's, the backend's and the proxy's
+        // (a proxy's choices show in all three), and a probe's now and then.
+        let segs = tcp_out_segments().saturating_sub(segs);
         assert_eq!(
             failed,
             0,
@@ -275,6 +282,7 @@ pub fn run(round: usize, setup: &Setup<'_>, out: &mut Metrics) {
             t.kind.name()
         );
         out.push("churn_cps", t.kind, sizes.churn as f64 / d.as_secs_f64());
+        out.push("churn_segs", t.kind, segs as f64 / sizes.churn as f64);
         if t.kind != Kind::Direct {
             let per = cpu.as_secs_f64() * 1e6 / sizes.churn as f64;
             out.push("churn_cpu", t.kind, per);

@@ -391,3 +391,18 @@ pub fn http_status(addr: SocketAddr, path: &str) -> Option<u16> {
     s.read_to_string(&mut out).ok()?;
     out.split_whitespace().nth(1)?.parse().ok()
 }
+
+/// TCP segments this host has sent (`OutSegs` of `/proc/net/snmp`; 0 if unreadable).
+pub fn tcp_out_segments() -> u64 {
+    let snmp = std::fs::read_to_string("/proc/net/snmp").unwrap_or_default();
+    let mut tcp = snmp.lines().filter(|l| l.starts_with("Tcp:"));
+    let (Some(names), Some(values)) = (tcp.next(), tcp.next()) else {
+        return 0;
+    };
+    names
+        .split_whitespace()
+        .zip(values.split_whitespace())
+        .find(|(n, _)| *n == "OutSegs")
+        .and_then(|(_, v)| v.parse().ok())
+        .unwrap_or(0)
+}
