@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Where a long-lived proxy spends its CPU per connection (or per round trip), readyprism beside HAProxy.
 
-Usage (as root, or with perf_event_paranoid low enough; needs perf, strace's harness below, openssl
+Usage (as root, or with perf_event_paranoid low enough; needs perf, nstat (iproute2), openssl
 and python3):
 
     cargo build --release --locked

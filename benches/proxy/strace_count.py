@@ -7,6 +7,7 @@ Usage (as root, or with ptrace allowed; needs strace, openssl and python3):
     python3 benches/proxy/strace_count.py [--binary target/release/readyprism] [-n 2000] [--json out.json]
     python3 benches/proxy/strace_count.py --haproxy     # the same count for HAProxy (`nbthread 1`)
     python3 benches/proxy/strace_count.py --round-trips 21 [--haproxy]   # per round trip
+    python3 benches/proxy/strace_count.py --parallel 16 [--haproxy]      # 16 connections at a time
 
 What it does: writes a CA, a server certificate for 127.0.0.1 and a client certificate with
 `openssl`; starts a backend in this script (a TLS ClientHello gets an HTTPS `200` for the probes,
@@ -41,6 +42,7 @@ import sys
 import tempfile
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -190,6 +192,16 @@ def one_connection(port):
             raise RuntimeError(f"relayed {got!r}, expected b'x'")
 
 
+def connections(port, n, parallel):
+    """`n` connections as `one_connection` makes them, `parallel` at a time."""
+    if parallel <= 1:
+        for _ in range(n):
+            one_connection(port)
+        return
+    with ThreadPoolExecutor(parallel) as pool:
+        list(pool.map(lambda _: one_connection(port), range(n)))
+
+
 def round_trips(port, k):
     with socket.create_connection(("127.0.0.1", port), timeout=5) as s:
         for _ in range(k):
@@ -247,6 +259,8 @@ def main():
     ap.add_argument("--haproxy", action="store_true", help="measure HAProxy instead")
     ap.add_argument("--round-trips", type=int, default=0, metavar="K",
                     help="count per round trip of connections making K (> 1) round trips")
+    ap.add_argument("--parallel", type=int, default=1, metavar="P",
+                    help="make the load window's connections P at a time (threads), as the bench's churn does")
     args = ap.parse_args()
 
     with tempfile.TemporaryDirectory(prefix="strace-count-") as d:
@@ -261,7 +275,7 @@ def main():
                 many, many_s = traced(rp.pid, lambda: [round_trips(listen, k) for _ in range(args.n)],
                                       os.path.join(d, "many.strace"))
             else:
-                load, load_s = traced(rp.pid, lambda: [one_connection(listen) for _ in range(args.n)],
+                load, load_s = traced(rp.pid, lambda: connections(listen, args.n, args.parallel),
                                       os.path.join(d, "load.strace"))
                 idle, idle_s = traced(rp.pid, lambda: time.sleep(load_s), os.path.join(d, "idle.strace"))
         finally:
