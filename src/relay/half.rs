@@ -158,11 +158,13 @@ impl Half {
                         // run during this poll). They are this direction's last, and unless the
                         // connection ends with them, the shutdown that relays the EOF follows in
                         // this poll: held back until then, they and the FIN leave in one segment.
-                        let ends = n < small.len() && from.poll_read_ready(cx).is_ready();
-                        *held_back |= ends && !last;
-                        self.pass_on(&small[..n], to, counters, ends && !last)
+                        let drained = n < small.len();
+                        let ends = drained && from.poll_read_ready(cx).is_ready();
+                        let fin_follows = ends && !last;
+                        *held_back |= fin_follows;
+                        self.pass_on(&small[..n], to, counters, fin_follows)
                             .map_err(Failed::Writing)?;
-                        if !ends && self.start == self.end && n < small.len() {
+                        if drained && !ends && self.start == self.end {
                             // Passed on whole, and nothing more to read (the waker is registered).
                             return Poll::Pending;
                         }
