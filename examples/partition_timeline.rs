@@ -4,7 +4,7 @@
 //! ```sh
 //! cargo run --example partition_timeline -- [RESULTS_DIR] [OUT.svg]
 //! # defaults: target/partition-lab  target/partition-lab/timelines.svg
-//! cargo run --example partition_timeline -- target/partition-lab tests/PARTITION_LAB.svg
+//! cargo run --example partition_timeline -- target/partition-lab docs/partition-lab.svg
 //! ```
 //!
 //! Per panel, x is seconds from the fault; one row per site, where each request landed (a dot at

@@ -1,8 +1,10 @@
-//! Assembly: binds the listeners, starts the table writer, the TLS watcher, one health monitor per
-//! backend, the proxy and the admin server; applies reloads; shuts down in order.
+//! The running balancer: [`App::start`] binds the listeners and starts the table writer, the TLS
+//! watcher, one health monitor per backend, discovery, the proxy and the admin server;
+//! [`App::run`] (`run`) is its one control loop, which applies discovery's lists and reloads
+//! (`reload`) until the end, then shuts down in order.
 //!
-//! Every task is tracked here and cancellable. Does not own signals (`shutdown`) or any behaviour
-//! of the parts it wires together.
+//! Every task is tracked here and cancellable. Does not own installing signal handlers
+//! (`signals`) or any behaviour of the parts it wires together.
 
 use std::net::SocketAddr;
 use std::sync::atomic::Ordering;
@@ -26,8 +28,13 @@ use crate::table::{self, Table, TableCmd};
 use crate::tls::{self, Applied, TlsSource};
 
 mod error;
+mod handle;
+mod reload;
+mod run;
 
 pub use error::ApplyError;
+pub use handle::Handle;
+pub use run::{ConfigFile, Control, End};
 
 struct Listener {
     configured: SocketAddr,
@@ -171,6 +178,14 @@ impl App {
         self.admin_listener.bound
     }
 
+    /// What an operator sees of this app while it runs: `/status`, `/metrics`, the table's
+    /// generations. Cheap to clone; it stays valid while [`App::run`] owns the app.
+    pub fn handle(&self) -> Handle {
+        Handle {
+            admin: self.admin.clone(),
+        }
+    }
+
     /// The `/status` document as of now: what an operator sees, and what tests observe.
     pub fn status(&self) -> StatusDoc {
         self.admin.status()
@@ -185,17 +200,6 @@ impl App {
     /// The `/metrics` text as of now.
     pub fn metrics_text(&self) -> String {
         self.metrics.encode()
-    }
-
-    /// The routing table (the demo watches it).
-    #[cfg(feature = "sim")]
-    pub(crate) fn table(&self) -> Arc<Table> {
-        self.table.clone()
-    }
-
-    /// The metrics registry (reload counting).
-    pub(crate) fn metrics(&self) -> Arc<Metrics> {
-        self.metrics.clone()
     }
 
     /// The running config.
@@ -295,15 +299,9 @@ impl App {
         tracing::info!("stopped");
     }
 
-    /// The next backend list discovery found (pending while it is off or finds nothing new):
-    /// the main loop waits on it beside signals and hands it to [`App::set_discovered`].
-    pub async fn next_discovered(&mut self) -> Vec<Member> {
-        self.discovered.next().await
-    }
-
     /// Applies a discovered list: the table gets static ∪ discovered (removed backends have their
     /// connections closed, reason removed), new backends get monitors and are probed at once.
-    pub async fn set_discovered(&mut self, members: Vec<Member>) -> Result<(), ApplyError> {
+    async fn set_discovered(&mut self, members: Vec<Member>) -> Result<(), ApplyError> {
         if self.discovered.set(members) {
             let config = self.config.clone();
             self.configure_table(&config).await?;

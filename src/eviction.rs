@@ -1,6 +1,6 @@
 //! Closing the connections relayed to one backend, and why: the publish-then-bump protocol
 //! ([`Eviction`]) and the named reasons ([`CloseReason`]) every such close carries into the log,
-//! the connection's record and `readyprism_unready_closes_total`.
+//! the connection's record and `readyprism_connections_closed_total`.
 //!
 //! Does not own deciding when (`table::transitions`) or closing a connection (`proxy`).
 

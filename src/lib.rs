@@ -45,6 +45,7 @@ pub(crate) mod dial;
 pub mod discovery;
 pub(crate) mod eviction;
 pub mod health;
+pub(crate) mod jitter;
 pub(crate) mod metrics;
 pub mod pick;
 pub(crate) mod proxy;

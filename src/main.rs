@@ -6,18 +6,16 @@ use std::process::ExitCode;
 use anyhow::Context;
 use clap::parser::ValueSource;
 use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
-use readyprism::app::App;
-use readyprism::app::ApplyError;
-use readyprism::cli::status;
-use readyprism::config::{Config, Node, NodeZone, Source, ZoneSource};
-use readyprism::health::budget::Budget;
+use readyprism::app::{App, ConfigFile, Control};
+use readyprism::cli::{check, status};
+use readyprism::config::{Node, NodeZone, Source, ZoneSource};
 use readyprism::signals::Signals;
 
 /// mimalloc instead of glibc's malloc. Each connection makes three 128-byte-aligned allocations
 /// (its tokio task and its two sockets' registrations), which glibc serves from its slow
 /// `memalign` path (no thread cache; it splits and later consolidates chunks) and pads with
 /// slack; mimalloc serves them from its size classes. Measured with `cargo bench --bench proxy`
-/// (README, "What changed for issue 18"): RSS per idle connection 1250 → 873 B; proxy CPU per
+/// (`benches/README.md`, "Latest results"): RSS per idle connection 1250 → 873 B; proxy CPU per
 /// short connection and per request within the noise or slightly lower. Its feature `no_thp`
 /// keeps transparent huge pages off its memory: with them, zeroing fresh 2 MiB pages took three
 /// quarters of the start-up's CPU (`perf record`: `folio_zero_user`), 18 ms instead of 5.5 ms
@@ -89,7 +87,7 @@ enum Command {
         skip_node_files: bool,
         /// The node grace period (kube-controller-manager `--node-monitor-grace-period`: 40s,
         /// 50s from Kubernetes 1.32) that the NotReady budget is compared with.
-        #[arg(long, value_parser = node_grace, default_value_t = readyprism::config::DurationValue(readyprism::health::budget::DEFAULT_NODE_GRACE))]
+        #[arg(long, value_parser = node_grace, default_value_t = readyprism::config::DurationValue(readyprism::cli::check::budget::DEFAULT_NODE_GRACE))]
         node_grace: readyprism::config::DurationValue,
     },
     /// Show a running balancer's backends (exit 0: one is ready, 1: none is, 2: unreachable).
@@ -143,62 +141,85 @@ fn main() -> ExitCode {
     }
     match dispatch(cli.command) {
         Ok(code) => code,
-        Err(e) => {
+        Err(Failure::Runtime(e)) => {
             eprintln!("readyprism: {e:#}");
-            ExitCode::from(1)
+            ExitCode::from(EXIT_FAILED)
+        }
+        Err(Failure::Rejected(e)) => {
+            eprintln!("readyprism: {e:#}");
+            ExitCode::from(EXIT_REJECTED)
         }
     }
 }
 
-fn dispatch(command: Command) -> anyhow::Result<ExitCode> {
+/// `run` or `check` failed at run time: a listener cannot be bound, the runtime cannot start.
+const EXIT_FAILED: u8 = 1;
+/// The config was rejected: it, or a CA, certificate or key file it names, is unusable.
+const EXIT_REJECTED: u8 = 3;
+
+/// Why a command failed, which picks its exit code.
+enum Failure {
+    /// The config was rejected ([`EXIT_REJECTED`]).
+    Rejected(anyhow::Error),
+    /// Anything else ([`EXIT_FAILED`]).
+    Runtime(anyhow::Error),
+}
+
+impl From<anyhow::Error> for Failure {
+    fn from(e: anyhow::Error) -> Self {
+        Failure::Runtime(e)
+    }
+}
+
+fn dispatch(command: Command) -> Result<ExitCode, Failure> {
     match command {
         Command::Check {
             args,
             skip_node_files,
             node_grace,
         } => {
-            let source = args.source();
             let node = if skip_node_files {
                 Node::Elsewhere
             } else {
                 Node::Here
             };
-            let config = source.load_for(node)?.config;
-            if !skip_node_files {
-                readyprism::app::check_files(&config).map_err(|e| placed(&source, &config, e))?;
-            }
-            let budget = Budget::of(&config.health, &config.routing);
-            print!("{}{}", config.to_yaml(), budget.render(node_grace.0));
-            if budget.over_half_of(node_grace.0) {
-                eprintln!("readyprism check: WARN: {}", budget.warning(node_grace.0));
-            }
-            if !skip_node_files {
-                // A YAML comment, so the output stays a config.
-                match config.routing.node_zone() {
-                    Some(z) => println!("# this node's zone: {} (from {})", z.name, z.source),
-                    None if config.zones.is_empty() => println!("# this node's zone: unknown"),
-                    None => println!(
-                        "# this node's zone: unknown (no zone matches this node's addresses)"
-                    ),
+            let checked = check::check(&args.source(), node, node_grace.0).map_err(|e| {
+                if e.is_rejection() {
+                    Failure::Rejected(e.into())
+                } else {
+                    Failure::Runtime(e.into())
                 }
+            })?;
+            print!("{}", checked.report);
+            if let Some(warning) = checked.warning {
+                eprintln!("readyprism check: WARN: {warning}");
             }
             Ok(ExitCode::SUCCESS)
         }
         Command::Run(args) => {
             let source = args.source();
-            let loaded = source.load()?;
+            let loaded = source.load().map_err(|e| Failure::Rejected(e.into()))?;
             let config = loaded.config;
             block_on(async move {
                 let signals = Signals::install().context("signal handling")?;
-                let app = App::start(config.clone())
-                    .await
-                    .map_err(|e| placed(&source, &config, e))?;
-                signals.run(app, source, loaded.digest).await;
-                Ok(ExitCode::SUCCESS)
+                let app = App::start(config.clone()).await.map_err(|e| {
+                    let line = anyhow::anyhow!(e.placed(&source, &config));
+                    if e.is_rejection() {
+                        Failure::Rejected(line)
+                    } else {
+                        Failure::Runtime(line)
+                    }
+                })?;
+                let file = ConfigFile {
+                    source,
+                    running: loaded.digest,
+                };
+                app.run(Control::daemon(signals, file)).await;
+                Ok::<_, Failure>(ExitCode::SUCCESS)
             })
         }
         Command::Status { admin, json } => {
-            match block_on(async move { Ok(status::fetch(&admin).await) })? {
+            match block_on(async move { Ok::<_, Failure>(status::fetch(&admin).await) })? {
                 Ok(fetched) => {
                     let text = if json {
                         format!("{}\n", fetched.body)
@@ -255,11 +276,6 @@ fn node_grace(text: &str) -> Result<readyprism::config::DurationValue, String> {
     Ok(d)
 }
 
-/// A start-up error, prefixed with the config file, line and field it is about.
-fn placed(source: &Source, config: &Config, e: ApplyError) -> anyhow::Error {
-    anyhow::anyhow!(e.placed(source, config))
-}
-
 /// Runs `fut` on a fresh single-threaded runtime. Afterwards, blocking work still running (a DNS
 /// lookup that hangs) gets 200 ms, so exit stays within `shutdown_grace` + 1 s.
 ///
@@ -268,7 +284,9 @@ fn placed(source: &Source, config: &Config, e: ApplyError) -> anyhow::Error {
 /// the accept loop and connection tasks. Measured with `cargo bench --bench proxy` and callgrind:
 /// 16 % fewer instructions per relayed round trip. Blocking work (DNS, file reads) still runs on
 /// the blocking pool.
-fn block_on<T>(fut: impl std::future::Future<Output = anyhow::Result<T>>) -> anyhow::Result<T> {
+fn block_on<T, E: From<anyhow::Error>>(
+    fut: impl std::future::Future<Output = Result<T, E>>,
+) -> Result<T, E> {
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()

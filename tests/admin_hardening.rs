@@ -124,7 +124,7 @@ fn status_cuts_absurd_cells_from_whatever_answers_on_the_admin_address() {
         String::from_utf8_lossy(&out)
     );
     let out = String::from_utf8_lossy(&out).to_string();
-    // The README's guarantee: a cell is at most 80 characters (the last error 220).
+    // docs/admin.md's guarantee: a cell is at most 80 characters (the last error 220).
     assert!(out.contains(&format!("{}… ", "a".repeat(79))), "{out}");
     assert!(
         out.contains(">100s") && !out.contains("0000000000"),

@@ -1,5 +1,6 @@
-//! Bad configuration and unusable files: one clear line naming file, field and line, non-zero
-//! exit, nothing started.
+//! Bad configuration and unusable files: one clear line naming file, field and line, nothing
+//! started, and the exit code that says which: 3 for a rejected config (or a file it names), 1 for
+//! a runtime failure (a port in use).
 
 use crate::support::*;
 
@@ -31,7 +32,11 @@ fn each_kind_of_config_error_names_file_field_and_line() {
         for cmd in ["check", "run"] {
             let o = readyprism(&[cmd, "--config", &file]);
             let err = stderr(&o);
-            assert!(!o.status.success(), "case {i} ({cmd}) accepted:\n{text}");
+            assert_eq!(
+                o.status.code(),
+                Some(3),
+                "case {i} ({cmd}): a rejection: {text}"
+            );
             assert!(
                 err.contains(&format!("{file}:{pos}")),
                 "case {i}: {err:?} lacks {file}:{pos}"
@@ -196,9 +201,10 @@ fn unreadable_files_and_busy_ports_are_one_clear_line_each() {
         // `check` loads and verifies the files exactly as `run` does (but binds nothing).
         let checked = readyprism(&["check", "--config", &file]);
         if !what.starts_with("cannot listen") {
-            assert!(
-                !checked.status.success(),
-                "check accepted what run rejects: {want}"
+            assert_eq!(
+                checked.status.code(),
+                Some(3),
+                "check rejects what run rejects: {want}"
             );
             assert!(
                 stderr(&checked).contains(&want),
@@ -208,7 +214,12 @@ fn unreadable_files_and_busy_ports_are_one_clear_line_each() {
         }
         let o = readyprism(&["run", "--config", &file]);
         let err = stderr(&o);
-        assert!(!o.status.success());
+        let code = if what.starts_with("cannot listen") {
+            1
+        } else {
+            3
+        };
+        assert_eq!(o.status.code(), Some(code), "{want}: {err}");
         assert!(err.contains(&want), "{err:?} lacks {want:?}");
         assert_eq!(
             err.lines().filter(|l| l.contains("readyprism:")).count(),

@@ -193,7 +193,7 @@ fn a_backend_that_stops_acknowledging_is_cut_by_tcp_and_counted_as_a_failed_chec
     let labels = format!("backend=\"{DEAD}:{PORT}\",reason=\"dead_path\"");
     let text = node.metrics(&p);
     assert_eq!(
-        metric(&text, "readyprism_unready_closes_total", &labels),
+        metric(&text, "readyprism_connections_closed_total", &labels),
         Some(1.0)
     );
 }

@@ -2,7 +2,7 @@
 //! taking connections) and removes it after three good answers without it (its connection closed,
 //! reason removed); every bad answer leaves the list alone and is counted; the cache carries the
 //! list across a restart with every static backend down; a reload keeps discovered backends; a
-//! static backend is never removed.
+//! static backend is never removed. And in process: an `App` left to run applies the lists itself.
 //!
 //! Blocking code on OS threads beside the child process: std's `Instant` is right here.
 #![allow(clippy::disallowed_types)]
@@ -10,8 +10,11 @@
 use std::net::SocketAddr;
 
 use readyprism::admin::status::{BackendSource, BackendStatus, StatusDoc};
+use readyprism::app::Control;
 use readyprism::health::verdict::State;
 use readyprism::sim::apiserver::FakeApiserver;
+
+use tokio_util::sync::CancellationToken;
 
 use crate::support::process::Proc;
 use crate::support::*;
@@ -287,4 +290,40 @@ fn a_static_backend_is_never_removed_even_when_no_answer_lists_it() {
     let c_now = backend(&p, &c).expect("the static backend stays");
     assert_eq!(c_now.source, BackendSource::Config);
     assert_eq!(c_now.state, State::Ready);
+}
+
+/// `App::run` applies discovery by itself, in process: no loop outside the app forwards the
+/// lists. It adds the listed backend, removes it after the answers without it, and ends when told.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_app_left_running_applies_discovered_lists_by_itself() {
+    let lab = Lab::new();
+    let (a, b) = (lab.fake("a").await, lab.fake("b").await);
+    serve(&[&a, &b], &[&a, &b]);
+    let app = lab.alone_behind_balancer(&a, DISCOVERY).await;
+    let handle = app.handle();
+    let end = CancellationToken::new();
+    let running = tokio::spawn(app.run(Control::until(end.clone())));
+    let listed = |f: &FakeApiserver| {
+        let want = addr(f);
+        handle
+            .status()
+            .backends
+            .into_iter()
+            .find(|s| s.address == want)
+    };
+    poll("the discovered backend listed and ready", || {
+        listed(&b).is_some_and(|s| s.source == BackendSource::Discovered && s.state == State::Ready)
+    })
+    .await;
+    serve(&[&a, &b], &[&a]);
+    poll("the backend no answer lists any more removed", || {
+        listed(&b).is_none()
+    })
+    .await;
+    assert!(listed(&a).is_some(), "the static backend stays");
+    end.cancel();
+    tokio::time::timeout(patience(), running)
+        .await
+        .expect("run ends when told")
+        .expect("run did not panic");
 }

@@ -50,7 +50,7 @@ async fn reload_adds_removes_keeps_backends_and_rebinds_listeners() {
         lab.yaml("dc-b", &[(addr(&a), "dc-a"), (addr(&b), "dc-b")], ""),
     )
     .expect("write");
-    readyprism::signals::reload(&mut app, &source(&file)).await;
+    app.reload_from(&source(&file)).await;
     let (mut on_b, name) = raw(old_listener).await.expect("relayed");
     assert_eq!(name, "b");
     assert!(echo_ok(&mut on_a, b"zone change moves nothing").await);
@@ -62,7 +62,7 @@ async fn reload_adds_removes_keeps_backends_and_rebinds_listeners() {
         .yaml("dc-b", &[(addr(&b), "dc-b"), (addr(&c), "dc-c")], "")
         .replace("listen: [\"127.0.0.1:0\"]\n", both);
     std::fs::write(&file, yaml).expect("write");
-    readyprism::signals::reload(&mut app, &source(&file)).await;
+    app.reload_from(&source(&file)).await;
     let snap = app.status();
     assert_eq!(snap.backends.len(), 2);
     assert_eq!(snap.backends[0].address, addr(&b));
@@ -95,7 +95,7 @@ async fn reload_adds_removes_keeps_backends_and_rebinds_listeners() {
         .yaml("dc-b", &[(addr(&b), "dc-x"), (addr(&c), "dc-c")], "")
         .replace("listen: [\"127.0.0.1:0\"]\n", both);
     std::fs::write(&file, moved).expect("write");
-    readyprism::signals::reload(&mut app, &source(&file)).await;
+    app.reload_from(&source(&file)).await;
     let snap = app.status();
     assert_eq!(
         (snap.backends[0].zone.as_deref(), snap.backends[0].state),
@@ -129,7 +129,7 @@ async fn reload_adds_removes_keeps_backends_and_rebinds_listeners() {
 
     // An invalid config is rejected and counted; the running one stays.
     std::fs::write(&file, "backends: [\n").expect("write");
-    readyprism::signals::reload(&mut app, &source(&file)).await;
+    app.reload_from(&source(&file)).await;
     assert_eq!(app.config().backends.len(), 2);
     let t = admin_get(app.admin_addr(), "/metrics").await.1;
     assert_eq!(
@@ -146,7 +146,7 @@ async fn reload_adds_removes_keeps_backends_and_rebinds_listeners() {
         .yaml("dc-b", &[(addr(&b), "dc-x"), (addr(&c), "dc-c")], "")
         .replace("listen: [\"127.0.0.1:0\"]\n", "listen: [\"127.0.0.2:0\"]\n");
     std::fs::write(&file, only_second).expect("write");
-    readyprism::signals::reload(&mut app, &source(&file)).await;
+    app.reload_from(&source(&file)).await;
     assert_eq!(app.listen_addrs(), vec![listeners[1]]);
     poll_refused(old_listener).await;
     assert!(
@@ -374,7 +374,7 @@ async fn a_reload_from_fail_open_to_refuse_closes_the_connections_that_failed_op
         lab.yaml("dc-a", &[(addr(&a), "dc-a")], "when_none_ready: refuse\n"),
     )
     .expect("write");
-    readyprism::signals::reload(&mut app, &source(&file)).await;
+    app.reload_from(&source(&file)).await;
     assert!(
         read_to_end(&mut failed_open).await.is_empty(),
         "the new policy applies to existing connections too"

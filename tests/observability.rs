@@ -137,7 +137,7 @@ async fn every_metric_is_exported_and_moves() {
     assert_eq!(
         m(
             &t,
-            "readyprism_unready_closes_total",
+            "readyprism_connections_closed_total",
             &format!("{aa_l},reason=\"turned_unready\"")
         ),
         1.0
@@ -151,7 +151,7 @@ async fn every_metric_is_exported_and_moves() {
     ] {
         let labels = format!("{aa_l},reason=\"{reason}\"");
         assert_eq!(
-            m(&t, "readyprism_unready_closes_total", &labels),
+            m(&t, "readyprism_connections_closed_total", &labels),
             0.0,
             "every reason is exported from the start: {reason}"
         );

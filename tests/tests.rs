@@ -6,6 +6,7 @@ mod support;
 mod addresses;
 mod admin_hardening;
 mod alerts;
+mod architecture;
 mod cli;
 mod config_errors;
 mod config_watch;

@@ -1,5 +1,5 @@
-/* The cost of the syscalls readyprism makes per connection beyond HAProxy's (README,
- * "Misses, and why"): setsockopt of TCP_NODELAY, TCP_KEEPIDLE and TCP_USER_TIMEOUT, an eventfd
+/* The cost of the syscalls readyprism makes per connection beyond HAProxy's (benches/README.md,
+ * "The misses"): setsockopt of TCP_NODELAY, TCP_KEEPIDLE and TCP_USER_TIMEOUT, an eventfd
  * write (a timer that wakes tokio's driver) and the epoll_wait that returns it, each timed over
  * 200 000 calls. Not a cargo target:
  *     cc -O2 -o /tmp/syscall_cost benches/proxy/syscall_cost.c && /tmp/syscall_cost

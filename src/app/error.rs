@@ -43,6 +43,12 @@ fn kubeprism_hint(addr: &SocketAddr, cause: &std::io::Error) -> &'static str {
 }
 
 impl ApplyError {
+    /// The config itself is to blame (a file it names is unusable), not this node's state at run
+    /// time (a port in use): the command exits with the rejection's code.
+    pub fn is_rejection(&self) -> bool {
+        matches!(self, ApplyError::Tls(_))
+    }
+
     /// The error as one line prefixed with the config file, line, column and field it is about
     /// (`config.yaml:6:3: tls.ca: /ca.crt: cannot read: …`), when a field is to blame.
     pub fn placed(&self, source: &crate::config::Source, config: &Config) -> String {

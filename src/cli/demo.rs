@@ -23,7 +23,7 @@ use tokio::time::{interval, sleep_until, Instant, MissedTickBehavior};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
-use crate::app::ApplyError;
+use crate::app::{ApplyError, Control};
 use crate::config::ConfigError;
 use crate::signals::Termination;
 use scenario::Scenario;
@@ -133,13 +133,14 @@ pub async fn run_until_signalled(opts: DemoOptions) -> Result<DemoReport, DemoEr
 /// Runs the demo until `duration` passes or `quit` is cancelled, then shuts everything down in
 /// order and removes its temporary files.
 pub async fn run(opts: DemoOptions, quit: CancellationToken) -> Result<DemoReport, DemoError> {
-    let mut scenario = Scenario::start(&opts).await?;
-    let listen = scenario
-        .app
-        .listen_addrs()
-        .first()
-        .copied()
-        .unwrap_or(opts.listen);
+    let (scenario, app) = Scenario::start(&opts).await?;
+    let listen = app.listen_addrs().first().copied().unwrap_or(opts.listen);
+    let (admin, balancer) = (app.admin_addr(), app.handle());
+    // The balancer runs itself (discovery included) until the demo ends it.
+    let end_balancer = CancellationToken::new();
+    let running = app.run(Control::until(end_balancer.clone()));
+    tokio::pin!(running);
+    let mut balancer_ended = false;
     let traffic = Arc::new(Mutex::new(Traffic::default()));
     let (stop, clients) = (CancellationToken::new(), TaskTracker::new());
     clients.spawn(traffic::short_clients(
@@ -175,10 +176,10 @@ pub async fn run(opts: DemoOptions, quit: CancellationToken) -> Result<DemoRepor
                 scenario.join();
                 tracing::info!(apiserver = JOINER.0, "demo: a fourth apiserver joined the cluster's Endpoints object");
             }
-            list = scenario.app.next_discovered() => {
-                if let Err(e) = scenario.app.set_discovered(list).await {
-                    tracing::warn!(error = %e, "discovered backends not applied");
-                }
+            () = &mut running => {
+                balancer_ended = true;
+                tracing::error!("the balancer stopped before the demo ended");
+                break;
             }
             _ = sleep_until(next_flip) => {
                 dc_a_ready = !dc_a_ready;
@@ -205,8 +206,8 @@ pub async fn run(opts: DemoOptions, quit: CancellationToken) -> Result<DemoRepor
                     elapsed: now - start,
                     remaining: end.map(|e| e - now),
                     listen,
-                    admin: scenario.app.admin_addr(),
-                    status: &scenario.app.status(),
+                    admin,
+                    status: &balancer.status(),
                     traffic: &t,
                     dc_a_ready,
                     next_flip_in: next_flip - now,
@@ -224,6 +225,11 @@ pub async fn run(opts: DemoOptions, quit: CancellationToken) -> Result<DemoRepor
     stop.cancel();
     clients.close();
     clients.wait().await;
+    // The balancer first (drain, then cut), then the apiservers, then the files.
+    end_balancer.cancel();
+    if !balancer_ended {
+        running.await;
+    }
     scenario.stop().await;
     let t = traffic::record(&traffic, |t| t.clone());
     let report = DemoReport {

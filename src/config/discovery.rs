@@ -147,7 +147,8 @@ mod tests {
             c.discovery.server_name.is_none(),
             "empty means each backend's IP"
         );
-        let back = Config::parse(&c.to_yaml(), "printed").expect("the printed form parses");
+        let back = Config::parse(&c.to_yaml().expect("printable"), "printed")
+            .expect("the printed form parses");
         assert_eq!(back.discovery, c.discovery);
     }
 

@@ -154,7 +154,7 @@ impl Config {
     }
 
     /// The resolved config as YAML, with every default written out (what `check` prints).
-    pub fn to_yaml(&self) -> String {
+    pub fn to_yaml(&self) -> Result<String, yaml_serde::Error> {
         let d = |d: Duration| Some(DurationValue(d));
         let raw = RawConfig {
             listen: Some(self.listen.iter().map(|a| a.to_string()).collect()),
@@ -214,7 +214,7 @@ impl Config {
             discovery: Some(self.discovery.to_raw()),
             allow_remote_admin: self.allow_remote_admin.then_some(true),
         };
-        yaml_serde::to_string(&raw).unwrap_or_else(|e| format!("# cannot print config: {e}\n"))
+        yaml_serde::to_string(&raw)
     }
 }
 

@@ -11,6 +11,7 @@
 use std::time::Duration;
 
 use super::bounded::Bounded;
+use crate::jitter;
 
 /// The first re-attempt to an address starts this long after its first attempt, and the next
 /// address's first attempt this long after the previous address's (if nothing has connected or
@@ -42,9 +43,7 @@ pub const JITTER: f64 = 0.25;
 /// Offsets from an address's first attempt at which its attempts start: 0, [`ATTEMPT_DELAY`],
 /// then `ATTEMPT_DELAY + 2 × ATTEMPT_DELAY × jitter` (375–525 ms): all three inside any 1 s.
 pub fn offsets(seed: u64) -> [Duration; PER_ADDRESS] {
-    let unit = (mix(seed) >> 11) as f64 / (1u64 << 53) as f64;
-    let factor = 1.0 - JITTER + 2.0 * JITTER * unit;
-    let second_gap = (ATTEMPT_DELAY * 2).mul_f64(factor);
+    let second_gap = jitter::around(ATTEMPT_DELAY * 2, JITTER, jitter::unit(jitter::mix(seed)));
     [Duration::ZERO, ATTEMPT_DELAY, ATTEMPT_DELAY + second_gap]
 }
 
@@ -78,14 +77,6 @@ pub fn plan(addresses: usize, budget: Duration, seed: u64) -> Attempts {
         }
     }
     plan
-}
-
-/// splitmix64: spreads consecutive seeds over the whole range.
-fn mix(seed: u64) -> u64 {
-    let mut z = seed.wrapping_add(0x9E37_79B9_7F4A_7C15);
-    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-    z ^ (z >> 31)
 }
 
 #[cfg(test)]

@@ -26,7 +26,7 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use crate::backend::BackendSpec;
-use crate::health::Jitter;
+use crate::jitter::Jitter;
 use crate::metrics::Metrics;
 pub use crate::metrics::DISCOVERY_RESULTS as RESULTS;
 use crate::pick::Pick;
@@ -39,6 +39,10 @@ use membership::{Member, Membership};
 
 /// The object polled: every apiserver of the cluster, as the apiservers themselves keep it.
 pub const PATH: &str = "/api/v1/namespaces/default/endpoints/kubernetes";
+
+/// Each poll's interval varies by up to this many percent either way, so that a cluster's nodes
+/// do not poll the apiservers in lockstep.
+const POLL_JITTER_PERCENT: u32 = 10;
 
 /// What one poll came to; counted by [`Poll::label`] in `readyprism_discovery_polls_total`.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -111,7 +115,7 @@ impl Poller {
     /// Polls once a backend is ready (or after one interval), then every interval, until
     /// cancelled. A bad spell is said once (WARN) and its end once (INFO).
     pub async fn run(mut self, cancel: CancellationToken) {
-        let mut jitter = Jitter::seeded("discovery");
+        let mut jitter = Jitter::seeded("discovery", POLL_JITTER_PERCENT);
         let mut rr = 0usize;
         let mut bad_spell = false;
         let mut next = Instant::now() + jitter.around(self.interval);

@@ -5,7 +5,6 @@
 //! `verdict` the values they produce;
 //! this file owns the schedule.
 
-pub mod budget;
 pub(crate) mod probe;
 mod reason;
 pub(crate) mod rise_fall;
@@ -21,6 +20,7 @@ use tokio::time::Instant;
 
 use crate::backend::{BackendLive, BackendSpec};
 use crate::config::HealthConfig;
+use crate::jitter::Jitter;
 use crate::metrics::HealthMetrics;
 use crate::table::TableCmd;
 use crate::tls::TlsSource;
@@ -73,7 +73,7 @@ impl Monitor {
     /// a fresh connection. Probes never overlap: one in flight per backend.
     pub async fn run<P: Probe>(self, mut probe: P, cancel: CancellationToken) {
         let mut rise_fall = RiseFall::new(self.health.rise, self.health.fall, self.initial.clone());
-        let mut jitter = Jitter::seeded(self.spec.id.as_str());
+        let mut jitter = Jitter::seeded(self.spec.id.as_str(), JITTER_PERCENT);
         // Set while probes cannot be made for a shortage on this node (logged once per spell).
         let mut short = false;
         loop {
@@ -235,27 +235,6 @@ fn early_probe(last: Instant, now: Instant) -> Instant {
 /// The steady-state interval varies by up to this many percent either way, so that every node's
 /// probes do not hit the apiservers in lockstep.
 pub const JITTER_PERCENT: u32 = 10;
-
-/// ±[`JITTER_PERCENT`] jitter.
-pub(crate) struct Jitter(u64);
-
-impl Jitter {
-    pub(crate) fn seeded(name: &str) -> Self {
-        use std::hash::BuildHasher;
-        Jitter(std::collections::hash_map::RandomState::new().hash_one(name) | 1)
-    }
-
-    /// `base` scaled by a uniform factor in [1 − j, 1 + j), j = [`JITTER_PERCENT`] %.
-    pub(crate) fn around(&mut self, base: Duration) -> Duration {
-        // xorshift64: statistical quality is irrelevant here, only spread.
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        let unit = (self.0 >> 11) as f64 / (1u64 << 53) as f64;
-        let j = f64::from(JITTER_PERCENT) / 100.0;
-        base.mul_f64(1.0 - j + 2.0 * j * unit)
-    }
-}
 
 #[cfg(test)]
 mod tests;

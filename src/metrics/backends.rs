@@ -99,7 +99,7 @@ impl Collector for Backends {
             ConstGauge::new(n).encode(m.encode_family(&Labels { backend: id(b) })?)?;
         }
         let mut m = encoder.encode_descriptor(
-            "unready_closes",
+            "connections_closed",
             "Connections closed because of the backend's state, by reason (turned_unready, left_none_ready, refusing, silent, removed, failback, dead_path)",
             None,
             MetricType::Counter,

@@ -30,7 +30,7 @@ use crate::pick::Order;
 use crate::relay::Moved;
 use crate::table::Table;
 use race::First;
-use record::{End, Record};
+use record::{End, Leg, Record};
 pub use sockets::listen;
 
 /// `TCP_USER_TIMEOUT` on the backend leg: once data we relayed to the backend has stayed
@@ -151,7 +151,7 @@ impl Proxy {
             // The sockets are closed one runtime turn later: what this turn's events woke (a new
             // client's accept and dial, another connection's bytes) runs first, and the teardown
             // (two deregistrations and two closes, which send the FINs) after it, as HAProxy
-            // orders its own work. Measured (README, "What changed for issue 18"): a client that
+            // orders its own work. Measured (`cargo bench --bench proxy`, the connect scenario): a client that
             // reconnects as its last connection ends gets its first byte ~15 µs sooner when the
             // connect scenario runs alone; after the round-trip scenario the gain is within the
             // noise. It costs 0.24 `epoll_wait` per connection and no other syscall.
@@ -354,7 +354,13 @@ fn relay_ended(link: &Link, r: Result<crate::relay::Ended, crate::relay::RelayEr
             ));
             End::DeadPath(e.to_string())
         }
-        Err(e) => End::Error(e.to_string()),
+        Err(e) => End::Error {
+            leg: match e {
+                crate::relay::RelayError::Client(_) => Leg::Client,
+                crate::relay::RelayError::Backend(_) => Leg::Backend,
+            },
+            error: e.to_string(),
+        },
     }
 }
 

@@ -1,5 +1,5 @@
 //! The node's balancer in the lab: readyprism itself, or one of the others it is measured
-//! against head to head (issue 15), each started in the node's namespace on `127.0.0.1:7445`
+//! against head to head, each started in the node's namespace on `127.0.0.1:7445`
 //! with the lab's three apiservers. The others relay TCP, so the client's mutual TLS passes
 //! through them to the simulated apiservers.
 //!

@@ -36,7 +36,7 @@ pub const APISERVER_PORT: u16 = 6443;
 /// The balancer's listener and admin endpoint, inside the node's namespace.
 pub const LISTEN: &str = "127.0.0.1:7445";
 pub const ADMIN: &str = "127.0.0.1:7446";
-/// The balancer's defaults that the scenarios' figures depend on (README: config reference).
+/// The balancer's defaults that the scenarios' figures depend on (docs/config.md).
 pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
 pub const FALL: usize = 2;
 /// `failback_after` (default): how long dc-b must have been ready before connections relayed

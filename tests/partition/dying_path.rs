@@ -158,7 +158,7 @@ fn partition_7_a_request_in_flight_and_the_stream_on_a_dying_path_are_cut_and_la
             // design bound then (next probe up to 5.5 s away, a 3 s probe timeout, a fresh probe
             // dial's 1.3 s, the 0.5 s eviction spread, 1.5 s for a loaded machine), and the
             // requests in flight at the cut may fail with the client's timeout. Printed as
-            // MISSED; issue 15 keeps this case open.
+            // MISSED; this case stays open (docs/partition-lab.md).
             let caught: Vec<_> = o
                 .timeline
                 .requests

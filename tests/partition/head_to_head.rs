@@ -1,7 +1,7 @@
-//! Failover head to head (issue 15): lab scenarios 1 to 8 on the same lab with the node's
+//! Failover head to head: lab scenarios 1 to 8 on the same lab with the node's
 //! balancer swapped for HAProxy and nginx as kubespray ships them and HAProxy set up as KubePrism
 //! behaves (`balancers` says exactly how). One test per scenario and balancer; each prints one
-//! row of the tables in `tests/PARTITION_LAB.md` and asserts only that the lab worked (the client
+//! row of the tables in `docs/partition-lab.md` and asserts only that the lab worked (the client
 //! ran, the fault was applied): these measure others' behaviour. readyprism runs here too, on the
 //! same fixed window, for its row; its bounds are asserted in `scenarios` and `dying_path`. The
 //! fault phase only (no heals), kept for a fixed [`FAULT_FOR`] (scenario 6 too, 60 s in the lab).

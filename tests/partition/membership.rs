@@ -1,4 +1,4 @@
-//! Lab scenario 9 (issue 16): the control plane changes while the client runs, and no node's
+//! Lab scenario 9: the control plane changes while the client runs, and no node's
 //! config does. The balancer is configured with two seeds (dc-a, witness), the zones by network
 //! and discovery on; dc-b's apiserver is known only from the cluster's Endpoints object. A
 //! control-plane node joins in dc-b (`dc-b2`, 10.77.2.2), then dc-b's first apiserver leaves the

@@ -1,4 +1,4 @@
-//! The partition lab (issue 7): real network namespaces with the field report's delays, faults as
+//! The partition lab: real network namespaces with the field report's delays, faults as
 //! iptables rules, and a real three-member etcd cluster. Needs root; without it (or without
 //! `ip netns`) the lab tests say why they are skipped, unless `READYPRISM_REQUIRE_NETNS=1`.
 //! Helper programs live in `tests/lab/` (see its README). The lab itself (`netlab`, `etcd`) uses

@@ -1,9 +1,9 @@
-//! The six partition scenarios of issue 7, one test each, on the lab's namespaces with the field
+//! The six partition scenarios of the field report, one test each, on the lab's namespaces with the field
 //! report's delays: the real balancer on the node (zone dc-b, default health settings), one
 //! simulated apiserver per site, a kubelet-like client holding a stream and making a request
 //! every 200 ms, and kubectl. Each prints its figures and writes its record to
 //! `target/partition-lab/<test>.json` (drawn by `examples/partition_timeline.rs`); the summary
-//! and KubePrism's expected behaviour are in `tests/PARTITION_LAB.md`.
+//! and KubePrism's expected behaviour are in `docs/partition-lab.md`.
 
 use super::cast::{Readyz, CONNECT_TIMEOUT, FAILBACK_AFTER, FAILBACK_SPREAD, FALL};
 use super::etcd::PEER_PORT;
@@ -18,7 +18,7 @@ const TARGET: f64 = 7.0;
 /// Seconds a loaded 2-core machine may add to a bound (process wake-ups, the Python delay
 /// helpers and client, TLS handshakes in a debug build).
 const SLACK: f64 = 1.5;
-/// The balancer's defaults (README): probe every 5 s ±10 %, connections of an unready backend
+/// The balancer's defaults (docs/config.md): probe every 5 s ±10 %, connections of an unready backend
 /// closed spread over 0.5 s.
 const INTERVAL_MAX: f64 = 5.5;
 const EVICT_SPREAD: f64 = 0.5;
@@ -37,7 +37,7 @@ fn probe_bound(check: f64, redials: f64) -> f64 {
 }
 
 /// Prints whether the issue's 7 s target was met in this run (asserted where the design
-/// guarantees it; see `tests/PARTITION_LAB.md`).
+/// guarantees it; see `docs/partition-lab.md`).
 fn report_target(p: &Phase, name: &str) {
     let met = |v: Option<f64>| v.is_some_and(|v| v <= TARGET);
     super::netlab::lab_print(&format!(
@@ -83,7 +83,7 @@ pub const LEASE_GOAL: f64 = 15.0;
 pub const NODE_GRACE: f64 = 40.0;
 
 /// The longest gap between lease renewals in the phase stays under the node grace period
-/// (asserted), and whether it met issue 15's 15 s goal (printed: not guaranteed in every phase of
+/// (asserted), and whether it met the 15 s failover goal (printed: not guaranteed in every phase of
 /// the renewal and probe cycles — a fault just before a renewal adds up to one renewal period to
 /// the time the design needs to move the lease's kept-alive connection).
 pub fn lease_within(p: &Phase, what: &str) {

@@ -38,7 +38,7 @@ pub fn metric(text: &str, name: &str, labels: &str) -> Option<f64> {
         .and_then(|l| l.rsplit_once(' ')?.1.parse().ok())
 }
 
-/// Connections to the backend at `address` closed for its state (`readyprism_unready_closes_total`),
+/// Connections to the backend at `address` closed for its state (`readyprism_connections_closed_total`),
 /// for one `reason`, or over every reason with `None`.
 pub fn unready_closes(app: &App, address: &str, reason: Option<&str>) -> u64 {
     let reasons = [
@@ -54,7 +54,7 @@ pub fn unready_closes(app: &App, address: &str, reason: Option<&str>) -> u64 {
         .filter(|r| reason.is_none_or(|want| want == **r))
         .map(|r| {
             let extra = format!(",reason=\"{r}\"");
-            backend_metric(app, "readyprism_unready_closes_total", address, &extra)
+            backend_metric(app, "readyprism_connections_closed_total", address, &extra)
         })
         .sum()
 }

@@ -13,14 +13,14 @@ use tokio::time::timeout;
 
 use super::files::DemoDir;
 use super::{DemoError, DemoOptions, DISCOVERY_INTERVAL, JOINER, SITES};
-use crate::app::{self, App};
+use crate::app::App;
 use crate::config::Config;
 use crate::health::verdict::State;
 use crate::sim::apiserver::FakeApiserver;
 use crate::sim::pki::Ca;
 
-/// The demo's world: certificates on disk, three simulated apiservers, a fourth that joins later,
-/// and the balancer.
+/// The demo's world: certificates on disk, three simulated apiservers and a fourth that joins
+/// later. The balancer in front of them is started with it and run by the caller.
 pub(super) struct Scenario {
     /// Kept for its `Drop`, which removes the certificate files.
     dir: DemoDir,
@@ -28,11 +28,11 @@ pub(super) struct Scenario {
     pub(super) fakes: Vec<FakeApiserver>,
     /// The fourth apiserver, in no config: only the Endpoints object lists it, from [`JOIN_AT`].
     joiner: FakeApiserver,
-    pub(super) app: App,
 }
 
 impl Scenario {
-    pub(super) async fn start(opts: &DemoOptions) -> Result<Scenario, DemoError> {
+    /// Starts the world and the balancer, once every apiserver had its first probe.
+    pub(super) async fn start(opts: &DemoOptions) -> Result<(Scenario, App), DemoError> {
         let dir = DemoDir::create()?;
         let ca = Ca::new("readyprism-demo-ca").map_err(DemoError::Pki)?;
         let ca_path = dir.write("ca.crt", &ca.cert_pem)?;
@@ -73,12 +73,7 @@ impl Scenario {
         let config = Config::parse(&yaml, "demo").map_err(DemoError::Config)?;
         let app = App::start(config).await.map_err(DemoError::Start)?;
         wait_for_first_probes(&app).await;
-        Ok(Scenario {
-            dir,
-            fakes,
-            joiner,
-            app,
-        })
+        Ok((Scenario { dir, fakes, joiner }, app))
     }
 
     /// The fourth apiserver joins: every Endpoints object now lists it too.
@@ -90,12 +85,8 @@ impl Scenario {
         }
     }
 
-    /// Balancer first (drain, then cut), then the apiservers, then the files.
+    /// The apiservers, then the files (after the balancer's run has ended).
     pub(super) async fn stop(self) {
-        let bound = app::shutdown_bound(self.app.config());
-        if timeout(bound, self.app.shutdown()).await.is_err() {
-            tracing::warn!(?bound, "balancer shutdown took longer than its bound");
-        }
         for fake in self.fakes.iter().chain([&self.joiner]) {
             fake.stop().await;
         }
@@ -127,14 +118,13 @@ fn demo_yaml(
 /// The first probes run at once; waiting for all of them means the first connections (the
 /// long-lived one above all, which failback never moves) already go where the picker wants them.
 async fn wait_for_first_probes(app: &App) {
-    let table = app.table();
-    let mut changes = table.subscribe();
+    let mut changes = app.subscribe();
     let waited = timeout(Duration::from_secs(3), async {
-        while table
-            .load()
+        while app
+            .status()
             .backends
             .iter()
-            .any(|b| b.health.state == State::Unknown)
+            .any(|b| b.state == State::Unknown)
         {
             if changes.changed().await.is_err() {
                 return;

@@ -13,7 +13,7 @@ use crate::backend::Routing;
 use crate::config::HealthConfig;
 use crate::eviction::EVICT_SPREAD;
 
-use super::JITTER_PERCENT;
+use crate::health::JITTER_PERCENT;
 
 /// The node grace period of `kube-controller-manager --node-monitor-grace-period` before
 /// Kubernetes 1.32 (50 s from 1.32): a node whose kubelet has not renewed its lease for this
