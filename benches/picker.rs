@@ -5,8 +5,8 @@ use std::hint::black_box;
 use std::time::Duration;
 
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion};
-use readyprism::health::verdict::State;
 use readyprism::pick::{fallback, pick, Candidate, WhenNoneReady};
+use readyprism::verdict::State;
 
 /// `n` backends as a stretched cluster shows them: a third local, latencies spread over 1–40 ms
 /// (so tolerance bands hold several), every fifth unready, some with active connections.

@@ -19,9 +19,9 @@ pub use routing::{NodeZone, Routing, ZoneSource};
 mod routing;
 
 use crate::eviction::CloseReason;
-use crate::health::verdict::{Health, State};
 use crate::pick::{self, Candidate, Order, Pick};
 use crate::relay::Moved;
+use crate::verdict::{Health, State};
 
 /// A backend's identity: its address exactly as configured. Reloads, probes, status, logs and
 /// metrics all name a backend by it, so a backend whose zone or server name changes stays itself.

@@ -7,8 +7,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::backend::{Backend, BackendId, BackendLive, BackendSpec, Routing, Snapshot};
-use crate::health::verdict::{Health, State};
 use crate::table::Table;
+use crate::verdict::{Health, State};
 
 /// A table with `n` ready backends and a spare snapshot to swap in.
 #[derive(Debug)]

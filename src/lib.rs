@@ -13,21 +13,35 @@
 //! ```
 //!
 //! The daemon: [`config`] (YAML → typed), [`backend`] (identity, live counts, the snapshot),
-//! [`eviction`] (closing a backend's connections, and why), [`table`] (the one `ArcSwap`, its
-//! writer and its pure transitions), [`health`] (probe, rise/fall, monitor), [`pick`] (pure),
-//! [`proxy`] (and its per-connection record) + [`relay`], [`dial`] (and what a failed dial
-//! means), [`accept`], [`admin`] (and the `/status` type), [`metrics`], [`tls`], [`discovery`]
-//! (the backend list following the cluster's Endpoints object), [`app`] (wiring), [`signals`],
-//! [`watched_file`] (reading a config or certificate file safely: its cap, stamp, digest and
-//! watch intervals; a leaf both `config` and `tls` use).
-//! Operator tools: [`cli`] (`status`, `demo`). Simulation for the demo and tests: `sim`.
+//! [`verdict`] (a backend's health as decided), [`eviction`] (closing a backend's connections,
+//! and why), [`table`] (the one `ArcSwap`, its writer and its pure transitions), [`health`]
+//! (probe, rise/fall, monitor), [`https`] (the apiserver client the probe and discovery share),
+//! [`pick`] (pure), [`proxy`] (and its per-connection record) + [`relay`], [`dial`] (and what a
+//! failed dial means), [`jitter`], [`accept`], [`admin`] (and the `/status` type), [`metrics`],
+//! [`tls`], [`discovery`] (the backend list following the cluster's Endpoints object), [`app`]
+//! (wiring and the one loop), [`signals`], [`watched_file`] (reading a config or certificate file
+//! safely). Operator tools: [`cli`] (`check`, `status`, `demo`). Simulation for the demo and
+//! tests: `sim`.
 //!
-//! Dependencies point one way: `health::verdict`, `eviction`, `relay` ← `pick` ← `backend` ←
-//! `metrics` ← `table` ← `health` (monitor) / `proxy` / `admin` / `discovery` ← `app` ←
-//! `signals` ← `main`;
-//! `config` reads `backend` and `pick`; `dial` is a leaf that `backend`, `proxy` and `health`
-//! read. Nothing below `metrics` holds a Prometheus
-//! handle: the domain keeps plain atomics, which `metrics` reads at scrape time.
+//! Layers, lowest first. A module imports only from layers below its own; the test
+//! `architecture::no_module_imports_its_own_layer_or_one_above` reads this list and fails naming
+//! the import that breaks it, and a module missing from the list:
+//!
+//! ```text
+//! layer 0: accept eviction jitter relay signals verdict watched_file
+//! layer 1: dial pick
+//! layer 2: backend
+//! layer 3: config metrics
+//! layer 4: tls
+//! layer 5: https table
+//! layer 6: admin discovery health proxy
+//! layer 7: app
+//! layer 8: sim
+//! layer 9: bench_support cli
+//! ```
+//!
+//! Nothing below `metrics` holds a Prometheus handle: the domain keeps plain atomics, which
+//! `metrics` reads at scrape time.
 
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
@@ -45,6 +59,7 @@ pub(crate) mod dial;
 pub mod discovery;
 pub(crate) mod eviction;
 pub mod health;
+pub(crate) mod https;
 pub(crate) mod jitter;
 pub(crate) mod metrics;
 pub mod pick;
@@ -55,4 +70,5 @@ pub mod signals;
 pub mod sim;
 pub(crate) mod table;
 pub(crate) mod tls;
+pub mod verdict;
 pub(crate) mod watched_file;

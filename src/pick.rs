@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-use crate::health::verdict::State;
+use crate::verdict::State;
 
 /// What to do with a new client connection when no backend is ready (the `when_none_ready` key).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize)]
@@ -74,7 +74,7 @@ impl Pick {
 ///
 /// ```
 /// use std::time::Duration;
-/// use readyprism::health::verdict::State;
+/// use readyprism::verdict::State;
 /// use readyprism::pick::{pick, Candidate, Pick, WhenNoneReady};
 ///
 /// let ms = |n| Some(Duration::from_millis(n));
@@ -105,7 +105,7 @@ pub fn pick(cands: &[Candidate], when_none_ready: WhenNoneReady, rr: usize) -> P
 /// backend accepts TCP; with `refuse`, nowhere.
 ///
 /// ```
-/// use readyprism::health::verdict::State;
+/// use readyprism::verdict::State;
 /// use readyprism::pick::{fallback, Candidate, WhenNoneReady};
 ///
 /// let c = |state, answering| Candidate { state, answering, local: false, latency: None, active: 0 };
@@ -152,7 +152,7 @@ impl Order {
     /// pick, nowhere after any other (not-ready backends were in the pick already).
     ///
     /// ```
-    /// use readyprism::health::verdict::State;
+    /// use readyprism::verdict::State;
     /// use readyprism::pick::{Candidate, Order, WhenNoneReady};
     ///
     /// let c = |state| Candidate { state, answering: true, local: false, latency: None, active: 0 };

@@ -6,7 +6,7 @@
 use std::collections::BTreeSet;
 use std::process::{Child, Command, Stdio};
 
-use readyprism::health::verdict::State::{Ready, Unready};
+use readyprism::verdict::State::{Ready, Unready};
 
 use crate::support::*;
 

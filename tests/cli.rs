@@ -3,7 +3,7 @@
 
 use std::process::Command;
 
-use readyprism::health::verdict::State::{Ready, Unready};
+use readyprism::verdict::State::{Ready, Unready};
 
 use crate::support::*;
 

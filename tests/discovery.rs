@@ -11,8 +11,8 @@ use std::net::SocketAddr;
 
 use readyprism::admin::status::{BackendSource, BackendStatus, StatusDoc};
 use readyprism::app::Control;
-use readyprism::health::verdict::State;
 use readyprism::sim::apiserver::FakeApiserver;
+use readyprism::verdict::State;
 
 use tokio_util::sync::CancellationToken;
 

@@ -4,8 +4,8 @@ use std::sync::atomic::Ordering::SeqCst;
 use std::time::Duration;
 
 use readyprism::admin::status::CertStatus;
-use readyprism::health::verdict::State::{Ready, Unready};
 use readyprism::sim::apiserver::{Behaviour, FakeApiserver};
+use readyprism::verdict::State::{Ready, Unready};
 
 use crate::support::*;
 

@@ -3,7 +3,7 @@
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
-use readyprism::health::verdict::State::Ready;
+use readyprism::verdict::State::Ready;
 
 use crate::support;
 use crate::support::*;
@@ -319,7 +319,7 @@ async fn a_readyz_that_trickles_its_answer_is_a_timeout_and_the_others_serve() {
     local
         .control
         .set_readyz_trickle(std::time::Duration::from_millis(100));
-    let doc = wait_states(&app, &[readyprism::health::verdict::State::Unready, Ready]).await;
+    let doc = wait_states(&app, &[readyprism::verdict::State::Unready, Ready]).await;
     assert_eq!(
         doc.backends[0].last_error.as_deref(),
         Some("timeout after 800ms"),

@@ -4,7 +4,7 @@ use std::time::Duration;
 
 use readyprism::app::App;
 use readyprism::config::Config;
-use readyprism::health::verdict::State::{Ready, Unknown};
+use readyprism::verdict::State::{Ready, Unknown};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use crate::support::process::Proc;
@@ -366,7 +366,7 @@ async fn a_reload_from_fail_open_to_refuse_closes_the_connections_that_failed_op
     let mut app = App::start(Config::load(&file).expect("config"))
         .await
         .expect("start");
-    wait_states(&app, &[readyprism::health::verdict::State::Unready]).await;
+    wait_states(&app, &[readyprism::verdict::State::Unready]).await;
     let (mut failed_open, name) = raw(app.listen_addrs()[0]).await.expect("failed open");
     assert_eq!(name, "a");
     std::fs::write(

@@ -2,7 +2,7 @@
 //! checks, a connection goes on to the not-ready backends before it is given up, and failing open
 //! prefers backends that answer.
 
-use readyprism::health::verdict::State::{Ready, Unready};
+use readyprism::verdict::State::{Ready, Unready};
 
 use crate::support::*;
 

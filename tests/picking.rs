@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use readyprism::health::verdict::State::{Ready, Unready};
+use readyprism::verdict::State::{Ready, Unready};
 
 use readyprism::admin::status::{Mode, StatusDoc};
 

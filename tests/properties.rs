@@ -5,8 +5,8 @@ use std::time::Duration;
 
 use proptest::prelude::*;
 use readyprism::config::Config;
-use readyprism::health::verdict::State;
 use readyprism::pick::{fallback, pick, Candidate, Pick, WhenNoneReady};
+use readyprism::verdict::State;
 
 fn candidate() -> impl Strategy<Value = Candidate> {
     (

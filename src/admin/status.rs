@@ -9,9 +9,9 @@ use serde::{Deserialize, Serialize};
 
 pub use crate::backend::BackendSource;
 use crate::backend::{Snapshot, ZoneSource};
-use crate::health::verdict::State;
 use crate::pick::Pick;
 use crate::tls::ClientCert;
+use crate::verdict::State;
 
 /// What new connections get right now.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -167,8 +167,8 @@ mod tests {
 
     use super::*;
     use crate::backend::{Backend, BackendId, BackendLive, BackendSpec, Routing};
-    use crate::health::verdict::Health;
     use crate::pick::WhenNoneReady;
+    use crate::verdict::Health;
 
     fn snapshot(states: &[State], policy: WhenNoneReady) -> Snapshot {
         let backends = states

@@ -9,7 +9,7 @@ use std::fmt::Write as _;
 
 use super::http::{self, GetError};
 use crate::admin::status::{BackendStatus, CertStatus, Mode, StatusDoc};
-use crate::health::verdict::State;
+use crate::verdict::State;
 use cell::{MAX_CELL, MAX_ERROR};
 
 /// Exit code: at least one backend is ready.
@@ -205,7 +205,7 @@ fn format_ms(ms: f64) -> String {
 /// A document with three backends (unready local, ready remote, unchecked) for tests of readers.
 #[cfg(test)]
 pub(crate) fn sample() -> StatusDoc {
-    use crate::health::verdict::State;
+    use crate::verdict::State;
     let b = |address: &str,
              zone: Option<&str>,
              state,

@@ -183,23 +183,21 @@ impl Poller {
             }
         };
         let tls = self.tls.current();
-        let get = crate::health::probe::get(&spec, &live, &tls, PATH, self.timeout, MAX_ANSWER);
+        let get = crate::https::get_once(&spec, &live, &tls, PATH, self.timeout, MAX_ANSWER);
         let poll = match tokio::time::timeout(self.timeout, get).await {
             Err(_) => Poll::Timeout,
             Ok(Err(reason)) => Poll::DialFailed(reason),
-            Ok(Ok((status, body, complete))) => {
-                match answer::addresses(status.as_u16(), &body, complete) {
-                    Err(bad) => Poll::Bad(bad),
-                    Ok(listed) => {
-                        let seeds = self.seeds.borrow().clone();
-                        if self.membership.observe(&listed, &seeds) {
-                            Poll::Changed
-                        } else {
-                            Poll::Unchanged
-                        }
+            Ok(Ok(got)) => match answer::addresses(got.status.as_u16(), &got.body, got.complete) {
+                Err(bad) => Poll::Bad(bad),
+                Ok(listed) => {
+                    let seeds = self.seeds.borrow().clone();
+                    if self.membership.observe(&listed, &seeds) {
+                        Poll::Changed
+                    } else {
+                        Poll::Unchanged
                     }
                 }
-            }
+            },
         };
         (poll, Some(spec))
     }

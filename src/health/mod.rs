@@ -1,14 +1,12 @@
 //! Health checking: one [`Monitor`] task per backend probes `/readyz`, runs the rise/fall machine
 //! and sends each result to the table's writer. Backends are checked independently and in parallel.
 //!
-//! `probe` owns the HTTPS client, `reason` how its failures read, `rise_fall` the pure hysteresis,
-//! `verdict` the values they produce;
+//! `probe` owns the kept `/readyz` connection (over the shared `https` client), `rise_fall` the
+//! pure hysteresis (the values it produces are `verdict`'s);
 //! this file owns the schedule.
 
 pub(crate) mod probe;
-mod reason;
 pub(crate) mod rise_fall;
-pub mod verdict;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -24,9 +22,9 @@ use crate::jitter::Jitter;
 use crate::metrics::HealthMetrics;
 use crate::table::TableCmd;
 use crate::tls::TlsSource;
+use crate::verdict::{Health, State};
 use probe::{HttpsProbe, Inconclusive, Probe};
 use rise_fall::{Outcome, RiseFall, Step};
-use verdict::{Health, State};
 
 /// What [`Monitor::count_dials`] did.
 enum Dials {

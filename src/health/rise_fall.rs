@@ -6,7 +6,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::verdict::{Health, State};
+use crate::verdict::{Health, State};
 
 /// Weight of a new latency sample. 0.3 follows a real change within a few probes while one slow
 /// answer moves the average by less than a third.

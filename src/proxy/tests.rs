@@ -3,7 +3,7 @@
 
 use super::*;
 use crate::backend::{Backend, BackendId, BackendLive, BackendSpec, Routing};
-use crate::health::verdict::Health;
+use crate::verdict::Health;
 use std::net::SocketAddr;
 use std::sync::atomic::Ordering;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};

@@ -11,7 +11,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use crate::backend::{BackendId, Snapshot};
-use crate::health::verdict::State;
+use crate::verdict::State;
 
 /// The ready clocks of this node's zone's backends.
 #[derive(Debug, Default)]
@@ -97,7 +97,7 @@ pub fn away(snap: &Snapshot) -> Vec<usize> {
 mod tests {
     use super::*;
     use crate::backend::{Backend, BackendLive, BackendSpec, Routing};
-    use crate::health::verdict::Health;
+    use crate::verdict::Health;
     use std::sync::Arc;
 
     fn snap(states: &[(&str, State)]) -> Snapshot {

@@ -18,9 +18,9 @@ use tokio_util::sync::CancellationToken;
 
 use crate::backend::{Backend, BackendId, BackendLive, BackendSpec, Routing, Snapshot};
 use crate::eviction::CloseReason;
-use crate::health::verdict::Health;
 use crate::metrics::Metrics;
 use crate::pick::WhenNoneReady;
+use crate::verdict::Health;
 use failback::Failback;
 use tokio::time::Instant;
 use transitions::{Alarm, Change, Scene};
@@ -275,7 +275,7 @@ fn apply(
     let decision = transitions::transitions(scene, &changes);
     let bumps = stamp(&mut next, &decision.evict);
     for b in &next.backends {
-        let ready = b.health.state == crate::health::verdict::State::Ready;
+        let ready = b.health.state == crate::verdict::State::Ready;
         metrics.set_backend_ready(&b.spec.id, b.spec.zone.as_deref(), ready);
     }
     match decision.alarm {

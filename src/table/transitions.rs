@@ -4,8 +4,8 @@
 //! Does not own applying it (stamping epochs, publishing, bumping, logging): `table` does.
 
 use crate::eviction::CloseReason;
-use crate::health::verdict::State;
 use crate::pick::WhenNoneReady;
+use crate::verdict::State;
 
 /// One backend of the new snapshot, with its state in the old one (`None`: just added).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

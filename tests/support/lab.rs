@@ -8,9 +8,9 @@ use std::sync::Arc;
 
 use readyprism::app::App;
 use readyprism::config::Config;
-use readyprism::health::verdict::State;
 use readyprism::sim::apiserver::FakeApiserver;
 use readyprism::sim::pki::{Ca, Issued};
+use readyprism::verdict::State;
 use rustls::ServerConfig;
 use tokio::net::TcpListener;
 

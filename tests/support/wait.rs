@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use readyprism::admin::StatusDoc;
 use readyprism::app::App;
-use readyprism::health::verdict::State;
+use readyprism::verdict::State;
 
 use super::backend_metric;
 

@@ -15,9 +15,9 @@ use super::files::DemoDir;
 use super::{DemoError, DemoOptions, DISCOVERY_INTERVAL, JOINER, SITES};
 use crate::app::App;
 use crate::config::Config;
-use crate::health::verdict::State;
 use crate::sim::apiserver::FakeApiserver;
 use crate::sim::pki::Ca;
+use crate::verdict::State;
 
 /// The demo's world: certificates on disk, three simulated apiservers and a fourth that joins
 /// later. The balancer in front of them is started with it and run by the caller.

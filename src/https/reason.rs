@@ -1,10 +1,10 @@
-//! How a failed probe reads in `/status` and the log: the first `[-]` line of a `/readyz` body,
-//! and TLS and HTTP errors in words (`TLS: unknown issuer`, not a Rust debug dump).
+//! How an apiserver's failure reads in `/status` and the log: the first `[-]` line of a
+//! `/readyz` body, and TLS and HTTP errors in words (`TLS: unknown issuer`, not a Rust debug dump).
 //!
-//! Does not own probing (`probe`) or dial errors (`dial::DialError`, worded there).
+//! Does not own the client (`https`) or dial errors (`dial::DialError`, worded there).
 
 /// The line an operator wants from a failed `/readyz`: the first `[-]` check, else the first line.
-pub(super) fn first_line(body: &[u8]) -> Option<String> {
+pub fn first_line(body: &[u8]) -> Option<String> {
     let text = String::from_utf8_lossy(body);
     let mut lines = text.lines().map(str::trim).filter(|l| !l.is_empty());
     let line = text
@@ -15,7 +15,7 @@ pub(super) fn first_line(body: &[u8]) -> Option<String> {
     Some(line.chars().take(200).collect())
 }
 
-pub(super) fn tls_reason(e: &std::io::Error) -> String {
+pub fn tls_reason(e: &std::io::Error) -> String {
     match e
         .get_ref()
         .and_then(|inner| inner.downcast_ref::<rustls::Error>())
@@ -41,7 +41,7 @@ fn rustls_reason(e: &rustls::Error) -> String {
 }
 
 /// A hyper error, with the TLS cause named when there is one (`connection error` alone is useless).
-pub(super) fn http_reason(e: &hyper::Error) -> String {
+pub fn http_reason(e: &hyper::Error) -> String {
     let mut source = std::error::Error::source(e);
     while let Some(s) = source {
         if let Some(r) = s.downcast_ref::<rustls::Error>() {
