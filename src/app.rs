@@ -95,6 +95,7 @@ impl App {
         let table = Table::new();
         let snapshots = table.clone();
         let metrics = Arc::new(Metrics::new(Box::new(move || snapshots.load())));
+        metrics.declare_discovery_results(crate::discovery::Poll::labels());
         tls::publish_expiry(&metrics, &tls_state.client_cert);
         let tls = TlsSource::new(tls_state);
         let (writer, rx) = mpsc::channel(256);
@@ -347,7 +348,6 @@ impl App {
                 initial: b.health.clone(),
                 table: self.writer.clone(),
                 live: b.live.clone(),
-                metrics: self.metrics.health(&b.spec.id),
             };
             let probe = monitor.https_probe(self.tls.clone());
             self.tasks.spawn(monitor.run(probe, stop.clone()));

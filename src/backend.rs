@@ -16,7 +16,10 @@ use tokio::sync::Notify;
 pub use crate::eviction::Eviction;
 pub use routing::{NodeZone, Routing, ZoneSource};
 
+pub mod probe_counts;
 mod routing;
+
+pub use probe_counts::ProbeCounts;
 
 use crate::eviction::CloseReason;
 use crate::pick::{self, Candidate, Order, Pick};
@@ -100,6 +103,13 @@ pub enum BackendSource {
 }
 
 impl BackendSource {
+    /// Every source, in the order `readyprism_backends` lists them.
+    pub const ALL: [BackendSource; 3] = [
+        BackendSource::Config,
+        BackendSource::Discovered,
+        BackendSource::Cache,
+    ];
+
     /// `config`, `discovered` or `cache`.
     pub fn as_str(self) -> &'static str {
         match self {
@@ -184,6 +194,8 @@ pub struct BackendLive {
     pub active: AtomicUsize,
     /// What the proxy counts for this backend; `metrics` exports it at scrape time.
     pub counters: ConnCounters,
+    /// What the backend's monitor counts; `metrics` exports it at scrape time.
+    pub probes: ProbeCounts,
     /// Failed client dials and dead-path relays, for the backend's monitor.
     pub dials: DialReports,
     /// What its dials share, probes' and clients' alike: which of its addresses failed lately (a

@@ -146,6 +146,58 @@ fn discovery_adds_a_backend_and_removes_it_after_three_good_answers_without_it()
     );
 }
 
+/// The `/metrics` lines that name `f` (as a label value).
+fn series_naming(p: &Proc, f: &FakeApiserver) -> Vec<String> {
+    let needle = format!("\"{}\"", addr(f));
+    blocking_get(p.admin, "/metrics")
+        .1
+        .lines()
+        .filter(|l| !l.starts_with('#') && l.contains(&needle))
+        .map(str::to_string)
+        .collect()
+}
+
+#[test]
+fn a_backend_discovery_removes_leaves_no_series_in_metrics() {
+    let rt = tokio::runtime::Runtime::new().expect("runtime");
+    let lab = Lab::new();
+    let (a, file) = lab.fake_and_config(&rt, "discovery.yaml", DISCOVERY);
+    let b = rt.block_on(lab.fake("b"));
+    serve(&[&a, &b], &[&a, &b]);
+    let p = Proc::start(&file);
+    wait_listed(&rt, &p, &b, BackendSource::Discovered);
+    let mut held = held_on(&rt, &p, "b");
+    // Probed, ready and carrying a connection: every per-backend family names it.
+    let named = series_naming(&p, &b);
+    for family in [
+        "readyprism_backend_ready{",
+        "readyprism_backend_state_changes_total{",
+        "readyprism_health_checks_total{",
+        "readyprism_health_check_duration_seconds_bucket{",
+        "readyprism_connections_total{",
+        "readyprism_connections_active{",
+        "readyprism_connections_closed_total{",
+        "readyprism_bytes_total{",
+    ] {
+        assert!(
+            named.iter().any(|l| l.starts_with(family)),
+            "{family} names the discovered backend: {named:#?}"
+        );
+    }
+
+    serve(&[&a, &b], &[&a]);
+    rt.block_on(poll("removed", || backend(&p, &b).is_none()));
+    assert!(
+        rt.block_on(read_to_end(&mut held)).is_empty(),
+        "its connection is closed"
+    );
+    assert_eq!(series_naming(&p, &b), Vec::<String>::new());
+    assert!(
+        !series_naming(&p, &a).is_empty(),
+        "the static backend's series stay"
+    );
+}
+
 #[test]
 fn every_bad_answer_leaves_the_list_alone_and_is_counted() {
     let rt = tokio::runtime::Runtime::new().expect("runtime");
@@ -156,7 +208,7 @@ fn every_bad_answer_leaves_the_list_alone_and_is_counted() {
     let p = Proc::start(&file);
     // Every result is exported from start-up (the first poll may already have been made).
     let text = blocking_get(p.admin, "/metrics").1;
-    for result in readyprism::discovery::RESULTS {
+    for result in readyprism::discovery::Poll::labels() {
         let labels = format!("result=\"{result}\"");
         let n = metric(&text, "readyprism_discovery_polls_total", &labels);
         assert!(n.is_some(), "{result} exported");

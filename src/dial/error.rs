@@ -52,6 +52,9 @@ pub enum DialError {
     Connect(io::Error),
 }
 
+/// The [`DialError::label`]s of this node's shortages, each exported (at 0) from start-up.
+pub const SHORTAGE_LABELS: [&str; 4] = ["descriptors", "ports", "memory", "interrupted"];
+
 impl DialError {
     /// Who is to blame.
     pub fn blame(&self) -> Blame {
@@ -222,6 +225,11 @@ mod tests {
                 blame == ThisNode,
                 text.contains("this node"),
                 "a shortage says it is this node's: {text}"
+            );
+            assert_eq!(
+                blame == ThisNode,
+                SHORTAGE_LABELS.contains(&label),
+                "a shortage's label is declared for start-up: {label}"
             );
         }
         assert_eq!(

@@ -39,7 +39,7 @@ use tokio::net::TcpStream;
 use tokio::task::JoinSet;
 use tokio::time::Instant;
 
-pub use error::{Blame, DialError};
+pub use error::{Blame, DialError, SHORTAGE_LABELS};
 use herd::Herd;
 pub use memory::Memory;
 pub use options::{Keepalive, SocketOptions};

@@ -28,7 +28,6 @@ use tokio_util::sync::CancellationToken;
 use crate::backend::BackendSpec;
 use crate::jitter::Jitter;
 use crate::metrics::Metrics;
-pub use crate::metrics::DISCOVERY_RESULTS as RESULTS;
 use crate::pick::Pick;
 use crate::table::Table;
 use crate::tls::TlsSource;
@@ -62,7 +61,28 @@ pub enum Poll {
 }
 
 impl Poll {
-    /// The `result` label: one of [`crate::metrics::DISCOVERY_RESULTS`].
+    /// One poll of each kind that has a label of its own: every `result` of
+    /// `readyprism_discovery_polls_total` is one of theirs, exported (at 0) from start-up.
+    pub const ALL: [Poll; 10] = [
+        Poll::Changed,
+        Poll::Unchanged,
+        Poll::NoReadyBackend,
+        Poll::DialFailed(String::new()),
+        Poll::Timeout,
+        Poll::Bad(BadAnswer::Status(500)),
+        Poll::Bad(BadAnswer::NotJson(String::new())),
+        Poll::Bad(BadAnswer::NotEndpoints(String::new())),
+        Poll::Bad(BadAnswer::TooLarge),
+        Poll::Bad(BadAnswer::NoAddresses),
+    ];
+
+    /// Every `result` label, once each.
+    pub fn labels() -> impl Iterator<Item = &'static str> {
+        let all = Poll::ALL;
+        all.each_ref().map(Poll::label).into_iter()
+    }
+
+    /// The `result` label: one of [`Poll::labels`].
     pub fn label(&self) -> &'static str {
         match self {
             Poll::Changed => "changed",
@@ -222,20 +242,18 @@ mod tests {
     use super::*;
 
     #[test]
-    fn every_poll_result_is_a_label_initialised_at_start_up() {
-        let polls = [
-            Poll::Changed,
-            Poll::Unchanged,
-            Poll::NoReadyBackend,
-            Poll::DialFailed(String::new()),
-            Poll::Timeout,
-            Poll::Bad(BadAnswer::Status(500)),
-            Poll::Bad(BadAnswer::NotJson(String::new())),
-            Poll::Bad(BadAnswer::NotEndpoints(String::new())),
-            Poll::Bad(BadAnswer::TooLarge),
-            Poll::Bad(BadAnswer::NoAddresses),
-        ];
-        let labels: Vec<&str> = polls.iter().map(Poll::label).collect();
-        assert_eq!(labels, crate::metrics::DISCOVERY_RESULTS);
+    fn every_poll_result_has_one_label_in_the_declared_set() {
+        let labels: Vec<&str> = Poll::labels().collect();
+        let mut distinct = labels.clone();
+        distinct.sort_unstable();
+        distinct.dedup();
+        assert_eq!(
+            distinct.len(),
+            labels.len(),
+            "one kind per label: {labels:?}"
+        );
+        // The kinds that share a label with one in the set.
+        let too_many = Poll::Bad(BadAnswer::TooMany(65));
+        assert!(labels.contains(&too_many.label()));
     }
 }

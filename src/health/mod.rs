@@ -16,10 +16,9 @@ use tokio_util::sync::CancellationToken;
 
 use tokio::time::Instant;
 
-use crate::backend::{BackendLive, BackendSpec};
+use crate::backend::{BackendLive, BackendSpec, ProbeCounts};
 use crate::config::HealthConfig;
 use crate::jitter::Jitter;
-use crate::metrics::HealthMetrics;
 use crate::table::TableCmd;
 use crate::tls::TlsSource;
 use crate::verdict::{Health, State};
@@ -47,10 +46,8 @@ pub(crate) struct Monitor {
     pub initial: Health,
     /// The table's writer.
     pub table: mpsc::Sender<TableCmd>,
-    /// The backend's live state: the failed client dials the proxy reports.
+    /// The backend's live state: the failed client dials the proxy reports, the probe counts.
     pub live: Arc<BackendLive>,
-    /// This monitor's metric handles.
-    pub metrics: HealthMetrics,
 }
 
 impl Monitor {
@@ -102,7 +99,7 @@ impl Monitor {
                     if std::mem::take(&mut short) {
                         tracing::info!(backend = %self.spec.id, "probing again after a shortage on this node");
                     }
-                    record(&self.metrics, &outcome);
+                    record(&self.live.probes, &outcome);
                     self.clear_on_connected(&mut rise_fall);
                     let step = rise_fall.observe(&outcome);
                     // A backend that answered HTTP is judged by its answer, not by new dials.
@@ -181,10 +178,7 @@ impl Monitor {
     async fn publish(&self, rise_fall: &RiseFall, step: Step, cancel: &CancellationToken) -> bool {
         if let Some((from, to)) = step.changed {
             log_change(&self.spec, from, to, rise_fall.health());
-            match to {
-                State::Ready => self.metrics.to_ready.inc(),
-                _ => self.metrics.to_unready.inc(),
-            };
+            self.live.probes.changed_to(to);
         }
         let cmd = TableCmd::Health {
             id: self.spec.id.clone(),
@@ -197,14 +191,10 @@ impl Monitor {
     }
 }
 
-fn record(metrics: &HealthMetrics, outcome: &Outcome) {
-    if outcome.passed() {
-        metrics.checks_pass.inc();
-    } else {
-        metrics.checks_fail.inc();
-    }
+fn record(counts: &ProbeCounts, outcome: &Outcome) {
+    counts.checked(outcome.passed());
     if let Some(l) = outcome.latency() {
-        metrics.check_duration.observe(l.as_secs_f64());
+        counts.latency.observe(l);
     }
 }
 

@@ -55,7 +55,6 @@ impl Probe for Scripted {
 }
 
 fn monitor(tx: mpsc::Sender<TableCmd>) -> Monitor {
-    let metrics = crate::metrics::Metrics::default();
     let spec = Arc::new(BackendSpec {
         id: crate::backend::BackendId::new("a:1"),
         host: "a".into(),
@@ -74,7 +73,6 @@ fn monitor(tx: mpsc::Sender<TableCmd>) -> Monitor {
             fall: 2,
         },
         live: Arc::new(BackendLive::default()),
-        metrics: metrics.health(&spec.id),
         spec,
         initial: Health::UNKNOWN,
         table: tx,

@@ -1,8 +1,10 @@
-//! The proxy's per-backend metrics, read from the backends' plain atomics at scrape time: the
-//! relay path never touches a Prometheus handle or a label map, and a removed backend's series
-//! go with it.
+//! Every per-backend series, read from the current snapshot at scrape time: health from the
+//! snapshot's verdicts, the monitor's and the proxy's counts from the backends' plain atomics.
+//! Neither the relay path nor a monitor touches a Prometheus handle or a label map, and a removed
+//! backend's series go with it.
 //!
-//! Does not own the counts (`backend::ConnCounters`, moved by `proxy`).
+//! Does not own the counts (`backend::ProbeCounts`, moved by `health`; `backend::ConnCounters`,
+//! moved by `proxy`).
 
 use std::fmt;
 use std::sync::atomic::Ordering;
@@ -16,6 +18,7 @@ use prometheus_client::metrics::MetricType;
 use super::SnapshotSource;
 use crate::backend::{Backend, BackendSource};
 use crate::eviction::CloseReason;
+use crate::verdict::State;
 
 /// The collector: the current snapshot's backends, encoded on every scrape.
 pub(super) struct Backends(pub(super) SnapshotSource);
@@ -38,6 +41,24 @@ struct WithReason {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct WithZone {
+    backend: String,
+    zone: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct WithTo {
+    backend: String,
+    to: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct WithResult {
+    backend: String,
+    result: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct SourceLabel {
     source: &'static str,
 }
@@ -47,6 +68,9 @@ struct WithDirection {
     backend: String,
     direction: &'static str,
 }
+
+/// The histogram's exemplar labels: it has none.
+type NoExemplar = prometheus_client::encoding::NoLabelSet;
 
 /// Reads one counter of a backend.
 type Read = fn(&Backend) -> u64;
@@ -82,6 +106,66 @@ impl Collector for Backends {
         let id = |b: &Backend| b.spec.id.to_string();
         let load = |n: &std::sync::atomic::AtomicU64| n.load(Ordering::Relaxed);
 
+        let mut m = encoder.encode_descriptor(
+            "backend_ready",
+            "1 if the backend passes its /readyz checks",
+            None,
+            MetricType::Gauge,
+        )?;
+        for b in backends {
+            let labels = WithZone {
+                backend: id(b),
+                zone: b.spec.zone.clone().unwrap_or_default(),
+            };
+            let ready = i64::from(b.health.state == State::Ready);
+            ConstGauge::new(ready).encode(m.encode_family(&labels)?)?;
+        }
+        let mut m = encoder.encode_descriptor(
+            "backend_state_changes",
+            "Backend state changes by new state",
+            None,
+            MetricType::Counter,
+        )?;
+        for b in backends {
+            let probes = &b.live.probes;
+            for (to, n) in [
+                (State::Ready, &probes.to_ready),
+                (State::Unready, &probes.to_unready),
+            ] {
+                let labels = WithTo {
+                    backend: id(b),
+                    to: to.as_str(),
+                };
+                ConstCounter::new(load(n)).encode(m.encode_family(&labels)?)?;
+            }
+        }
+        let mut m = encoder.encode_descriptor(
+            "health_checks",
+            "Health probes by result",
+            None,
+            MetricType::Counter,
+        )?;
+        for b in backends {
+            let probes = &b.live.probes;
+            for (result, n) in [("pass", &probes.passed), ("fail", &probes.failed)] {
+                let labels = WithResult {
+                    backend: id(b),
+                    result,
+                };
+                ConstCounter::new(load(n)).encode(m.encode_family(&labels)?)?;
+            }
+        }
+        let mut m = encoder.encode_descriptor(
+            "health_check_duration_seconds",
+            "/readyz request to response time",
+            None,
+            MetricType::Histogram,
+        )?;
+        for b in backends {
+            let (sum, count, buckets) = b.live.probes.latency.read();
+            m.encode_family(&Labels { backend: id(b) })?
+                .encode_histogram::<NoExemplar>(sum, count, &buckets, None)?;
+        }
         for (name, help, read) in COUNTERS {
             let mut m = encoder.encode_descriptor(name, help, None, MetricType::Counter)?;
             for b in backends {
@@ -139,11 +223,7 @@ impl Collector for Backends {
             None,
             MetricType::Gauge,
         )?;
-        for source in [
-            BackendSource::Config,
-            BackendSource::Discovered,
-            BackendSource::Cache,
-        ] {
+        for source in BackendSource::ALL {
             let n = backends.iter().filter(|b| b.spec.source == source).count() as i64;
             let labels = SourceLabel {
                 source: source.as_str(),

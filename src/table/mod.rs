@@ -120,7 +120,7 @@ pub async fn run_writer(
                 backends,
                 done,
             } => {
-                let (next, removed) = configure(&old, routing, backends, &metrics);
+                let (next, removed) = configure(&old, routing, backends);
                 announced = apply(&table, &metrics, &old, next, announced);
                 // After publishing: a connection that still read the old snapshot sees the new
                 // epoch, skips the removed backend and re-plans on the snapshot just published.
@@ -194,7 +194,6 @@ fn configure(
     old: &Snapshot,
     routing: Routing,
     specs: Vec<Arc<BackendSpec>>,
-    metrics: &Metrics,
 ) -> (Snapshot, Vec<Arc<BackendLive>>) {
     let mut removed = Vec::new();
     for gone in old
@@ -203,7 +202,6 @@ fn configure(
         .filter(|o| !specs.iter().any(|s| s.id == o.spec.id))
     {
         tracing::info!(backend = %gone.spec.id, source = gone.spec.source.as_str(), "backend removed; closing its connections");
-        metrics.forget_ready_series(&gone.spec.id, gone.spec.zone.as_deref());
         removed.push(gone.live.clone());
     }
     let backends = specs
@@ -211,9 +209,6 @@ fn configure(
         .map(|spec| match old.position(&spec.id) {
             Some(i) => {
                 let kept = &old.backends[i];
-                if kept.spec.zone != spec.zone {
-                    metrics.forget_ready_series(&spec.id, kept.spec.zone.as_deref());
-                }
                 Backend {
                     spec,
                     ..kept.clone()
@@ -274,10 +269,6 @@ fn apply(
     };
     let decision = transitions::transitions(scene, &changes);
     let bumps = stamp(&mut next, &decision.evict);
-    for b in &next.backends {
-        let ready = b.health.state == crate::verdict::State::Ready;
-        metrics.set_backend_ready(&b.spec.id, b.spec.zone.as_deref(), ready);
-    }
     match decision.alarm {
         Alarm::Raise => {
             let action = match policy {
