@@ -120,19 +120,15 @@ impl BackendSource {
     }
 }
 
-/// Client dials to a backend that failed, and relayed connections to it that TCP gave up on (a
-/// dead path), reported by the proxy to the backend's monitor, which counts each as a failed
-/// check (passive health: a kept-alive probe connection proves nothing about new connections). Lock-free for the proxy: a count, the latest reason, a wake-up.
-///
-/// While a fall that passive failures started is pending, a client dial that connects is
-/// reported too (the monitor asks for it with [`DialReports::set_suspect`]): a new connection that
-/// worked refutes "new connections fail", so a lost SYN on a lossy link (a dial fails when its 3
-/// attempts all lose a packet) is not taken for a black hole twice in a row.
+/// What the proxy tells a backend's monitor (passive health): client dials that failed, relays
+/// TCP gave up on (a dead path) and, only while the monitor asks for it, client dials that
+/// connected. A lock-free mailbox: a count, the latest reason, a flag, a wake-up. What they mean
+/// is `health::passive`'s rule; the monitor reads them only through it.
 #[derive(Debug, Default)]
 pub struct DialReports {
     failed: AtomicU32,
     reason: ArcSwapOption<String>,
-    /// Set by the monitor while a successful client dial would clear a pending fall.
+    /// Set by the monitor while a connected client dial would call off a pending fall.
     suspect: AtomicBool,
     /// A client dial connected while `suspect`.
     connected: AtomicBool,

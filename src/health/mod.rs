@@ -2,9 +2,10 @@
 //! and sends each result to the table's writer. Backends are checked independently and in parallel.
 //!
 //! `probe` owns the kept `/readyz` connection (over the shared `https` client), `rise_fall` the
-//! pure hysteresis (the values it produces are `verdict`'s);
-//! this file owns the schedule.
+//! pure hysteresis (the values it produces are `verdict`'s), `passive` what the proxy's client
+//! dials say; this file owns the schedule ([`next_probe_due`], pure) and the loop.
 
+pub(crate) mod passive;
 pub(crate) mod probe;
 pub(crate) mod rise_fall;
 
@@ -22,15 +23,16 @@ use crate::jitter::Jitter;
 use crate::table::TableCmd;
 use crate::tls::TlsSource;
 use crate::verdict::{Health, State};
+use passive::Passive;
 use probe::{HttpsProbe, Inconclusive, Probe};
 use rise_fall::{Outcome, RiseFall, Step};
 
-/// What [`Monitor::count_dials`] did.
-enum Dials {
-    /// Nothing was reported.
-    None,
-    /// Failed dials were counted, with this step.
-    Counted(Step),
+/// What [`Monitor::heed`] saw first.
+enum Heard<T> {
+    /// The awaited future finished.
+    Done(T),
+    /// Failed client dials were counted, with this step (a fresh probe dial is due).
+    Failed(Step),
     /// The table is gone or the monitor cancelled.
     Stop,
 }
@@ -61,38 +63,40 @@ impl Monitor {
         )
     }
 
-    /// Probes at once, then every `interval` (±10 %) or `fast_interval` while a change is pending,
-    /// both counted from the start of the previous probe, until cancelled or the table is gone.
-    /// Failed client dials (and relays cut by TCP's user timeout) count as failed checks at once;
-    /// one that starts a change brings the next probe forward to now ([`early_probe`]), dialing
-    /// a fresh connection. Probes never overlap: one in flight per backend.
+    /// Probes at once, then as [`next_probe_due`] says: every `interval` (±10 %), or
+    /// `fast_interval` while a change is pending, counted from the start of the previous probe;
+    /// a passive failure that leaves a change pending brings it forward. Until cancelled or the
+    /// table is gone. Probes never overlap: one in flight per backend. Failed client dials (and
+    /// relays cut by TCP's user timeout) count at once, also while a probe is in flight (it may
+    /// be stuck dialing the same black hole for its whole timeout), and the next probe dials a
+    /// fresh connection: a kept one proves nothing about new ones.
     pub async fn run<P: Probe>(self, mut probe: P, cancel: CancellationToken) {
-        let mut rise_fall = RiseFall::new(self.health.rise, self.health.fall, self.initial.clone());
+        let mut machine = RiseFall::new(self.health.rise, self.health.fall, self.initial.clone());
+        let passive = Passive::new(self.spec.id.clone(), self.live.clone(), self.health.fall);
         let mut jitter = Jitter::seeded(self.spec.id.as_str(), JITTER_PERCENT);
         // Set while probes cannot be made for a shortage on this node (logged once per spell).
         let mut short = false;
         loop {
+            // Probe.
             let started = Instant::now();
-            // Failed client dials count at once, also while a probe is in flight (it may be
-            // stuck dialing the same black hole for its whole timeout).
-            let mut dial_failed = false;
+            let mut fresh = false;
             let outcome = {
                 let probing = probe.probe(self.health.timeout);
                 tokio::pin!(probing);
                 loop {
-                    tokio::select! {
-                        _ = cancel.cancelled() => return,
-                        o = &mut probing => break o,
-                        _ = self.live.dials.reported() => match self.count_dials(&mut rise_fall, &cancel).await {
-                            Dials::Stop => return,
-                            Dials::None => {}
-                            Dials::Counted(_) => dial_failed = true,
-                        },
+                    match self
+                        .heed(&mut probing, &passive, &mut machine, &cancel)
+                        .await
+                    {
+                        Heard::Done(outcome) => break outcome,
+                        Heard::Failed(_) => fresh = true,
+                        Heard::Stop => return,
                     }
                 }
             };
-            if dial_failed {
-                probe.reset(); // a kept connection proves nothing about new ones
+            // Observe and publish.
+            if fresh {
+                probe.reset();
             }
             let pending = match outcome {
                 Ok(outcome) => {
@@ -100,13 +104,15 @@ impl Monitor {
                         tracing::info!(backend = %self.spec.id, "probing again after a shortage on this node");
                     }
                     record(&self.live.probes, &outcome);
-                    self.clear_on_connected(&mut rise_fall);
-                    let step = rise_fall.observe(&outcome);
-                    // A backend that answered HTTP is judged by its answer, not by new dials.
-                    if outcome.answered() || !step.pending {
-                        self.live.dials.set_suspect(false);
+                    // What the proxy reported as the probe finished counts first.
+                    let heard = passive.fold(&mut machine);
+                    if heard.is_some() {
+                        probe.reset();
                     }
-                    if !self.publish(&rise_fall, step, &cancel).await {
+                    let step = machine.observe(&outcome);
+                    let step = heard.map_or(step, |h| h.then(step));
+                    passive.probed(&outcome, step);
+                    if !self.publish(&machine, step, &cancel).await {
                         return;
                     }
                     step.pending
@@ -118,76 +124,104 @@ impl Monitor {
                     true // try again soon
                 }
             };
-            let delay = if pending {
-                self.health.fast_interval
-            } else {
-                jitter.around(self.health.interval)
+            // Wait until the next probe is due.
+            let mut due = Due {
+                last: started,
+                pending,
+                interval: jitter.around(self.health.interval),
+                fast_interval: self.health.fast_interval,
+                passive_failure: None,
             };
-            let mut next = started + delay;
+            let sleep = tokio::time::sleep_until(next_probe_due(&due));
+            tokio::pin!(sleep);
             loop {
-                tokio::select! {
-                    _ = cancel.cancelled() => return,
-                    _ = tokio::time::sleep_until(next) => break,
-                    _ = self.live.dials.reported() => {}
-                }
-                match self.count_dials(&mut rise_fall, &cancel).await {
-                    Dials::Stop => return,
-                    Dials::None => {}
-                    Dials::Counted(step) => {
-                        // The next probe dials afresh, and now while a change is pending.
+                match self.heed(&mut sleep, &passive, &mut machine, &cancel).await {
+                    Heard::Done(()) => break,
+                    Heard::Failed(step) => {
                         probe.reset();
                         if step.pending {
-                            next = next.min(early_probe(started, Instant::now()));
+                            due.passive_failure = Some(Instant::now());
+                            sleep.as_mut().reset(next_probe_due(&due));
                         }
                     }
+                    Heard::Stop => return,
                 }
             }
         }
     }
 
-    /// Counts the failed client dials reported since the last call as failed checks (at most
-    /// `fall` of them: one burst cannot count for more) and publishes the result.
-    async fn count_dials(&self, rise_fall: &mut RiseFall, cancel: &CancellationToken) -> Dials {
-        self.clear_on_connected(rise_fall);
-        let Some((failed, reason)) = self.live.dials.take() else {
-            return Dials::None;
-        };
-        let mut step = Step::default();
-        for _ in 0..failed.min(self.health.fall) {
-            step = step.then(rise_fall.observe(&Outcome::dial_failed(reason.clone())));
-        }
-        // A fall under way from failed dials: a client dial that connects now calls it off.
-        self.live.dials.set_suspect(step.pending);
-        if self.publish(rise_fall, step, cancel).await {
-            Dials::Counted(step)
-        } else {
-            Dials::Stop
-        }
-    }
-
-    /// A client dial connected while a fall from failed dials was under way: called off.
-    fn clear_on_connected(&self, rise_fall: &mut RiseFall) {
-        if self.live.dials.take_connected() && rise_fall.clear_fall() {
-            self.live.dials.set_suspect(false);
-            tracing::debug!(backend = %self.spec.id, "a client dial connected: the pending fall from failed dials is called off");
+    /// Awaits `until`, folding in what the proxy reports meanwhile; returns when it is done or
+    /// at the first failures counted (published first).
+    async fn heed<F: std::future::Future>(
+        &self,
+        until: &mut std::pin::Pin<&mut F>,
+        passive: &Passive,
+        machine: &mut RiseFall,
+        cancel: &CancellationToken,
+    ) -> Heard<F::Output> {
+        loop {
+            tokio::select! {
+                _ = cancel.cancelled() => return Heard::Stop,
+                done = until.as_mut() => return Heard::Done(done),
+                _ = passive.reported() => {}
+            }
+            if let Some(step) = passive.fold(machine) {
+                return if self.publish(machine, step, cancel).await {
+                    Heard::Failed(step)
+                } else {
+                    Heard::Stop
+                };
+            }
         }
     }
 
     /// Logs and counts a state change, then sends the health to the table. False once the table
     /// is gone or the monitor is cancelled.
-    async fn publish(&self, rise_fall: &RiseFall, step: Step, cancel: &CancellationToken) -> bool {
+    async fn publish(&self, machine: &RiseFall, step: Step, cancel: &CancellationToken) -> bool {
         if let Some((from, to)) = step.changed {
-            log_change(&self.spec, from, to, rise_fall.health());
+            log_change(&self.spec, from, to, machine.health());
             self.live.probes.changed_to(to);
         }
         let cmd = TableCmd::Health {
             id: self.spec.id.clone(),
-            health: rise_fall.health().clone(),
+            health: machine.health().clone(),
         };
         tokio::select! {
             _ = cancel.cancelled() => false,
             sent = self.table.send(cmd) => sent.is_ok(),
         }
+    }
+}
+
+/// What decides when the next probe starts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Due {
+    /// When the previous probe started.
+    pub last: Instant,
+    /// A change is pending (or the probe could not be made): probe again at `fast_interval`.
+    pub pending: bool,
+    /// The steady interval, jittered.
+    pub interval: Duration,
+    /// The interval while a change is pending.
+    pub fast_interval: Duration,
+    /// When the latest passive failure that left a change pending was counted, if one was
+    /// since the previous probe started.
+    pub passive_failure: Option<Instant>,
+}
+
+/// When the next probe starts: `fast_interval` after the previous one started while a change is
+/// pending, else `interval`; a passive failure brings it forward to when it was counted, but
+/// never to less than [`EARLY_PROBE_GAP`] after the previous probe started.
+pub(crate) fn next_probe_due(due: &Due) -> Instant {
+    let period = if due.pending {
+        due.fast_interval
+    } else {
+        due.interval
+    };
+    let scheduled = due.last + period;
+    match due.passive_failure {
+        Some(at) => scheduled.min(at.max(due.last + EARLY_PROBE_GAP)),
+        None => scheduled,
     }
 }
 
@@ -201,8 +235,9 @@ fn record(counts: &ProbeCounts, outcome: &Outcome) {
 fn log_change(spec: &BackendSpec, from: State, to: State, health: &Health) {
     let zone = spec.zone.as_deref().unwrap_or("");
     let reason = health.last_error.as_deref().unwrap_or("HTTP 200");
+    let ready = to == State::Ready;
     let (backend, from, to) = (spec.id.as_str(), from.as_str(), to.as_str());
-    if to == "ready" {
+    if ready {
         tracing::info!(backend, zone, from, to, reason, "backend state changed");
     } else {
         tracing::warn!(backend, zone, from, to, reason, "backend state changed");
@@ -213,12 +248,6 @@ fn log_change(spec: &BackendSpec, from: State, to: State, health: &Health) {
 /// probe started: a burst of failed client dials (a site's kubelets) makes one early probe, not
 /// one each, and a black-holed backend gets at most one probe dial (3 SYNs) per second from them.
 pub const EARLY_PROBE_GAP: Duration = Duration::from_secs(1);
-
-/// When the probe a passive failure at `now` asks for starts, the previous probe having started
-/// at `last`: at once, or [`EARLY_PROBE_GAP`] after `last`.
-fn early_probe(last: Instant, now: Instant) -> Instant {
-    now.max(last + EARLY_PROBE_GAP)
-}
 
 /// The steady-state interval varies by up to this many percent either way, so that every node's
 /// probes do not hit the apiservers in lockstep.

@@ -110,8 +110,9 @@ impl RiseFall {
     }
 
     /// A new client connection to the backend worked: a fall under way while it is ready is
-    /// called off (the failures so far said new connections fail). True if one was.
-    pub fn clear_fall(&mut self) -> bool {
+    /// called off (the failures so far said new connections fail). True if one was. Only
+    /// `passive` calls it, which knows whether the fall is one that failed dials started.
+    pub fn call_off_fall(&mut self) -> bool {
         let under_way = self.health.state == State::Ready && self.streak > 0;
         if under_way {
             self.streak = 0;
@@ -241,11 +242,11 @@ mod tests {
     #[test]
     fn a_working_connection_calls_off_a_fall_under_way_and_nothing_else() {
         let mut c = RiseFall::new(2, 2, Health::UNKNOWN);
-        assert!(!c.clear_fall(), "unknown: nothing under way");
+        assert!(!c.call_off_fall(), "unknown: nothing under way");
         c.observe(&pass(1));
-        assert!(!c.clear_fall(), "ready, no failure yet");
+        assert!(!c.call_off_fall(), "ready, no failure yet");
         c.observe(&Outcome::dial_failed("dial: timeout after 1s".into()));
-        assert!(c.clear_fall());
+        assert!(c.call_off_fall());
         assert_eq!(
             c.observe(&Outcome::dial_failed("dial: timeout after 1s".into())),
             PENDING,
@@ -254,7 +255,7 @@ mod tests {
         c.observe(&fail());
         assert_eq!(c.health().state, State::Unready);
         c.observe(&pass(1));
-        assert!(!c.clear_fall(), "a rise is not a fall");
+        assert!(!c.call_off_fall(), "a rise is not a fall");
         assert_eq!(
             c.observe(&pass(1)).changed,
             Some((State::Unready, State::Ready))

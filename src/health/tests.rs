@@ -396,3 +396,55 @@ async fn poll_calls(calls: &Arc<Mutex<Vec<Instant>>>, n: usize) {
         tokio::time::sleep(Duration::from_millis(1)).await;
     }
 }
+
+#[test]
+fn the_next_probe_is_due_by_interval_fast_interval_or_a_passive_failure() {
+    let last = Instant::now();
+    let ms = Duration::from_millis;
+    // (pending, passive failure after `last`, due after `last`)
+    let table: &[(bool, Option<u64>, u64, &str)] = &[
+        (false, None, 5_200, "steady: the jittered interval"),
+        (true, None, 1_000, "a change pending: fast_interval"),
+        (false, Some(3_000), 3_000, "a passive failure: at once"),
+        (
+            false,
+            Some(200),
+            1_000,
+            "but never sooner than the gap after the last probe",
+        ),
+        (
+            true,
+            Some(200),
+            1_000,
+            "pending too: the gap is fast_interval here",
+        ),
+        (
+            false,
+            Some(6_000),
+            5_200,
+            "never later than it was due anyway",
+        ),
+    ];
+    for &(pending, failure, want, why) in table {
+        let due = Due {
+            last,
+            pending,
+            interval: ms(5_200),
+            fast_interval: ms(1_000),
+            passive_failure: failure.map(|f| last + ms(f)),
+        };
+        assert_eq!(next_probe_due(&due) - last, ms(want), "{why}");
+    }
+    let slow = Due {
+        last,
+        pending: true,
+        interval: ms(5_200),
+        fast_interval: ms(3_000),
+        passive_failure: Some(last + ms(100)),
+    };
+    assert_eq!(
+        next_probe_due(&slow) - last,
+        EARLY_PROBE_GAP,
+        "a slow fast_interval is brought forward to the gap"
+    );
+}

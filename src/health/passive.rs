@@ -1,0 +1,149 @@
+//! Passive health: what the proxy's client dials say about a backend, folded into its rise/fall
+//! machine. The one place the rule lives:
+//!
+//! - a failed client dial, or a relay TCP gave up on (a dead path), counts as a failed check at
+//!   once (a kept-alive probe connection proves nothing about new connections), at most `fall`
+//!   of them per report, so one burst from a site's kubelets cannot count for more;
+//! - while a fall that such failures started is pending, a client dial that connects calls it
+//!   off: a new connection that worked refutes "new connections fail", so a lost SYN on a lossy
+//!   link (a dial fails when all of its attempts lose a packet) is not taken for a black hole
+//!   twice in a row;
+//! - a probe that gets an HTTP answer, or that leaves no change pending, ends that: the backend
+//!   is judged by its answer from then on.
+//!
+//! The proxy reports through the backend's lock-free [`DialReports`]; the monitor reads through
+//! this type only. Does not own the probe schedule (`health`) nor the hysteresis (`rise_fall`).
+
+use std::sync::Arc;
+
+use crate::backend::{BackendId, BackendLive, DialReports};
+
+use super::rise_fall::{Outcome, RiseFall, Step};
+
+/// One backend's passive health, owned by its monitor.
+#[derive(Debug)]
+pub(crate) struct Passive {
+    id: BackendId,
+    live: Arc<BackendLive>,
+    fall: u32,
+}
+
+impl Passive {
+    /// Reads what the proxy reports for backend `id` (through `live`); `fall` bounds what one
+    /// report counts.
+    pub fn new(id: BackendId, live: Arc<BackendLive>, fall: u32) -> Self {
+        let fall = fall.max(1);
+        Passive { id, live, fall }
+    }
+
+    fn reports(&self) -> &DialReports {
+        &self.live.dials
+    }
+
+    /// Waits until the proxy reported something since the last [`Passive::fold`].
+    pub async fn reported(&self) {
+        self.reports().reported().await
+    }
+
+    /// Folds into `machine` what the proxy reported since the last call. `Some(step)` when
+    /// failures were counted; a connected dial that calls off a fall changes no published health
+    /// and returns `None`.
+    pub fn fold(&self, machine: &mut RiseFall) -> Option<Step> {
+        if self.reports().take_connected() && machine.call_off_fall() {
+            self.reports().set_suspect(false);
+            tracing::debug!(backend = %self.id, "a client dial connected: the pending fall from failed dials is called off");
+        }
+        let (failed, reason) = self.reports().take()?;
+        let mut step = Step::default();
+        for _ in 0..failed.min(self.fall) {
+            step = step.then(machine.observe(&Outcome::dial_failed(reason.clone())));
+        }
+        // A fall under way from failed dials: a client dial that connects now calls it off.
+        self.reports().set_suspect(step.pending);
+        Some(step)
+    }
+
+    /// A probe's `outcome` was folded in with `step`: a backend that answered HTTP is judged by
+    /// its answer, and with nothing pending there is no fall to call off.
+    pub fn probed(&self, outcome: &Outcome, step: Step) {
+        if outcome.answered() || !step.pending {
+            self.reports().set_suspect(false);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::verdict::{Health, State};
+    use std::time::Duration;
+
+    fn ready(rise_fall: u32) -> (Passive, RiseFall, Arc<BackendLive>) {
+        let live = Arc::new(BackendLive::default());
+        let passive = Passive::new(BackendId::new("a:1"), live.clone(), rise_fall);
+        let mut machine = RiseFall::new(rise_fall, rise_fall, Health::UNKNOWN);
+        let pass = Outcome::Pass {
+            latency: Duration::from_millis(1),
+        };
+        machine.observe(&pass);
+        (passive, machine, live)
+    }
+
+    #[test]
+    fn failed_dials_count_as_failed_checks_at_most_fall_per_report() {
+        let (passive, mut machine, live) = ready(3);
+        assert_eq!(passive.fold(&mut machine), None, "nothing reported");
+        for _ in 0..10 {
+            live.dials.report("dial: connection refused".into());
+        }
+        let step = passive.fold(&mut machine).expect("counted");
+        assert_eq!(step.changed, Some((State::Ready, State::Unready)));
+        assert_eq!(
+            machine.health().last_error.as_deref(),
+            Some("dial: connection refused")
+        );
+        live.dials.report("dial: connection refused".into());
+        let step = passive.fold(&mut machine).expect("counted");
+        assert_eq!(
+            (step.changed, step.pending),
+            (None, false),
+            "ten counted as three"
+        );
+    }
+
+    #[test]
+    fn a_connected_dial_calls_off_only_a_fall_that_failed_dials_started() {
+        let (passive, mut machine, live) = ready(2);
+        live.dials.report("dial: timeout after 1s".into());
+        assert!(passive.fold(&mut machine).is_some_and(|s| s.pending));
+        live.dials.connected();
+        assert_eq!(passive.fold(&mut machine), None, "no health to publish");
+        live.dials.report("dial: timeout after 1s".into());
+        let step = passive.fold(&mut machine).expect("counted");
+        assert_eq!(
+            (step.changed, step.pending),
+            (None, true),
+            "the count started again: one failure, not two"
+        );
+
+        // A probe that answers HTTP (not ready) judges the backend from then on: a connected
+        // dial calls nothing off and is not even reported.
+        let (passive, mut machine, live) = ready(3);
+        live.dials.report("dial: timeout after 1s".into());
+        let step = passive.fold(&mut machine).expect("counted");
+        let answered = Outcome::Fail {
+            reason: "HTTP 500: [-]etcd failed".into(),
+            latency: Some(Duration::from_millis(2)),
+        };
+        let step = step.then(machine.observe(&answered));
+        assert_eq!((step.changed, step.pending), (None, true));
+        passive.probed(&answered, step);
+        live.dials.connected();
+        assert_eq!(passive.fold(&mut machine), None);
+        assert_eq!(
+            machine.observe(&answered).changed,
+            Some((State::Ready, State::Unready)),
+            "the third failure in a row falls"
+        );
+    }
+}
