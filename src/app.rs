@@ -160,7 +160,7 @@ impl App {
         }
         tls::warn_if_key_exposed(&config.tls);
         let listen: Vec<String> = app.listen_addrs().iter().map(ToString::to_string).collect();
-        let zone = config.routing.node_zone();
+        let zone = config.routing.zone.clone();
         if zone.is_none() && !config.zones.is_empty() {
             tracing::warn!("no zone matches this node's addresses; zone unknown");
         }

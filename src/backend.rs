@@ -292,13 +292,13 @@ impl Snapshot {
 
     /// The picker's input: a plain copy of what it needs, with active counts read now.
     pub fn candidates(&self) -> Vec<Candidate> {
-        let zone = self.routing.zone.as_ref();
+        let zone = self.routing.zone_name();
         self.backends
             .iter()
             .map(|b| Candidate {
                 state: b.health.state,
                 answering: b.health.answering,
-                local: zone.is_some() && b.spec.zone.as_ref() == zone,
+                local: zone.is_some() && b.spec.zone.as_deref() == zone,
                 latency: b.health.latency,
                 active: b.live.active.load(Ordering::Relaxed),
             })

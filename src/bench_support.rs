@@ -48,7 +48,10 @@ impl SnapshotBench {
         let snap = Snapshot {
             generation: 1,
             routing: Routing {
-                zone: Some("dc-a".into()),
+                zone: Some(crate::backend::NodeZone {
+                    name: "dc-a".into(),
+                    source: crate::backend::ZoneSource::Config,
+                }),
                 ..Routing::default()
             },
             backends,

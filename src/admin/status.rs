@@ -129,8 +129,8 @@ impl StatusDoc {
             })
             .collect();
         StatusDoc {
-            zone: snap.routing.zone.clone(),
-            zone_source: snap.routing.zone.as_ref().and(snap.routing.zone_source),
+            zone: snap.routing.zone.as_ref().map(|z| z.name.clone()),
+            zone_source: snap.routing.zone.as_ref().map(|z| z.source),
             ready: snap.any_ready() && !shutting_down,
             mode,
             shutting_down,

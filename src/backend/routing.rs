@@ -12,11 +12,8 @@ use crate::pick::WhenNoneReady;
 /// snapshot carries them to the accept path.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Routing {
-    /// This node's zone: backends in it are picked first. Set with [`Routing::set_zone`], which
-    /// keeps `zone_source` beside it.
-    pub zone: Option<String>,
-    /// Where `zone` came from: `Some` exactly when `zone` is (shown in `/status` and the log).
-    pub zone_source: Option<ZoneSource>,
+    /// This node's zone, with where it came from: backends in it are picked first.
+    pub zone: Option<NodeZone>,
     /// Behaviour with no ready backend.
     pub when_none_ready: WhenNoneReady,
     /// Bound on one dial attempt; on expiry the next candidate is tried.
@@ -27,20 +24,9 @@ pub struct Routing {
 }
 
 impl Routing {
-    /// Sets this node's zone and its source together.
-    pub fn set_zone(&mut self, zone: Option<NodeZone>) {
-        (self.zone, self.zone_source) = match zone {
-            Some(z) => (Some(z.name), Some(z.source)),
-            None => (None, None),
-        };
-    }
-
-    /// This node's zone with its source; `None` when unknown.
-    pub fn node_zone(&self) -> Option<NodeZone> {
-        Some(NodeZone {
-            name: self.zone.clone()?,
-            source: self.zone_source?,
-        })
+    /// The name of this node's zone; `None` when unknown.
+    pub fn zone_name(&self) -> Option<&str> {
+        self.zone.as_ref().map(|z| z.name.as_str())
     }
 }
 
@@ -99,7 +85,6 @@ impl Default for Routing {
     fn default() -> Self {
         Routing {
             zone: None,
-            zone_source: None,
             when_none_ready: WhenNoneReady::FailOpen,
             connect_timeout: Duration::from_secs(1),
             failback_after: Some(Duration::from_secs(60)),

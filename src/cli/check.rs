@@ -55,7 +55,7 @@ pub fn check(source: &Source, node: Node, node_grace: Duration) -> Result<Checke
     let mut report = config.to_yaml()?;
     report.push_str(&budget.render(node_grace));
     if here {
-        let zone = match config.routing.node_zone() {
+        let zone = match config.routing.zone.clone() {
             Some(z) => format!("{} (from {})", z.name, z.source),
             None if config.zones.is_empty() => "unknown".to_string(),
             None => "unknown (no zone matches this node's addresses)".to_string(),

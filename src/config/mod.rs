@@ -162,7 +162,8 @@ impl Config {
             // This node's zone from its addresses holds for this node only: not printed as `zone:`.
             zone: self
                 .routing
-                .node_zone()
+                .zone
+                .clone()
                 .filter(|z| !matches!(z.source, ZoneSource::Address(_)))
                 .map(|z| z.name),
             zones: (!self.zones.is_empty()).then(|| {
@@ -275,12 +276,12 @@ impl Source {
             if z.name.trim().is_empty() {
                 return Err(ConfigError::EmptyZoneOverride);
             }
-            config.routing.set_zone(Some(z.clone()));
+            config.routing.zone = Some(z.clone());
         }
         if config.routing.zone.is_none() && !config.zones.is_empty() && node == Node::Here {
             let addrs = zones::interface_addresses();
             let found = self.node_zone(&config.zones, &addrs, bytes)?;
-            config.routing.set_zone(found);
+            config.routing.zone = found;
         }
         Ok(config)
     }

@@ -136,7 +136,7 @@ impl Resolver<'_> {
             failback_after: (!failback_after.is_zero()).then_some(failback_after),
             ..Routing::default()
         };
-        routing.set_zone(zone);
+        routing.zone = zone;
         Ok(Config {
             listen,
             admin,

@@ -31,11 +31,11 @@ impl Failback {
     /// Folds in a snapshot seen at `now`: a same-zone backend that turned ready starts its clock,
     /// one that is not ready drops out (so a backend that flaps starts again from zero).
     pub fn observe(&mut self, snap: &Snapshot, now: Instant) {
-        let zone = snap.routing.zone.as_ref();
+        let zone = snap.routing.zone_name();
         let ready_here: Vec<&BackendId> = snap
             .backends
             .iter()
-            .filter(|b| zone.is_some() && b.spec.zone.as_ref() == zone)
+            .filter(|b| zone.is_some() && b.spec.zone.as_deref() == zone)
             .filter(|b| b.health.state == State::Ready)
             .map(|b| &b.spec.id)
             .collect();
@@ -81,13 +81,13 @@ impl Failback {
 /// The backends whose connections a failback closes: outside this node's zone (or without one)
 /// and relaying something now. Empty when the node has no zone.
 pub fn away(snap: &Snapshot) -> Vec<usize> {
-    let Some(zone) = snap.routing.zone.as_ref() else {
+    let Some(zone) = snap.routing.zone_name() else {
         return Vec::new();
     };
     snap.backends
         .iter()
         .enumerate()
-        .filter(|(_, b)| b.spec.zone.as_ref() != Some(zone))
+        .filter(|(_, b)| b.spec.zone.as_deref() != Some(zone))
         .filter(|(_, b)| b.live.active.load(std::sync::atomic::Ordering::Relaxed) > 0)
         .map(|(i, _)| i)
         .collect()
@@ -104,7 +104,10 @@ mod tests {
         Snapshot {
             generation: 1,
             routing: Routing {
-                zone: Some("dc-a".into()),
+                zone: Some(crate::backend::NodeZone {
+                    name: "dc-a".into(),
+                    source: crate::backend::ZoneSource::Config,
+                }),
                 ..Routing::default()
             },
             backends: states

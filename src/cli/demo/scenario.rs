@@ -150,7 +150,7 @@ mod tests {
         let ca = Path::new("/tmp/a dir/ca.crt");
         let yaml = demo_yaml(any_port, any_port, &addrs, ca, Path::new("/tmp/c.pem"));
         let config = Config::parse(&yaml, "demo").expect("the demo config is valid");
-        assert_eq!(config.routing.zone.as_deref(), Some("dc-a"));
+        assert_eq!(config.routing.zone_name(), Some("dc-a"));
         let zones: Vec<_> = config.backends.iter().map(|b| b.zone.as_deref()).collect();
         assert_eq!(zones, [Some("dc-a"), Some("dc-b"), Some("witness")]);
         assert_eq!(config.health.interval, Duration::from_secs(1));
