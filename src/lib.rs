@@ -21,7 +21,7 @@
 //! [`tls`], [`discovery`] (the backend list following the cluster's Endpoints object), [`app`]
 //! (wiring and the one loop), [`signals`], [`watched_file`] (reading a config or certificate file
 //! safely). Operator tools: [`cli`] (`check`, `status`, `demo`). Simulation for the demo and
-//! tests: `sim`.
+//! tests: `sim`; sockets that fail as networks do, for every test: `testing`.
 //!
 //! Layers, lowest first. A module imports only from layers below its own; the test
 //! `architecture::no_module_imports_its_own_layer_or_one_above` reads this list and fails naming
@@ -29,7 +29,7 @@
 //!
 //! ```text
 //! layer 0: accept eviction jitter relay signals verdict watched_file
-//! layer 1: dial pick
+//! layer 1: dial pick testing
 //! layer 2: backend
 //! layer 3: config metrics
 //! layer 4: tls
@@ -69,6 +69,8 @@ pub mod signals;
 #[cfg(feature = "sim")]
 pub mod sim;
 pub(crate) mod table;
+#[cfg(any(test, feature = "sim"))]
+pub mod testing;
 pub(crate) mod tls;
 pub mod verdict;
 pub(crate) mod watched_file;

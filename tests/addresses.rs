@@ -4,23 +4,11 @@
 //! backend's name two addresses.
 
 use std::net::SocketAddr;
-use std::time::Duration;
+
+use readyprism::testing::BlackHole;
 
 use crate::support::process::Proc;
 use crate::support::*;
-
-/// A listener on `addr` whose accept queue is full: SYNs to it are dropped, as on a black-holed
-/// path. Returns the listener and the connections that fill it (both must be held).
-fn black_hole(addr: SocketAddr) -> Option<(socket2::Socket, Vec<std::net::TcpStream>)> {
-    let s = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).ok()?;
-    s.bind(&addr.into()).ok()?;
-    s.listen(1).ok()?;
-    let mut fillers = Vec::new();
-    while let Ok(c) = std::net::TcpStream::connect_timeout(&addr, Duration::from_millis(200)) {
-        fillers.push(c);
-    }
-    Some((s, fillers))
-}
 
 /// Whether this machine lets a child have its own `/etc/hosts` (`unshare -m` and a bind mount).
 fn private_hosts_work(hosts: &str) -> bool {
@@ -54,7 +42,7 @@ fn a_black_holed_first_address_of_a_name_is_remembered_and_tried_last() {
             .block_on(tokio::net::TcpListener::bind("127.0.0.9:0"))
             .expect("bind");
         let port = l.local_addr().expect("addr").port();
-        if let Some(hole) = black_hole(SocketAddr::from(([127, 0, 0, 1], port))) {
+        if let Ok(hole) = BlackHole::at(SocketAddr::from(([127, 0, 0, 1], port))) {
             break (rt.block_on(async { lab.fake_on("good", l) }), hole);
         }
     };

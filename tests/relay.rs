@@ -7,9 +7,6 @@ use tokio::io::AsyncWriteExt;
 
 use crate::support::*;
 
-/// The balancer spreads the closes of an evicted backend's connections over this window.
-const EVICT_WINDOW: Duration = Duration::from_millis(500);
-
 #[tokio::test]
 async fn half_close_reaches_the_backend_and_the_response_still_flows_back() {
     let lab = Lab::new();
@@ -78,7 +75,7 @@ async fn while_nothing_is_ready_connections_stay_and_move_once_a_backend_is_read
     local.control.set_ready(false);
     wait_states(&app, &[Unready, Unready]).await; // published together with any eviction
                                                   // A negative can only be shown over a window: longer than the eviction spread.
-    tokio::time::sleep(2 * EVICT_WINDOW).await;
+    tokio::time::sleep(2 * readyprism::testing::EVICT_SPREAD).await;
     assert_eq!(closed(), 0, "no eviction while nothing is ready");
     on_local.get_mut().write_all(b"ping").await.expect("write");
     let mut buf = [0u8; 4];

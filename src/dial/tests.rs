@@ -3,6 +3,7 @@
 use std::sync::atomic::Ordering;
 
 use super::*;
+use crate::testing::BlackHole;
 
 #[test]
 fn families_alternate_starting_with_the_resolvers_first() {
@@ -46,29 +47,13 @@ async fn race_with(
     .await
 }
 
-/// A listener that stopped accepting with its queue full: dials to it hang in the SYN stage.
-async fn black_hole() -> (socket2::Socket, Vec<TcpStream>, SocketAddr) {
-    let s =
-        socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).expect("socket");
-    s.bind(&"127.0.0.1:0".parse::<SocketAddr>().expect("literal").into())
-        .expect("bind");
-    s.listen(1).expect("listen");
-    let addr = s.local_addr().expect("addr").as_socket().expect("ip");
-    let mut fillers = Vec::new();
-    while let Ok(Ok(c)) =
-        tokio::time::timeout(Duration::from_millis(200), TcpStream::connect(addr)).await
-    {
-        fillers.push(c);
-    }
-    (s, fillers, addr)
-}
-
 #[tokio::test]
 async fn a_black_hole_gets_three_syns_per_dial_the_kernel_none() {
     // The listener drops every SYN (its queue is full): a 1 s budget sends exactly the plan's
     // three attempts, two of them re-attempts, and fails with the budget's timeout; a longer
     // budget (a probe's 3 s) ends once the plan is used up, with no fourth attempt.
-    let (_hole, _fillers, addr) = black_hole().await;
+    let hole = BlackHole::new().expect("black hole");
+    let addr = hole.addr;
     let tally = Tally::default();
     let e = connect(
         &addr.ip().to_string(),
@@ -122,8 +107,9 @@ async fn a_lost_syn_costs_an_attempt_delay_not_the_kernels_retransmission() {
     // drained at 200 ms. Linux retransmits the first attempt's SYN only after 1 s; the last
     // re-attempt starts after 375 ms, after the drain, and connects first: the winner is a
     // fresh attempt, not the first one's retransmission.
-    let (hole, _fillers, addr) = black_hole().await;
-    let drain = drain_after(&hole, Duration::from_millis(200));
+    let hole = BlackHole::new().expect("black hole");
+    let addr = hole.addr;
+    let drain = drain_after(&hole.listener, Duration::from_millis(200));
     let tally = Tally::default();
     let winner = race_alone(&[addr], Duration::from_secs(1), &tally)
         .await
@@ -139,7 +125,8 @@ async fn a_lost_syn_costs_an_attempt_delay_not_the_kernels_retransmission() {
 
 #[tokio::test]
 async fn a_black_holed_first_address_does_not_take_the_budget_of_the_next() {
-    let (_hole, _fillers, hole) = black_hole().await;
+    let black = BlackHole::new().expect("black hole");
+    let hole = black.addr;
     let good = tokio::net::TcpListener::bind("127.0.0.1:0")
         .await
         .expect("bind");
@@ -192,7 +179,8 @@ async fn a_refused_address_moves_on_at_once_and_all_failing_is_the_last_error() 
 
 #[tokio::test]
 async fn an_address_that_lost_the_race_is_tried_last_by_the_next_dial() {
-    let (_hole, _fillers, hole) = black_hole().await;
+    let black = BlackHole::new().expect("black hole");
+    let hole = black.addr;
     let good = tokio::net::TcpListener::bind("127.0.0.1:0")
         .await
         .expect("bind");
@@ -319,7 +307,8 @@ async fn herd_of(
 async fn a_herd_into_a_black_hole_sends_one_syn_per_dial_not_three() {
     // Six dials wait at once on a backend none of whose attempts connected: each keeps its first
     // attempt and skips its re-attempts (a lone dial sends three: the test above).
-    let (_hole, _fillers, addr) = black_hole().await;
+    let hole = BlackHole::new().expect("black hole");
+    let addr = hole.addr;
     let ended = herd_of(6, addr, Default::default()).await;
     for (r, sent) in &ended {
         assert!(r.is_err(), "{ended:?}");
@@ -332,9 +321,10 @@ async fn a_herd_keeps_its_re_attempts_while_the_backend_answers_other_dials() {
     // The queue is drained at 100 ms and another dial of the backend connects at 150 ms: the herd's
     // unanswered SYNs look lost, not black-holed, and their later re-attempts go out and connect
     // (their first attempts' SYNs were dropped, and the kernel would retransmit them only at 1 s).
-    let (hole, _fillers, addr) = black_hole().await;
+    let hole = BlackHole::new().expect("black hole");
+    let addr = hole.addr;
     let memory = std::sync::Arc::new(Memory::default());
-    let drain = drain_after(&hole, Duration::from_millis(100));
+    let drain = drain_after(&hole.listener, Duration::from_millis(100));
     let witness = {
         let memory = memory.clone();
         tokio::spawn(async move {

@@ -33,12 +33,6 @@ async fn holding() -> SocketAddr {
     addr
 }
 
-/// A port nothing listens on: dials to it are refused.
-async fn refusing() -> SocketAddr {
-    let l = TcpListener::bind("127.0.0.1:0").await.expect("bind");
-    l.local_addr().expect("addr")
-}
-
 /// A snapshot entry for a backend at `addr` in `state`.
 fn backend(addr: SocketAddr, state: State) -> Backend {
     let live = Arc::new(BackendLive::default());
@@ -110,8 +104,9 @@ async fn a_backend_evicted_after_the_snapshot_was_read_is_not_connected() {
 
 #[tokio::test]
 async fn when_every_ready_backend_fails_to_dial_the_connection_fails_open_to_the_fallback() {
+    let (_held, refused) = crate::testing::refusing().expect("refusing");
     let backends = vec![
-        backend(refusing().await, State::Ready),
+        backend(refused, State::Ready),
         backend(named("unready").await, State::Unready),
     ];
     let (proxy, at, stop) = serving(backends).await;

@@ -123,12 +123,7 @@ pub fn poll(timeout: Duration, mut done: impl FnMut() -> bool) -> bool {
 
 impl<'a> Cast<'a> {
     /// Issues the certificates, starts one apiserver per site and the balancer on the node, and
-    /// waits until they all listen. `readyz` gives each site's `/readyz`.
-    pub fn start(lab: &'a NetLab, readyz: [(Host, Readyz); 3]) -> Cast<'a> {
-        Cast::start_with(lab, readyz, None)
-    }
-
-    /// [`Cast::start`]; with `members`, the balancer follows the cluster's list instead of
+    /// waits until they all listen. `readyz` gives each site's `/readyz`. With `members`, the balancer follows the cluster's list instead of
     /// knowing every site: its config names only the seeds, the zones by network (no `zone:`),
     /// and discovery on, and every apiserver serves the Endpoints object of [`Cast::set_endpoints`]
     /// (all three sites until then).
@@ -140,7 +135,7 @@ impl<'a> Cast<'a> {
         Cast::start_inner(lab, readyz, members, Balancer::Readyprism)
     }
 
-    /// [`Cast::start`] with `balancer` on the node instead of readyprism.
+    /// [`Cast::start_with`] without members, with `balancer` on the node instead of readyprism.
     pub fn start_for(lab: &'a NetLab, readyz: [(Host, Readyz); 3], balancer: Balancer) -> Cast<'a> {
         Cast::start_inner(lab, readyz, None, balancer)
     }
@@ -259,11 +254,6 @@ impl<'a> Cast<'a> {
             });
         assert!(up, "readyprism did not start: {}", cast.balancer.log_text());
         cast
-    }
-
-    /// Which balancer runs on the node.
-    pub fn balancer_kind(&self) -> Balancer {
-        self.kind
     }
 
     /// The lab it runs in.

@@ -28,7 +28,6 @@ pub enum ClientEvent {
     },
     DialError {
         t: f64,
-        c: u32,
         error: String,
     },
     Lease {

@@ -33,11 +33,9 @@ pub fn peer_url(site: Host) -> String {
 /// One member's own view (`etcdctl endpoint status` against itself).
 #[derive(Clone, Debug)]
 pub struct MemberStatus {
-    pub member: Host,
     /// The leader it follows; `None` while it has none.
     pub leader: Option<Host>,
     pub raft_term: u64,
-    pub raft_index: u64,
 }
 
 /// The outcome of one linearizable read.
@@ -129,11 +127,6 @@ impl<'a> EtcdCluster<'a> {
             ids: BTreeMap::new(),
             _data: data,
         })
-    }
-
-    /// Client URL of a member (see [`client_url`]).
-    pub fn client_url(&self, site: Host) -> String {
-        client_url(site)
     }
 
     /// All client URLs, comma-separated (for `--endpoints`).
@@ -231,10 +224,8 @@ impl<'a> EtcdCluster<'a> {
         let s = &v[0]["Status"];
         let leader = s["leader"].as_u64().unwrap_or(0);
         Ok(MemberStatus {
-            member: site,
             leader: self.ids.get(&leader).copied(),
             raft_term: s["raftTerm"].as_u64().unwrap_or(0),
-            raft_index: s["raftIndex"].as_u64().unwrap_or(0),
         })
     }
 

@@ -5,8 +5,6 @@
 //! only std, serde_json, tempfile and external processes; the scenarios (`cast`, `runner`,
 //! `scenarios`) run the real binary and use the library only for its in-memory CA.
 
-#![allow(dead_code)]
-
 pub mod balancer_log;
 pub mod balancers;
 pub mod cast;

@@ -5,11 +5,7 @@
 //! waits and [`patience`], `metrics.rs` reading `/metrics`, `client.rs` raw connections and admin
 //! GETs, `process.rs` the real binary as a child process, `netns.rs` a test's own network
 //! namespace, `iptables.rs` rule text. This file holds the rest: addresses (a fake's, one that
-//! refuses), whether `kubectl` is there, and `readyprism ARGS...` run to completion.
-
-#![allow(dead_code)]
-
-use std::net::SocketAddr;
+//! refuses, from `readyprism::testing`), whether `kubectl` is there, and `readyprism ARGS...` run to completion.
 
 use readyprism::sim::apiserver::FakeApiserver;
 pub mod iptables;
@@ -26,20 +22,11 @@ pub use lab::{Lab, SLOW_PROBES};
 pub use metrics::{backend_metric, dial_failures, metric, state_changes, unready_closes};
 pub use wait::{eventually, patience, poll, wait_probed, wait_states, wait_until};
 
-/// An address that refuses connections for as long as the returned socket lives: bound, never
-/// listening, so no other test can take the port and answer in its place.
+/// An address that refuses connections for as long as the returned socket lives, as text
+/// (the form configs and commands take).
 pub fn refusing_addr() -> (socket2::Socket, String) {
-    let s =
-        socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).expect("socket");
-    let any: SocketAddr = "127.0.0.1:0".parse().expect("literal");
-    s.bind(&any.into()).expect("bind");
-    let addr = s
-        .local_addr()
-        .expect("addr")
-        .as_socket()
-        .expect("ip")
-        .to_string();
-    (s, addr)
+    let (held, addr) = readyprism::testing::refusing().expect("a refusing address");
+    (held, addr.to_string())
 }
 
 /// Whether `kubectl` is on PATH. Without it a test skips what needs kubectl, saying so on stderr

@@ -113,11 +113,6 @@ impl NetLab {
         format!("{}-br", self.prefix)
     }
 
-    /// The configured round-trip times.
-    pub fn rtts(&self) -> Rtts {
-        self.rtts
-    }
-
     /// The lab's scratch directory (logs, etcd data); kept if the test panics.
     pub fn dir(&self) -> &Path {
         self.dir.as_ref().expect("lab dir").path()
@@ -182,10 +177,6 @@ impl NetLab {
             .stderr(err)
             .spawn()
             .map_err(|e| format!("spawn {name}: {e}"))?;
-        Ok(LabProcess {
-            name: name.to_string(),
-            child,
-            log,
-        })
+        Ok(LabProcess { child, log })
     }
 }

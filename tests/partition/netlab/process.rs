@@ -11,31 +11,14 @@ use tokio::time::Instant;
 
 /// A running process inside the lab, stdout and stderr in a log file; killed on drop.
 pub struct LabProcess {
-    pub name: String,
     pub(super) child: Child,
     pub(super) log: PathBuf,
 }
 
 impl LabProcess {
-    pub fn pid(&self) -> u32 {
-        self.child.id()
-    }
-
     /// Everything it printed so far (stdout and stderr interleaved).
     pub fn log_text(&self) -> String {
         std::fs::read_to_string(&self.log).unwrap_or_default()
-    }
-
-    /// Sends a signal by name (`TERM`, `INT`, `HUP`, `KILL`, `STOP`, `CONT`) with kill(1).
-    pub fn signal(&self, sig: &str) -> Result<(), String> {
-        let out = output_within(
-            Command::new("kill")
-                .arg("-s")
-                .arg(sig)
-                .arg(self.pid().to_string()),
-            Duration::from_secs(5),
-        )?;
-        check("kill", &out).map(|_| ())
     }
 
     /// `Some(status)` once it has exited.

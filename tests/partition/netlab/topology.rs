@@ -83,7 +83,6 @@ impl NetLab {
                 .map_err(|e| format!("spawn nfq_delay.py: {e}"))?;
             let stdout = child.stdout.take().expect("stdout");
             let proc = LabProcess {
-                name: format!("delay-{}", host.name()),
                 child,
                 log: log.clone(),
             };
