@@ -47,13 +47,7 @@ impl SnapshotBench {
             .collect();
         let snap = Snapshot {
             generation: 1,
-            routing: Routing {
-                zone: Some(crate::backend::NodeZone {
-                    name: "dc-a".into(),
-                    source: crate::backend::ZoneSource::Config,
-                }),
-                ..Routing::default()
-            },
+            routing: Routing::in_zone("dc-a"),
             backends,
         };
         let table = Table::new();

@@ -73,8 +73,19 @@ fn held_on(
     ))
 }
 
-#[test]
-fn discovery_adds_a_backend_and_removes_it_after_three_good_answers_without_it() {
+/// A static backend `a` and a discovered one `b`, both listed by every answer, the balancer
+/// running on `file` with `b` listed and ready. Bind every field (`_lab`, not `_`): one left
+/// unbound is dropped at once. Bindings drop in reverse order: the balancer first.
+struct Discovered {
+    p: Proc,
+    a: FakeApiserver,
+    b: FakeApiserver,
+    file: std::path::PathBuf,
+    lab: Lab,
+    rt: tokio::runtime::Runtime,
+}
+
+fn discovered() -> Discovered {
     let rt = tokio::runtime::Runtime::new().expect("runtime");
     let lab = Lab::new();
     let (a, file) = lab.fake_and_config(&rt, "discovery.yaml", DISCOVERY);
@@ -82,6 +93,26 @@ fn discovery_adds_a_backend_and_removes_it_after_three_good_answers_without_it()
     serve(&[&a, &b], &[&a, &b]);
     let p = Proc::start(&file);
     wait_listed(&rt, &p, &b, BackendSource::Discovered);
+    Discovered {
+        p,
+        a,
+        b,
+        file,
+        lab,
+        rt,
+    }
+}
+
+#[test]
+fn discovery_adds_a_backend_and_removes_it_after_three_good_answers_without_it() {
+    let Discovered {
+        rt,
+        lab: _lab,
+        a,
+        b,
+        file: _file,
+        p,
+    } = discovered();
     let doc = status(&p);
     assert_eq!(
         doc.backends.len(),
@@ -159,13 +190,14 @@ fn series_naming(p: &Proc, f: &FakeApiserver) -> Vec<String> {
 
 #[test]
 fn a_backend_discovery_removes_leaves_no_series_in_metrics() {
-    let rt = tokio::runtime::Runtime::new().expect("runtime");
-    let lab = Lab::new();
-    let (a, file) = lab.fake_and_config(&rt, "discovery.yaml", DISCOVERY);
-    let b = rt.block_on(lab.fake("b"));
-    serve(&[&a, &b], &[&a, &b]);
-    let p = Proc::start(&file);
-    wait_listed(&rt, &p, &b, BackendSource::Discovered);
+    let Discovered {
+        rt,
+        lab: _lab,
+        a,
+        b,
+        file: _file,
+        p,
+    } = discovered();
     let mut held = held_on(&rt, &p, "b");
     // Probed, ready and carrying a connection: every per-backend family names it.
     let named = series_naming(&p, &b);
@@ -294,13 +326,14 @@ fn the_cache_serves_a_discovered_backend_after_a_restart_with_every_static_backe
 
 #[test]
 fn a_reload_keeps_discovered_backends_and_their_connections() {
-    let rt = tokio::runtime::Runtime::new().expect("runtime");
-    let lab = Lab::new();
-    let (a, file) = lab.fake_and_config(&rt, "reload.yaml", DISCOVERY);
-    let b = rt.block_on(lab.fake("b"));
-    serve(&[&a, &b], &[&a, &b]);
-    let p = Proc::start(&file);
-    wait_listed(&rt, &p, &b, BackendSource::Discovered);
+    let Discovered {
+        rt,
+        lab: _lab,
+        a: _a,
+        b,
+        file,
+        p,
+    } = discovered();
     let mut held = held_on(&rt, &p, "b");
     let edited = std::fs::read_to_string(&file).expect("read") + "shutdown_grace: 2s\n";
     std::fs::write(&file, edited).expect("write");

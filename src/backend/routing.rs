@@ -24,6 +24,18 @@ pub struct Routing {
 }
 
 impl Routing {
+    /// The default routing of a node in zone `name`, as a config's `zone:` sets it.
+    pub fn in_zone(name: &str) -> Routing {
+        let zone = NodeZone {
+            name: name.to_string(),
+            source: ZoneSource::Config,
+        };
+        Routing {
+            zone: Some(zone),
+            ..Routing::default()
+        }
+    }
+
     /// The name of this node's zone; `None` when unknown.
     pub fn zone_name(&self) -> Option<&str> {
         self.zone.as_ref().map(|z| z.name.as_str())

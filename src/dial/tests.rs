@@ -29,6 +29,50 @@ async fn race_alone(
     race_with(addrs, budget, tally, &Herd::default()).await
 }
 
+/// [`connect`] to `addr` by its IP literal with a 1 s budget and no socket options.
+async fn dial_ip(addr: SocketAddr, tally: &Tally, memory: &Memory) -> Result<TcpStream, DialError> {
+    let ip = addr.ip().to_string();
+    let budget = Duration::from_secs(1);
+    connect(
+        &ip,
+        addr.port(),
+        budget,
+        tally,
+        memory,
+        &SocketOptions::NONE,
+    )
+    .await
+}
+
+/// A black hole and a listener, and their addresses in that order (both held by the caller).
+async fn black_hole_then_listener() -> (BlackHole, tokio::net::TcpListener, [SocketAddr; 2]) {
+    let black = BlackHole::new().expect("black hole");
+    let good = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let addrs = [black.addr, good.local_addr().expect("addr")];
+    (black, good, addrs)
+}
+
+/// [`race`] over `addrs` with `budget` from now and no socket options, learning in `memory`.
+async fn remembering(
+    addrs: &[SocketAddr],
+    budget: Duration,
+    tally: &Tally,
+    memory: &Memory,
+) -> Result<Won, DialError> {
+    let deadline = Instant::now() + budget;
+    race(
+        addrs.to_vec(),
+        deadline,
+        budget,
+        tally,
+        memory,
+        &SocketOptions::NONE,
+    )
+    .await
+}
+
 /// [`connect_any`] with `budget` from now and no socket options, in `herd`.
 async fn race_with(
     addrs: &[SocketAddr],
@@ -125,12 +169,7 @@ async fn a_lost_syn_costs_an_attempt_delay_not_the_kernels_retransmission() {
 
 #[tokio::test]
 async fn a_black_holed_first_address_does_not_take_the_budget_of_the_next() {
-    let black = BlackHole::new().expect("black hole");
-    let hole = black.addr;
-    let good = tokio::net::TcpListener::bind("127.0.0.1:0")
-        .await
-        .expect("bind");
-    let good_addr = good.local_addr().expect("addr");
+    let (_black, _good, [hole, good_addr]) = black_hole_then_listener().await;
     // Sequentially, the first attempt would hang until the caller's budget is gone.
     let n = Tally::default();
     let addrs = [hole, good_addr];
@@ -179,41 +218,23 @@ async fn a_refused_address_moves_on_at_once_and_all_failing_is_the_last_error() 
 
 #[tokio::test]
 async fn an_address_that_lost_the_race_is_tried_last_by_the_next_dial() {
-    let black = BlackHole::new().expect("black hole");
-    let hole = black.addr;
-    let good = tokio::net::TcpListener::bind("127.0.0.1:0")
-        .await
-        .expect("bind");
-    let good_addr = good.local_addr().expect("addr");
+    let (_black, _good, [hole, good_addr]) = black_hole_then_listener().await;
     let memory = Memory::default();
     let budget = Duration::from_secs(1);
+    let addrs = [hole, good_addr];
     let n = Tally::default();
-    let first = race(
-        vec![hole, good_addr],
-        Instant::now() + budget,
-        budget,
-        &n,
-        &memory,
-        &SocketOptions::NONE,
-    )
-    .await
-    .expect("connected");
+    let first = remembering(&addrs, budget, &n, &memory)
+        .await
+        .expect("connected");
     assert_eq!(
         first.attempt, 1,
         "the black hole went first and cost a delay"
     );
     for _ in 0..3 {
         let n = Tally::default();
-        let next = race(
-            vec![hole, good_addr],
-            Instant::now() + budget,
-            budget,
-            &n,
-            &memory,
-            &SocketOptions::NONE,
-        )
-        .await
-        .expect("connected");
+        let next = remembering(&addrs, budget, &n, &memory)
+            .await
+            .expect("connected");
         assert_eq!(
             (next.attempt, n.attempts.load(Ordering::Relaxed)),
             (0, 1),
@@ -286,16 +307,7 @@ async fn herd_of(
         let memory = memory.clone();
         dials.spawn(async move {
             let tally = Tally::default();
-            let ip = addr.ip().to_string();
-            let r = connect(
-                &ip,
-                addr.port(),
-                Duration::from_secs(1),
-                &tally,
-                &memory,
-                &SocketOptions::NONE,
-            )
-            .await;
+            let r = dial_ip(addr, &tally, &memory).await;
             let sent = tally.attempts.load(Ordering::Relaxed);
             (r.map(drop).map_err(|e| e.to_string()), sent)
         });
@@ -329,18 +341,9 @@ async fn a_herd_keeps_its_re_attempts_while_the_backend_answers_other_dials() {
         let memory = memory.clone();
         tokio::spawn(async move {
             tokio::time::sleep(Duration::from_millis(150)).await;
-            let tally = Tally::default();
-            let ip = addr.ip().to_string();
-            connect(
-                &ip,
-                addr.port(),
-                Duration::from_secs(1),
-                &tally,
-                &memory,
-                &SocketOptions::NONE,
-            )
-            .await
-            .expect("the drained backend answers a new dial")
+            dial_ip(addr, &Tally::default(), &memory)
+                .await
+                .expect("the drained backend answers a new dial")
         })
     };
     let ended = herd_of(4, addr, memory).await;

@@ -103,13 +103,7 @@ mod tests {
     fn snap(states: &[(&str, State)]) -> Snapshot {
         Snapshot {
             generation: 1,
-            routing: Routing {
-                zone: Some(crate::backend::NodeZone {
-                    name: "dc-a".into(),
-                    source: crate::backend::ZoneSource::Config,
-                }),
-                ..Routing::default()
-            },
+            routing: Routing::in_zone("dc-a"),
             backends: states
                 .iter()
                 .enumerate()

@@ -169,14 +169,10 @@ def get_once(ctx, host, port, path, timeout):
         sock.sendall(req.encode())
         data = b""
         while True:
-            left = deadline - time.monotonic()
-            if left <= 0:
-                raise TimeoutError("timed out")
-            sock.settimeout(left)
-            chunk = sock.recv(65536)
-            if not chunk:
+            try:
+                data += recv_by(sock, deadline)
+            except EOFError:
                 break
-            data += chunk
     finally:
         sock.close()
     head, sep, body = data.partition(b"\r\n\r\n")

@@ -75,7 +75,7 @@ pub fn site_of(address: &str) -> Option<Host> {
         .find(|s| address == format!("{}:{APISERVER_PORT}", s.ip()))
 }
 
-pub use super::client::ClientEvent;
+pub use super::client::{ClientEvent, Exchange};
 
 /// How the balancer learns the apiservers in the membership scenario: the seeds it is
 /// configured with, and discovery's poll interval.

@@ -8,14 +8,8 @@ use serde::Deserialize;
 #[derive(Clone, Debug, Deserialize)]
 #[serde(tag = "ev", rename_all = "snake_case")]
 pub enum ClientEvent {
-    Req {
-        t0: f64,
-        t1: f64,
-        ok: bool,
-        site: Option<String>,
-        attempts: u32,
-        error: Option<String>,
-    },
+    /// A request of the steady load.
+    Req(Exchange),
     Line {
         t: f64,
         c: u32,
@@ -39,12 +33,18 @@ pub enum ClientEvent {
         conn: String,
         error: Option<String>,
     },
-    Slow {
-        t0: f64,
-        t1: f64,
-        ok: bool,
-        site: Option<String>,
-        attempts: u32,
-        error: Option<String>,
-    },
+    /// A `/slow` request.
+    Slow(Exchange),
+}
+
+/// One request and its answer (or failure), from the client's side.
+#[derive(Clone, Debug, Deserialize)]
+pub struct Exchange {
+    pub t0: f64,
+    pub t1: f64,
+    pub ok: bool,
+    /// The site that answered (its `X-Site` header).
+    pub site: Option<String>,
+    pub attempts: u32,
+    pub error: Option<String>,
 }

@@ -6,7 +6,7 @@
 //! builds the [`Timeline`] from the records ([`timeline`]), `figures/report.rs` prints and saves
 //! it ([`report`], [`save`]).
 
-use super::cast::{ClientEvent, CONNECT_TIMEOUT};
+use super::cast::{ClientEvent, Exchange, CONNECT_TIMEOUT};
 use super::lease;
 use super::netlab::Host;
 use super::timeline::{Phase, Request, StreamSegment, Timeline};
@@ -171,13 +171,15 @@ mod tests {
         }
         let (first, last) = (spans[0].0, spans[spans.len() - 1].1);
         let n = ((last - first) / 0.2) as u32;
-        events.extend((0..n).map(|i| ClientEvent::Req {
-            t0: at(i, 0.2, first),
-            t1: at(i, 0.2, first) + 0.01,
-            ok: true,
-            site: Some("witness".to_string()),
-            attempts: 1,
-            error: None,
+        events.extend((0..n).map(|i| {
+            ClientEvent::Req(Exchange {
+                t0: at(i, 0.2, first),
+                t1: at(i, 0.2, first) + 0.01,
+                ok: true,
+                site: Some("witness".to_string()),
+                attempts: 1,
+                error: None,
+            })
         }));
         events
     }

@@ -12,7 +12,7 @@
 use std::net::Ipv4Addr;
 use std::time::Duration;
 
-use super::cast::{poll, wall, Cast, ClientEvent, Members, Readyz, APISERVER_PORT};
+use super::cast::{poll, wall, Cast, ClientEvent, Exchange, Members, Readyz, APISERVER_PORT};
 use super::netlab::{lab_print, Host, NetLab};
 
 /// Discovery's poll interval in this scenario (the default is 30 s; the scenario is about what
@@ -155,7 +155,7 @@ fn partition_9_a_control_plane_node_joins_and_another_leaves_without_a_config_ch
         .filter(|e| {
             matches!(
                 e,
-                ClientEvent::Req { ok: false, .. } | ClientEvent::DialError { .. }
+                ClientEvent::Req(Exchange { ok: false, .. }) | ClientEvent::DialError { .. }
             )
         })
         .collect();
@@ -205,7 +205,7 @@ fn partition_9_a_control_plane_node_joins_and_another_leaves_without_a_config_ch
     let late: Vec<_> = events
         .iter()
         .filter(|e| {
-            matches!(e, ClientEvent::Req { t0, site: Some(s), .. }
+            matches!(e, ClientEvent::Req(Exchange { t0, site: Some(s), .. })
                 if t0 > &(left_at + removed_after + 0.1) && s == "dc-b")
         })
         .collect();

@@ -7,7 +7,7 @@
 use std::time::Duration;
 
 use super::balancers::Balancer;
-use super::cast::{poll, wall, Cast, ClientEvent, Readyz, CLIENT_SILENCE};
+use super::cast::{poll, wall, Cast, ClientEvent, Exchange, Readyz, CLIENT_SILENCE};
 use super::etcd::EtcdCluster;
 use super::figures::{phase, report, save, timeline};
 use super::netlab::{lab_print, Fault, Host, NetLab};
@@ -33,7 +33,7 @@ fn steady(cast: &Cast, away: &[String]) -> bool {
         .client_events()
         .into_iter()
         .filter_map(|e| match e {
-            ClientEvent::Req { ok, site, .. } => Some((ok, site)),
+            ClientEvent::Req(Exchange { ok, site, .. }) => Some((ok, site)),
             _ => None,
         })
         .rev()
@@ -226,7 +226,7 @@ pub fn run(
     let baseline = poll(Duration::from_secs(20), || {
         cast.client_events()
             .iter()
-            .filter(|e| matches!(e, ClientEvent::Req { ok: true, .. }))
+            .filter(|e| matches!(e, ClientEvent::Req(Exchange { ok: true, .. })))
             .count()
             >= BASELINE_REQUESTS + extra
     });

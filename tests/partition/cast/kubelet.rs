@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use super::{poll, Cast, ClientEvent, CLIENT_SILENCE, LISTEN};
+use super::{poll, Cast, ClientEvent, Exchange, CLIENT_SILENCE, LISTEN};
 use crate::partition::netlab::{lab_dir, Host};
 
 impl<'a> Cast<'a> {
@@ -37,7 +37,7 @@ impl<'a> Cast<'a> {
                 .count();
             let ok = events
                 .iter()
-                .filter(|e| matches!(e, ClientEvent::Req { ok: true, .. }))
+                .filter(|e| matches!(e, ClientEvent::Req(Exchange { ok: true, .. })))
                 .count();
             lines >= 2 && ok >= 3
         });

@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 
 use super::StreamDialError;
 use crate::partition::balancer_log::Change;
-use crate::partition::cast::ClientEvent;
+use crate::partition::cast::{ClientEvent, Exchange};
 use crate::partition::netlab::Host;
 use crate::partition::timeline::{LeaseAttempt, Request, StateChange, StreamSegment, Timeline};
 
@@ -28,21 +28,7 @@ pub fn timeline(
     let mut dial_errors = Vec::new();
     for e in events {
         match e {
-            ClientEvent::Req {
-                t0,
-                t1,
-                ok,
-                site,
-                attempts,
-                error,
-            } => requests.push(Request {
-                start: rel(*t0),
-                end: rel(*t1),
-                site: site.clone(),
-                ok: *ok,
-                attempts: *attempts,
-                error: error.clone(),
-            }),
+            ClientEvent::Req(r) => requests.push(request(r, &rel)),
             ClientEvent::Line { t, c, site } => {
                 let seg = segments.entry(*c).or_insert_with(|| StreamSegment {
                     conn: *c,
@@ -78,21 +64,7 @@ pub fn timeline(
                 conn: conn.clone(),
                 error: error.clone(),
             }),
-            ClientEvent::Slow {
-                t0,
-                t1,
-                ok,
-                site,
-                attempts,
-                error,
-            } => slow.push(Request {
-                start: rel(*t0),
-                end: rel(*t1),
-                site: site.clone(),
-                ok: *ok,
-                attempts: *attempts,
-                error: error.clone(),
-            }),
+            ClientEvent::Slow(r) => slow.push(request(r, &rel)),
         }
     }
     for (c, (t, reason)) in ends {
@@ -129,4 +101,16 @@ pub fn timeline(
         slow,
     };
     (t, dial_errors)
+}
+
+/// A client's request on the figure's clock (`rel`: seconds since the figure's start).
+fn request(r: &Exchange, rel: &impl Fn(f64) -> f64) -> Request {
+    Request {
+        start: rel(r.t0),
+        end: rel(r.t1),
+        site: r.site.clone(),
+        ok: r.ok,
+        attempts: r.attempts,
+        error: r.error.clone(),
+    }
 }
