@@ -126,6 +126,7 @@ impl App {
         let admin_stop = CancellationToken::new();
         admin_tasks.spawn(admin.clone().serve(admin_l, admin_stop.clone()));
 
+        let own: Vec<SocketAddr> = bound.iter().map(|(_, (_, b))| *b).collect();
         let mut app = App {
             config: config.clone(),
             table,
@@ -137,7 +138,7 @@ impl App {
             tasks,
             background,
             monitors: Vec::new(),
-            discovered: Discovered::start(&config, parts),
+            discovered: Discovered::start(&config, parts, &own),
             listeners: Vec::new(),
             admin_listener: Listener {
                 configured: config.admin,
@@ -229,7 +230,15 @@ impl App {
             None
         };
 
-        self.discovered.follow(&new);
+        let kept = self
+            .listeners
+            .iter()
+            .filter(|l| new.listen.contains(&l.configured));
+        let own: Vec<SocketAddr> = kept
+            .map(|l| l.bound)
+            .chain(fresh.iter().map(|(_, (_, b))| *b))
+            .collect();
+        self.discovered.follow(&new, &own);
         self.configure_table(&new).await?;
         match self.tls.apply(tls_state) {
             Applied::Replaced { client_cert, .. } => {

@@ -12,6 +12,7 @@ mod config_errors;
 mod config_watch;
 mod dead_paths;
 mod discovery;
+mod discovery_hardening;
 mod health;
 mod hostile;
 mod lifecycle;

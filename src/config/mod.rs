@@ -337,5 +337,17 @@ pub fn server_name_text(name: &ServerName<'_>) -> String {
     }
 }
 
+/// Whether a dial to `addr` reaches one of this balancer's own `listen` addresses (as bound: a
+/// configured port 0 is the port it got): the same address, or a loopback or unspecified
+/// address on a listen port while listening on a wildcard or loopback address. A backend there
+/// would relay to itself.
+pub fn is_own_listener(addr: SocketAddr, listen: &[SocketAddr]) -> bool {
+    let local = |ip: IpAddr| ip.is_loopback() || ip.is_unspecified();
+    listen.iter().any(|l| {
+        *l == addr
+            || (l.port() != 0 && l.port() == addr.port() && local(l.ip()) && local(addr.ip()))
+    })
+}
+
 #[cfg(test)]
 mod tests;

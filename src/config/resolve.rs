@@ -120,7 +120,7 @@ impl Resolver<'_> {
         };
 
         let zones = self.zones(raw.zones)?;
-        let backends = self.backends(raw.backends, &zones)?;
+        let backends = self.backends(raw.backends, &zones, &listen)?;
         let health = self.health(raw.health.unwrap_or_default())?;
         let tls = self.tls(raw.tls)?;
         let connect_timeout =
@@ -214,6 +214,7 @@ impl Resolver<'_> {
         &self,
         raw: Option<Vec<RawBackend>>,
         zones: &ZoneMap,
+        listen: &[SocketAddr],
     ) -> Result<Vec<BackendSpec>, ConfigError> {
         let raw = raw.ok_or_else(|| {
             self.invalid(
@@ -239,6 +240,17 @@ impl Resolver<'_> {
             let field = format!("backends[{i}].address");
             let (host, port) =
                 split_host_port(&b.address).map_err(|m| self.invalid(line, &field, m))?;
+            let dialed = host.parse().map(|ip| SocketAddr::new(ip, port));
+            if dialed.is_ok_and(|a| super::is_own_listener(a, listen)) {
+                return Err(self.invalid(
+                    line,
+                    field,
+                    format!(
+                        "{:?} is this balancer's own listen address; it would relay to itself",
+                        b.address
+                    ),
+                ));
+            }
             if !seen.insert(b.address.clone()) {
                 return Err(self.invalid(
                     line,

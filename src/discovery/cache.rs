@@ -8,6 +8,7 @@
 
 use std::io::Write;
 use std::net::SocketAddr;
+use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
@@ -27,14 +28,32 @@ pub struct CacheFile {
 /// The format written and understood.
 pub const VERSION: u32 = 1;
 
-/// Why the cache could not be written (it is tried again after the next change).
+/// Why the cache could not be written. Always names the cache, never its temporary file.
 #[derive(Debug, thiserror::Error)]
-#[error("{path}: cannot write the discovery cache: {cause}")]
-pub struct WriteError {
-    /// The file (or its temporary file) that failed.
-    pub path: PathBuf,
-    /// Why.
-    pub cause: std::io::Error,
+pub enum WriteError {
+    /// Writing failed (tried again at the next poll).
+    #[error("{path}: cannot write the discovery cache: {cause}")]
+    Io {
+        /// The cache.
+        path: PathBuf,
+        /// Why.
+        cause: std::io::Error,
+    },
+    /// Something that is not a readyprism cache is there (a mistyped path): left alone.
+    #[error("{path}: not a readyprism discovery cache ({why}); it is left alone and not written")]
+    NotACache {
+        /// The cache path.
+        path: PathBuf,
+        /// What is there instead.
+        why: String,
+    },
+}
+
+impl WriteError {
+    /// Whether trying again later can help (it cannot while another file is there).
+    pub fn retryable(&self) -> bool {
+        matches!(self, WriteError::Io { .. })
+    }
 }
 
 /// Why the cache at start-up was not used.
@@ -69,38 +88,84 @@ pub fn load(path: &Path) -> Result<Vec<SocketAddr>, LoadError> {
 }
 
 /// Replaces the cache at `path` with `backends`, atomically: readers (the next start-up) see the
-/// old file or the new one, never a half-written one, also across a power loss (blocks).
+/// old file or the new one, never a half-written one, also across a power loss (blocks). Never
+/// replaces a file that is not a readyprism cache. The temporary file beside it has a random
+/// name and is created new (`O_EXCL`, `O_NOFOLLOW`, mode 0600): a file or symlink planted there
+/// fails the write, it is never followed nor written through.
 pub fn store(path: &Path, backends: &[SocketAddr]) -> Result<(), WriteError> {
+    let io = |cause| WriteError::Io {
+        path: path.to_path_buf(),
+        cause,
+    };
+    if let Some(why) = not_a_cache(path) {
+        return Err(WriteError::NotACache {
+            path: path.to_path_buf(),
+            why,
+        });
+    }
     let file = CacheFile {
         version: VERSION,
         backends: backends.to_vec(),
     };
-    let mut text = serde_json::to_string_pretty(&file).map_err(|e| WriteError {
-        path: path.to_path_buf(),
-        cause: std::io::Error::other(e),
-    })?;
+    let mut text = serde_json::to_string_pretty(&file).map_err(|e| io(std::io::Error::other(e)))?;
     text.push('\n');
-    let dir = path.parent().unwrap_or(Path::new("/"));
-    let name = path.file_name().unwrap_or_default().to_string_lossy();
-    let tmp = dir.join(format!(".{name}.tmp-{}", std::process::id()));
-    let err = |p: &Path| {
-        let p = p.to_path_buf();
-        move |cause| WriteError { path: p, cause }
+    let dir = match path.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d,
+        _ => Path::new("."),
     };
-    let written = std::fs::File::create(&tmp)
+    let name = path.file_name().unwrap_or_default().to_string_lossy();
+    let tmp = dir.join(format!(".{name}.tmp-{:016x}", random()));
+    let written = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+        .open(&tmp)
         .and_then(|mut f| {
-            f.write_all(text.as_bytes())?;
-            f.sync_all()
-        })
-        .and_then(|()| std::fs::rename(&tmp, path));
-    if let Err(e) = written {
-        let _ = std::fs::remove_file(&tmp); // may not exist; the error that matters is `e`
-        return Err(err(&tmp)(e));
-    }
+            let done = f.write_all(text.as_bytes()).and_then(|()| f.sync_all());
+            done.and_then(|()| std::fs::rename(&tmp, path))
+                .inspect_err(|_| {
+                    let _ = std::fs::remove_file(&tmp); // ours: created new above
+                })
+        });
+    written.map_err(io)?;
     // The rename is durable once the directory is.
     std::fs::File::open(dir)
         .and_then(|d| d.sync_all())
-        .map_err(err(dir))
+        .map_err(io)
+}
+
+/// What is at `path` if it is neither missing nor a readyprism cache (any version). A symlink or
+/// an unreadable file counts as not one: only what was read as a cache is replaced.
+fn not_a_cache(path: &Path) -> Option<String> {
+    let meta = match std::fs::symlink_metadata(path) {
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return None,
+        Err(e) => return Some(e.to_string()),
+        Ok(m) => m,
+    };
+    if !meta.file_type().is_file() {
+        return Some("not a regular file".into());
+    }
+    let contents = match watched_file::read(path) {
+        Ok(c) => c,
+        Err(e) => return Some(e.to_string()),
+    };
+    let shape = serde_json::from_slice::<serde_json::Value>(&contents.bytes).ok();
+    let is_cache = shape.is_some_and(|v| {
+        v.get("version").is_some_and(|n| n.is_u64())
+            && v.get("backends").is_some_and(|b| b.is_array())
+    });
+    (!is_cache).then(|| "its content is not a discovery cache".into())
+}
+
+/// A name no other process can guess in advance: the standard library's per-process random
+/// hash keys, mixed with the time.
+fn random() -> u64 {
+    use std::hash::BuildHasher;
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos());
+    std::collections::hash_map::RandomState::new().hash_one((now, std::process::id()))
 }
 
 #[cfg(test)]
@@ -142,5 +207,44 @@ mod tests {
             matches!(load(dir.path()), Err(LoadError::Unreadable(_))),
             "a directory"
         );
+    }
+
+    #[test]
+    fn a_file_that_is_not_a_cache_is_never_written_over() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("kubeconfig");
+        let kubeconfig = "apiVersion: v1\nkind: Config\n";
+        std::fs::write(&path, kubeconfig).expect("write");
+        let list: Vec<SocketAddr> = vec!["10.0.1.10:6443".parse().expect("literal")];
+        let e = store(&path, &list).expect_err("refused");
+        assert!(!e.retryable());
+        assert!(
+            e.to_string().contains("not a readyprism discovery cache"),
+            "{e}"
+        );
+        assert_eq!(std::fs::read_to_string(&path).expect("read"), kubeconfig);
+        // A cache of another version is readyprism's: replaced.
+        std::fs::write(&path, "{\"version\":2,\"backends\":[]}").expect("write");
+        store(&path, &list).expect("a cache of another version");
+        assert_eq!(load(&path).expect("load"), list);
+    }
+
+    #[test]
+    fn the_cache_is_private_and_a_failed_write_names_the_cache() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("backends.json");
+        store(&path, &[]).expect("store");
+        let mode = std::fs::metadata(&path).expect("meta").permissions().mode();
+        assert_eq!(mode & 0o777, 0o600);
+        let missing = dir.path().join("gone").join("backends.json");
+        let e = store(&missing, &[]).expect_err("no directory");
+        assert!(e.retryable());
+        let text = e.to_string();
+        assert!(
+            text.starts_with(&format!("{}:", missing.display())),
+            "{text}"
+        );
+        assert!(!text.contains(".tmp-"), "{text}");
     }
 }

@@ -15,6 +15,7 @@ use tokio::sync::{mpsc, watch};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
+use super::answer::MAX_ADDRESSES;
 use super::membership::{Member, Membership};
 use super::{cache, Poller};
 use crate::backend::{BackendId, BackendSource, BackendSpec};
@@ -27,13 +28,39 @@ use crate::tls::TlsSource;
 struct Running {
     /// The `discovery:` block and the health timeout (the poll's bound) it runs with.
     config: (DiscoveryConfig, Duration),
-    seeds: watch::Sender<Vec<SocketAddr>>,
+    never: watch::Sender<Never>,
     stop: CancellationToken,
+}
+
+/// Addresses that are never discovered backends: the static backends' (backends already) and
+/// this balancer's own listeners as bound (one there would relay to itself).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub(crate) struct Never {
+    /// The static backends given as IP:port.
+    pub seeds: Vec<SocketAddr>,
+    /// The bound client listeners.
+    pub own: Vec<SocketAddr>,
+}
+
+impl Never {
+    fn of(config: &Config, own: &[SocketAddr]) -> Never {
+        Never {
+            seeds: seeds(config),
+            own: own.to_vec(),
+        }
+    }
+
+    /// Whether `addr` is one of this balancer's own listeners.
+    pub fn is_own(&self, addr: SocketAddr) -> bool {
+        crate::config::is_own_listener(addr, &self.own)
+    }
 }
 
 /// Discovery as the app holds it: the members and the task (none while discovery is off).
 pub struct Discovered {
     members: Vec<Member>,
+    /// The bound client listeners: never members.
+    own: Vec<SocketAddr>,
     running: Option<Running>,
     parts: Parts,
     updates: mpsc::Sender<Vec<Member>>,
@@ -57,37 +84,42 @@ pub(crate) struct Parts {
 impl Discovered {
     /// With `config.discovery.endpoints`: the cache (if any) read (blocks: a small file, once at
     /// start-up), its backends with source `cache`, and the poll task started; else nothing.
-    pub(crate) fn start(config: &Config, parts: Parts) -> Discovered {
+    /// `own` are the bound client listeners.
+    pub(crate) fn start(config: &Config, parts: Parts, own: &[SocketAddr]) -> Discovered {
         let (updates, incoming) = mpsc::channel(4);
         let members = match (&config.discovery.cache, config.discovery.endpoints) {
-            (Some(path), true) => cached(path, &seeds(config)),
+            (Some(path), true) => cached(path, &Never::of(config, own)),
             _ => Vec::new(),
         };
         let mut d = Discovered {
             members,
+            own: own.to_vec(),
             running: None,
             parts,
             updates,
             incoming,
         };
-        d.follow(config);
+        d.follow(config, own);
         d
     }
 
     /// The static backends, then the discovered ones not equal to a static one: what the table
     /// is configured with.
     pub fn backends(&self, config: &Config) -> Vec<Arc<BackendSpec>> {
-        merge(config, &self.members)
+        merge(config, &self.members, &Never::of(config, &self.own))
     }
 
-    /// Starts, restarts or stops the poll task for `config` (start-up and reload). Discovery
-    /// turned off forgets the discovered backends; otherwise they are kept.
-    pub(crate) fn follow(&mut self, config: &Config) {
+    /// Starts, restarts or stops the poll task for `config` (start-up and reload), `own` being
+    /// the client listeners as bound for it. Discovery turned off forgets the discovered
+    /// backends; otherwise they are kept.
+    pub(crate) fn follow(&mut self, config: &Config, own: &[SocketAddr]) {
+        self.own = own.to_vec();
+        let never = Never::of(config, own);
         let parts = &self.parts;
         let d = &config.discovery;
         if let Some(r) = &self.running {
             if r.config == (d.clone(), config.health.timeout) {
-                r.seeds.send_replace(seeds(config));
+                r.never.send_replace(never);
                 return;
             }
             r.stop.cancel();
@@ -97,7 +129,7 @@ impl Discovered {
             self.members.clear();
             return;
         }
-        let (seeds_tx, seeds_rx) = watch::channel(seeds(config));
+        let (never_tx, never_rx) = watch::channel(never);
         let stop = parts.background.child_token();
         let poller = Poller {
             table: parts.table.clone(),
@@ -105,7 +137,8 @@ impl Discovered {
             interval: d.interval,
             timeout: config.health.timeout,
             cache: d.cache.clone(),
-            seeds: seeds_rx,
+            never: never_rx,
+            own_listed: Vec::new(),
             updates: self.updates.clone(),
             metrics: parts.metrics.clone(),
             membership: Membership::new(&self.members),
@@ -113,7 +146,7 @@ impl Discovered {
         parts.tasks.spawn(poller.run(stop.clone()));
         self.running = Some(Running {
             config: (d.clone(), config.health.timeout),
-            seeds: seeds_tx,
+            never: never_tx,
             stop,
         });
     }
@@ -151,12 +184,11 @@ impl Discovered {
     }
 }
 
-/// [`Discovered::backends`] for `members`.
-fn merge(config: &Config, members: &[Member]) -> Vec<Arc<BackendSpec>> {
-    let seeds = seeds(config);
+/// [`Discovered::backends`] for `members`: never one of `never`.
+fn merge(config: &Config, members: &[Member], never: &Never) -> Vec<Arc<BackendSpec>> {
     let discovered = members
         .iter()
-        .filter(|m| !seeds.contains(&m.addr))
+        .filter(|m| !never.seeds.contains(&m.addr) && !never.is_own(m.addr))
         .map(|m| spec(m, config));
     let all = config.backends.iter().cloned().chain(discovered);
     all.map(Arc::new).collect()
@@ -189,14 +221,34 @@ pub fn spec(m: &Member, config: &Config) -> BackendSpec {
     }
 }
 
-/// The cache's backends (minus the static ones) as members with source `cache`; a missing or
-/// unusable cache is said once and ignored.
-fn cached(path: &std::path::Path, seeds: &[SocketAddr]) -> Vec<Member> {
+/// The cache's backends (minus the static ones) as members with source `cache`: each address
+/// once, at most [`MAX_ADDRESSES`] (an answer's cap) of them, each breach said with a WARN. A
+/// missing or unusable cache is said once and ignored.
+fn cached(path: &std::path::Path, never: &Never) -> Vec<Member> {
     match cache::load(path) {
-        Ok(addrs) => {
+        Ok(mut addrs) => {
+            let read = addrs.len();
+            let mut seen = std::collections::BTreeSet::new();
+            addrs.retain(|a| seen.insert(*a));
+            if addrs.len() < read {
+                tracing::warn!(file = %path.display(), repeated = read - addrs.len(), "the discovery cache lists an address more than once; each is one backend");
+            }
+            addrs.retain(|a| !never.seeds.contains(a));
+            let own: Vec<String> = addrs
+                .iter()
+                .filter(|a| never.is_own(**a))
+                .map(ToString::to_string)
+                .collect();
+            if !own.is_empty() {
+                tracing::warn!(file = %path.display(), addresses = own.join(","), "the discovery cache lists this balancer's own listen address; refused (it would relay to itself)");
+                addrs.retain(|a| !never.is_own(*a));
+            }
+            if addrs.len() > MAX_ADDRESSES {
+                tracing::warn!(file = %path.display(), listed = addrs.len(), "the discovery cache lists more than {MAX_ADDRESSES} backends; only the first {MAX_ADDRESSES} are used");
+                addrs.truncate(MAX_ADDRESSES);
+            }
             let members: Vec<Member> = addrs
                 .into_iter()
-                .filter(|a| !seeds.contains(a))
                 .map(|addr| Member {
                     addr,
                     source: BackendSource::Cache,
@@ -244,15 +296,21 @@ mod tests {
     }
 
     #[test]
-    fn an_address_equal_to_a_static_backend_is_not_listed_twice() {
+    fn an_address_equal_to_a_static_backend_or_an_own_listener_is_not_listed() {
         let yaml = "backends:\n  - address: 10.0.1.10:6443\ntls:\n  ca: /ca.crt\n";
         let config = Config::parse(yaml, "node.yaml").expect("valid");
         let member = |a: &str| Member {
             addr: a.parse().expect("literal"),
             source: BackendSource::Discovered,
         };
-        let members = [member("10.0.1.10:6443"), member("10.0.2.10:6443")];
-        let ids: Vec<_> = merge(&config, &members)
+        let own: SocketAddr = "127.0.0.1:7445".parse().expect("literal");
+        let members = [
+            member("10.0.1.10:6443"),
+            member("10.0.2.10:6443"),
+            member("127.0.0.1:7445"),
+            member("[::1]:7445"),
+        ];
+        let ids: Vec<_> = merge(&config, &members, &Never::of(&config, &[own]))
             .iter()
             .map(|b| (b.id.to_string(), b.source))
             .collect();

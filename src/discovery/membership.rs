@@ -1,6 +1,7 @@
 //! Which discovered backends are members: good answers add addresses at once and remove them
 //! only after [`MISSES_TO_REMOVE`] consecutive good answers without them; static seeds are never
-//! members here (never added twice, never removed).
+//! members here (never added twice, never removed); never more than [`MAX_ADDRESSES`] members,
+//! also across answers that each list fewer (those an answer listed are kept first).
 //!
 //! Pure: no clock, no I/O. A bad answer is never shown to it, so it changes nothing. Does not
 //! own reading answers (`answer`) nor applying the list (`App::set_discovered`).
@@ -8,6 +9,7 @@
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
 
+use super::answer::MAX_ADDRESSES;
 use crate::backend::BackendSource;
 
 /// Good answers in a row that must miss a discovered backend before it is removed: one answer
@@ -31,11 +33,17 @@ pub struct Membership {
 }
 
 impl Membership {
-    /// Starts from `known` (the cache read at start-up, or the list a restarted poll had).
+    /// Starts from `known` (the cache read at start-up, or the list a restarted poll had): its
+    /// first [`MAX_ADDRESSES`] distinct addresses.
     pub fn new(known: &[Member]) -> Membership {
-        Membership {
-            members: known.iter().map(|m| (m.addr, (m.source, 0))).collect(),
+        let mut members = BTreeMap::new();
+        for m in known {
+            if members.len() == MAX_ADDRESSES {
+                break;
+            }
+            members.entry(m.addr).or_insert((m.source, 0));
         }
+        Membership { members }
     }
 
     /// Folds in a good answer listing `listed`; `seeds` are the static backends' addresses, which
@@ -57,7 +65,27 @@ impl Membership {
                 .entry(*addr)
                 .or_insert((BackendSource::Discovered, 0));
         }
+        self.cap();
         self.members() != before
+    }
+
+    /// Over [`MAX_ADDRESSES`] (answers that alternate between lists): the members missing from
+    /// the most answers go first, so what this answer listed (at most the cap) stays.
+    fn cap(&mut self) {
+        let over = self.members.len().saturating_sub(MAX_ADDRESSES);
+        if over == 0 {
+            return;
+        }
+        let mut missing: Vec<(u32, SocketAddr)> = self
+            .members
+            .iter()
+            .filter(|(_, (_, misses))| *misses > 0)
+            .map(|(addr, (_, misses))| (*misses, *addr))
+            .collect();
+        missing.sort_by(|a, b| b.cmp(a));
+        for (_, addr) in missing.into_iter().take(over) {
+            self.members.remove(&addr);
+        }
     }
 
     /// The members in address order.
@@ -133,6 +161,46 @@ mod tests {
         }]);
         assert!(m.observe(&[b], &[]), "the source changed");
         assert_eq!(m.members()[0].source, BackendSource::Discovered);
+    }
+
+    #[test]
+    fn alternating_answers_never_hold_more_than_the_cap() {
+        let half = |base: u8| -> Vec<SocketAddr> {
+            (0..63u16)
+                .map(|p| SocketAddr::from(([10, 0, base, 1], 6000 + p)))
+                .collect()
+        };
+        let (one, two) = (half(1), half(2));
+        let mut m = Membership::default();
+        m.observe(&one, &[]);
+        m.observe(&two, &[]);
+        assert_eq!(
+            m.members().len(),
+            MAX_ADDRESSES,
+            "63 listed + 1 kept, not 126"
+        );
+        assert!(
+            two.iter().all(|a| addrs(&m).contains(a)),
+            "what the answer listed stays"
+        );
+        m.observe(&one, &[]);
+        assert_eq!(m.members().len(), MAX_ADDRESSES);
+        assert!(one.iter().all(|a| addrs(&m).contains(a)));
+    }
+
+    #[test]
+    fn a_cache_with_duplicates_or_too_many_entries_starts_capped_and_distinct() {
+        let b = sa("10.0.2.10:6443");
+        let cached = |addr| Member {
+            addr,
+            source: BackendSource::Cache,
+        };
+        let m = Membership::new(&[cached(b), cached(b)]);
+        assert_eq!(addrs(&m), [b], "one backend per address");
+        let many: Vec<Member> = (0..5000u16)
+            .map(|p| cached(SocketAddr::from(([10, 0, 0, 1], 1000 + p))))
+            .collect();
+        assert_eq!(Membership::new(&many).members().len(), MAX_ADDRESSES);
     }
 
     proptest! {

@@ -121,8 +121,10 @@ pub(crate) struct Poller {
     pub timeout: Duration,
     /// Written after each change.
     pub cache: Option<PathBuf>,
-    /// The static backends' addresses, updated on reload: never members.
-    pub seeds: watch::Receiver<Vec<SocketAddr>>,
+    /// The static backends' addresses and the bound listeners, updated on reload: never members.
+    pub never: watch::Receiver<list::Never>,
+    /// This balancer's own listen addresses the last answer listed (refused; said once).
+    pub own_listed: Vec<SocketAddr>,
     /// The main loop, which applies each new list.
     pub updates: mpsc::Sender<Vec<Member>>,
     /// Counts polls by result.
@@ -138,6 +140,8 @@ impl Poller {
         let mut jitter = Jitter::seeded("discovery", POLL_JITTER_PERCENT);
         let mut rr = 0usize;
         let mut bad_spell = false;
+        // The cache write after the last change failed: tried again at each poll until it works.
+        let mut unwritten = false;
         let mut next = Instant::now() + jitter.around(self.interval);
         let mut generations = self.table.subscribe();
         while !self.table.load().any_ready() {
@@ -169,13 +173,14 @@ impl Poller {
                     "discovery poll failed; the backend list stays as it is"
                 );
             }
-            if poll == Poll::Changed {
+            let changed = poll == Poll::Changed;
+            if changed || unwritten {
                 let members = self.membership.members();
                 tokio::select! {
                     _ = cancel.cancelled() => return,
-                    _ = self.write_cache(&members) => {}
+                    w = self.write_cache(&members, unwritten) => unwritten = w,
                 }
-                if self.updates.send(members).await.is_err() {
+                if changed && self.updates.send(members).await.is_err() {
                     return;
                 }
             }
@@ -210,8 +215,15 @@ impl Poller {
             Ok(Ok(got)) => match answer::addresses(got.status.as_u16(), &got.body, got.complete) {
                 Err(bad) => Poll::Bad(bad),
                 Ok(listed) => {
-                    let seeds = self.seeds.borrow().clone();
-                    if self.membership.observe(&listed, &seeds) {
+                    let never = self.never.borrow().clone();
+                    let (own, listed): (Vec<SocketAddr>, Vec<SocketAddr>) =
+                        listed.into_iter().partition(|a| never.is_own(*a));
+                    if own != self.own_listed && !own.is_empty() {
+                        let addresses: Vec<String> = own.iter().map(ToString::to_string).collect();
+                        tracing::warn!(backend = %spec.id, addresses = addresses.join(","), "discovery lists this balancer's own listen address; refused (it would relay to itself)");
+                    }
+                    self.own_listed = own;
+                    if self.membership.observe(&listed, &never.seeds) {
                         Poll::Changed
                     } else {
                         Poll::Unchanged
@@ -222,18 +234,36 @@ impl Poller {
         (poll, Some(spec))
     }
 
-    /// Writes the cache off the runtime thread; a failure is logged (tried again on the next
-    /// change).
-    async fn write_cache(&self, members: &[Member]) {
+    /// Writes the cache off the runtime thread; true when it failed and is to be tried again (at
+    /// the next poll: at most one write per interval). A failure is said once per spell (WARN),
+    /// its end once (INFO); a file that is not a cache is said and left alone.
+    async fn write_cache(&self, members: &[Member], retrying: bool) -> bool {
         let Some(path) = self.cache.clone() else {
-            return;
+            return false;
         };
         let addrs: Vec<SocketAddr> = members.iter().map(|m| m.addr).collect();
-        match tokio::task::spawn_blocking(move || cache::store(&path, &addrs)).await {
-            Ok(Ok(())) => {}
-            Ok(Err(e)) => tracing::warn!(error = %e, "the discovery cache was not written"),
-            Err(e) => tracing::warn!(error = %e, "the discovery cache was not written"),
+        let file = path.clone();
+        let failed = match tokio::task::spawn_blocking(move || cache::store(&path, &addrs)).await {
+            Ok(Ok(())) => {
+                if retrying {
+                    tracing::info!(file = %file.display(), "the discovery cache is written again");
+                }
+                return false;
+            }
+            Ok(Err(e)) if !e.retryable() => {
+                tracing::warn!(error = %e, "the discovery cache was not written");
+                return false;
+            }
+            Ok(Err(e)) => e.to_string(),
+            Err(e) => format!("{}: cannot write the discovery cache: {e}", file.display()),
+        };
+        if !retrying {
+            tracing::warn!(
+                error = failed,
+                "the discovery cache was not written; trying again at each poll"
+            );
         }
+        true
     }
 }
 

@@ -398,8 +398,14 @@ fn partition_6_lossy_link_to_the_witness_changes_its_state_at_most_once() {
                 .collect();
             assert!(
                 witness.len() <= 1,
-                "the witness changed state {} times: {witness:?}",
-                witness.len()
+                "the witness changed state {} times: {witness:?} (why: {:?})",
+                witness.len(),
+                o.timeline
+                    .states
+                    .iter()
+                    .filter(|c| c.site == "witness" && c.t > 0.0)
+                    .map(|c| format!("{:+.1}s {}: {}", c.t, c.to, c.reason))
+                    .collect::<Vec<_>>()
             );
             within(p, TARGET, spec.name);
         },
