@@ -272,15 +272,38 @@ fn every_bad_answer_leaves_the_list_alone_and_is_counted() {
             200,
             "{\"kind\":\"Endpoints\",\"apiVersion\":\"v1\",\"subsets\":[]}".to_string(),
         ),
+        // A subset whose only port is UDP is no apiserver's: not a backend.
+        (
+            "no_addresses",
+            200,
+            format!(
+                "{{\"kind\":\"Endpoints\",\"apiVersion\":\"v1\",\"subsets\":[{{\"addresses\":[{{\"ip\":\"127.0.0.1\"}}],\"ports\":[{{\"port\":{},\"protocol\":\"UDP\"}}]}}]}}",
+                a.addr.port()
+            ),
+        ),
+        // A good object cut off mid-body (the head announces all of it).
+        ("cut_off", 200, String::new()),
     ];
+    let mut counted = std::collections::HashMap::<&str, u64>::new();
     for (result, status_code, body) in bad {
         for f in [&a, &b] {
-            f.control.set_endpoints_answer(status_code, body.clone());
+            if result == "cut_off" {
+                f.control.set_endpoints(&[a.addr, b.addr]);
+                f.control.set_endpoints_cut(true);
+            } else {
+                f.control.set_endpoints_answer(status_code, body.clone());
+            }
         }
         // More bad answers in a row than it takes good ones to remove a backend.
-        rt.block_on(poll(result, || polls(&p, result) >= 4));
+        let seen = counted.entry(result).or_insert(0);
+        let want = *seen + 4;
+        rt.block_on(poll(result, || polls(&p, result) >= want));
+        *seen = polls(&p, result);
         let listed: Vec<String> = status(&p).backends.into_iter().map(|s| s.address).collect();
         assert_eq!(listed, [addr(&a), addr(&b)], "{result} changed nothing");
+    }
+    for f in [&a, &b] {
+        f.control.set_endpoints_cut(false);
     }
     let warned = p
         .logs()

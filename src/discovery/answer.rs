@@ -8,6 +8,8 @@ use std::net::{IpAddr, SocketAddr};
 
 use serde::Deserialize;
 
+use crate::https::BodyEnd;
+
 /// The largest answer used: 1 MiB. The object lists one address per control-plane node (a few
 /// hundred bytes for five); anything near this is not the object we asked for.
 pub const MAX_ANSWER: usize = 1 << 20;
@@ -25,6 +27,9 @@ pub enum BadAnswer {
     /// Longer than [`MAX_ANSWER`].
     #[error("the answer is larger than 1 MiB")]
     TooLarge,
+    /// The body broke off before its end (after `.0` bytes): the connection closed or failed.
+    #[error("the answer was cut off after {0} bytes: {1}")]
+    Cut(usize, String),
     /// More than [`MAX_ADDRESSES`] addresses (counted as `too_large`).
     #[error("the Endpoints object lists {0} addresses, more than {MAX_ADDRESSES}")]
     TooMany(usize),
@@ -45,6 +50,7 @@ impl BadAnswer {
         match self {
             BadAnswer::Status(_) => "bad_status",
             BadAnswer::TooLarge | BadAnswer::TooMany(_) => "too_large",
+            BadAnswer::Cut(..) => "cut_off",
             BadAnswer::NotJson(_) => "not_json",
             BadAnswer::NotEndpoints(_) => "not_endpoints",
             BadAnswer::NoAddresses => "no_addresses",
@@ -79,18 +85,29 @@ struct Address {
 struct Port {
     name: Option<String>,
     port: u16,
+    /// `TCP` when absent (the API's default); a `UDP` or `SCTP` port is no apiserver's.
+    protocol: Option<String>,
 }
 
-/// The addresses an answer lists: each subset's ready addresses × its port named `https` (or its
-/// only port), sorted, without duplicates. `complete` is false when the body was cut off at
-/// [`MAX_ANSWER`]. An address that is not an IP makes the whole answer unusable: a half-read
-/// object must never shrink the list.
-pub fn addresses(status: u16, body: &[u8], complete: bool) -> Result<Vec<SocketAddr>, BadAnswer> {
+impl Port {
+    fn is_tcp(&self) -> bool {
+        self.protocol.as_deref().is_none_or(|p| p == "TCP")
+    }
+}
+
+/// The addresses an answer lists: each subset's ready addresses × its TCP port named `https` (or
+/// its only TCP port), sorted, without duplicates. `end` says how the body ended: over
+/// [`MAX_ANSWER`], or cut off before its end, it is not used. An address that is not an IP
+/// makes the whole answer unusable: a half-read object must never shrink the list.
+pub fn addresses(status: u16, body: &[u8], end: &BodyEnd) -> Result<Vec<SocketAddr>, BadAnswer> {
     if status != 200 {
         return Err(BadAnswer::Status(status));
     }
-    if !complete || body.len() > MAX_ANSWER {
-        return Err(BadAnswer::TooLarge);
+    match end {
+        BodyEnd::OverLimit => return Err(BadAnswer::TooLarge),
+        BodyEnd::Cut(why) => return Err(BadAnswer::Cut(body.len(), why.clone())),
+        BodyEnd::Whole if body.len() > MAX_ANSWER => return Err(BadAnswer::TooLarge),
+        BodyEnd::Whole => {}
     }
     serde_json::from_slice::<serde::de::IgnoredAny>(body)
         .map_err(|e| BadAnswer::NotJson(e.to_string()))?;
@@ -105,9 +122,13 @@ pub fn addresses(status: u16, body: &[u8], complete: bool) -> Result<Vec<SocketA
     }
     let mut out = Vec::new();
     for subset in &ep.subsets {
-        let port = match subset.ports.as_slice() {
-            [only] => Some(only),
-            ports => ports.iter().find(|p| p.name.as_deref() == Some("https")),
+        let tcp: Vec<&Port> = subset.ports.iter().filter(|p| p.is_tcp()).collect();
+        let port = match tcp.as_slice() {
+            [only] => Some(*only),
+            ports => ports
+                .iter()
+                .copied()
+                .find(|p| p.name.as_deref() == Some("https")),
         };
         let Some(port) = port.filter(|p| p.port != 0) else {
             continue;
@@ -166,7 +187,7 @@ mod tests {
 
     #[test]
     fn each_address_gets_the_https_port_sorted() {
-        let got = addresses(200, REAL.as_bytes(), true).expect("good");
+        let got = addresses(200, REAL.as_bytes(), &BodyEnd::Whole).expect("good");
         assert_eq!(
             got,
             [
@@ -183,57 +204,70 @@ mod tests {
             {"addresses":[{"ip":"fd00::1"}],"ports":[{"name":"metrics","port":9000},{"name":"https","port":6443}]},
             {"addresses":[{"ip":"10.0.1.10"}],"ports":[{"port":443}]},
             {"addresses":[{"ip":"10.0.9.9"}],"ports":[{"name":"a","port":1},{"name":"b","port":2}]}]}"#;
-        let got = addresses(200, body.as_bytes(), true).expect("good");
+        let got = addresses(200, body.as_bytes(), &BodyEnd::Whole).expect("good");
         assert_eq!(got, [sa("10.0.1.10:443"), sa("[fd00::1]:6443")]);
     }
 
+    const W: BodyEnd = BodyEnd::Whole;
+
     #[test]
     fn every_bad_answer_is_named() {
-        let cases: [(u16, &str, bool, &str); 8] = [
-            (403, REAL, true, "bad_status"),
-            (200, REAL, false, "too_large"),
-            (200, "<html>", true, "not_json"),
+        let cut = BodyEnd::Cut("connection closed before message completed".into());
+        let cases: [(u16, &str, BodyEnd, &str); 10] = [
+            (403, REAL, W, "bad_status"),
+            (200, REAL, BodyEnd::OverLimit, "too_large"),
+            (200, &REAL[..40], cut, "cut_off"),
+            (
+                200,
+                r#"{"kind":"Endpoints","apiVersion":"v1","subsets":[{"addresses":[{"ip":"10.0.1.1"}],"ports":[{"port":53,"protocol":"UDP"}]}]}"#,
+                W,
+                "no_addresses",
+            ),
+            (200, "<html>", W, "not_json"),
             (
                 200,
                 r#"{"kind":"Status","apiVersion":"v1","code":403}"#,
-                true,
+                W,
                 "not_endpoints",
             ),
             (
                 200,
                 r#"{"kind":"Endpoints","apiVersion":"v1","subsets":"x"}"#,
-                true,
+                W,
                 "not_endpoints",
             ),
             (
                 200,
                 r#"{"kind":"Endpoints","apiVersion":"v1","subsets":[{"addresses":[{"ip":"a.b"}],"ports":[{"port":1}]}]}"#,
-                true,
+                W,
                 "not_endpoints",
             ),
             (
                 200,
                 r#"{"kind":"Endpoints","apiVersion":"v1"}"#,
-                true,
+                W,
                 "no_addresses",
             ),
             (
                 200,
                 r#"{"kind":"Endpoints","apiVersion":"v1","subsets":[{"addresses":[{"ip":"10.0.1.1"}],"ports":[]}]}"#,
-                true,
+                W,
                 "no_addresses",
             ),
         ];
-        for (status, body, complete, want) in cases {
-            let e = addresses(status, body.as_bytes(), complete).expect_err(body);
+        for (status, body, end, want) in cases {
+            let e = addresses(status, body.as_bytes(), &end).expect_err(body);
             assert_eq!(e.label(), want, "{body}: {e}");
         }
         let huge = vec![b' '; MAX_ANSWER + 1];
-        assert_eq!(addresses(200, &huge, true), Err(BadAnswer::TooLarge));
+        assert_eq!(
+            addresses(200, &huge, &BodyEnd::Whole),
+            Err(BadAnswer::TooLarge)
+        );
         let many: Vec<SocketAddr> = (1..=65u16)
             .map(|p| SocketAddr::from(([10, 0, 0, 1], p)))
             .collect();
-        let e = addresses(200, endpoints_json(&many).as_bytes(), true);
+        let e = addresses(200, endpoints_json(&many).as_bytes(), &BodyEnd::Whole);
         assert_eq!(
             e,
             Err(BadAnswer::TooMany(65)),
@@ -246,7 +280,10 @@ mod tests {
     fn what_the_simulation_serves_reads_back() {
         let addrs = [sa("127.0.0.1:4001"), sa("[::1]:4002")];
         let json = endpoints_json(&addrs);
-        assert_eq!(addresses(200, json.as_bytes(), true), Ok(addrs.to_vec()));
+        assert_eq!(
+            addresses(200, json.as_bytes(), &BodyEnd::Whole),
+            Ok(addrs.to_vec())
+        );
     }
 
     proptest::proptest! {
@@ -258,12 +295,12 @@ mod tests {
             let mut want = addrs.clone();
             want.sort();
             want.dedup();
-            proptest::prop_assert_eq!(addresses(200, endpoints_json(&addrs).as_bytes(), true), Ok(want));
+            proptest::prop_assert_eq!(addresses(200, endpoints_json(&addrs).as_bytes(), &BodyEnd::Whole), Ok(want));
         }
 
         #[test]
         fn arbitrary_bytes_never_panic(body in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..256)) {
-            let _ = addresses(200, &body, true);
+            let _ = addresses(200, &body, &BodyEnd::Whole);
         }
     }
 }

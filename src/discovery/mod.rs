@@ -63,7 +63,7 @@ pub enum Poll {
 impl Poll {
     /// One poll of each kind that has a label of its own: every `result` of
     /// `readyprism_discovery_polls_total` is one of theirs, exported (at 0) from start-up.
-    pub const ALL: [Poll; 10] = [
+    pub const ALL: [Poll; 11] = [
         Poll::Changed,
         Poll::Unchanged,
         Poll::NoReadyBackend,
@@ -73,6 +73,7 @@ impl Poll {
         Poll::Bad(BadAnswer::NotJson(String::new())),
         Poll::Bad(BadAnswer::NotEndpoints(String::new())),
         Poll::Bad(BadAnswer::TooLarge),
+        Poll::Bad(BadAnswer::Cut(0, String::new())),
         Poll::Bad(BadAnswer::NoAddresses),
     ];
 
@@ -212,7 +213,7 @@ impl Poller {
         let poll = match tokio::time::timeout(self.timeout, get).await {
             Err(_) => Poll::Timeout,
             Ok(Err(reason)) => Poll::DialFailed(reason),
-            Ok(Ok(got)) => match answer::addresses(got.status.as_u16(), &got.body, got.complete) {
+            Ok(Ok(got)) => match answer::addresses(got.status.as_u16(), &got.body, &got.end) {
                 Err(bad) => Poll::Bad(bad),
                 Ok(listed) => {
                     let never = self.never.borrow().clone();

@@ -181,7 +181,7 @@ impl HttpsProbe {
                 GetError::NoAnswer(reason) if reused => Failure::Stale(reason),
                 e => Failure::unanswered(e.to_string()),
             })?;
-        if !answer.complete {
+        if !answer.complete() {
             self.conn = None; // unread bytes would poison the next request
         }
         if answer.status == StatusCode::OK {

@@ -73,8 +73,27 @@ pub struct Answer {
     pub latency: Duration,
     /// The body, at most the limit.
     pub body: Vec<u8>,
-    /// Whether that was all of it (false: longer than the limit, or broken off).
-    pub complete: bool,
+    /// How the body ended.
+    pub end: BodyEnd,
+}
+
+/// How an answer's body ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum BodyEnd {
+    /// All of it was read.
+    Whole,
+    /// It was longer than the limit: the rest is unread.
+    OverLimit,
+    /// It broke off before its end (the connection closed or failed): hyper's words.
+    Cut(String),
+}
+
+impl Answer {
+    /// Whether that was all of the body: else the connection has unread bytes or is broken and
+    /// must not be used again.
+    pub fn complete(&self) -> bool {
+        self.end == BodyEnd::Whole
+    }
 }
 
 /// A probe's or poll's socket: TCP_NODELAY, so the TLS handshake's and the request's small
@@ -128,7 +147,7 @@ impl Conn {
 
     /// `GET path` with `Host: host` and `Accept: accept`, reading at most `limit` bytes of the
     /// body. Not bounded in time: the caller times it out. A connection whose answer was not
-    /// `complete` has unread bytes and must not be used again.
+    /// [`Answer::complete`] has unread bytes and must not be used again.
     pub async fn get(
         &mut self,
         path: &str,
@@ -143,12 +162,12 @@ impl Conn {
         let resp = self.sender.send_request(req).await.map_err(no_answer)?;
         let latency = start.elapsed();
         let status = resp.status();
-        let (body, complete) = read_bounded(resp.into_body(), limit).await;
+        let (body, end) = read_bounded(resp.into_body(), limit).await;
         Ok(Answer {
             status,
             latency,
             body,
-            complete,
+            end,
         })
     }
 }
@@ -188,19 +207,19 @@ fn request(
         .body(Empty::<Bytes>::new())
 }
 
-/// Reads at most `limit` bytes; `complete` is false if the body was longer or broke.
-async fn read_bounded(mut body: hyper::body::Incoming, limit: usize) -> (Vec<u8>, bool) {
+/// Reads at most `limit` bytes, and says how the body ended.
+async fn read_bounded(mut body: hyper::body::Incoming, limit: usize) -> (Vec<u8>, BodyEnd) {
     let mut out = Vec::new();
     loop {
         match body.frame().await {
-            None => return (out, true),
-            Some(Err(_)) => return (out, false),
+            None => return (out, BodyEnd::Whole),
+            Some(Err(e)) => return (out, BodyEnd::Cut(http_reason(&e))),
             Some(Ok(frame)) => {
                 if let Ok(data) = frame.into_data() {
                     let room = limit - out.len();
                     out.extend_from_slice(&data[..data.len().min(room)]);
                     if data.len() > room {
-                        return (out, false);
+                        return (out, BodyEnd::OverLimit);
                     }
                 }
             }

@@ -64,6 +64,9 @@ pub struct Control {
     pub endpoints: ArcSwapOption<(u16, String)>,
     /// Endpoints requests answered.
     pub endpoints_hits: AtomicU64,
+    /// The Endpoints answer is cut off: its head announces the whole body, half of it is sent,
+    /// then the connection closes.
+    pub endpoints_cut: AtomicBool,
     /// DER of the client certificate presented on the latest `/readyz` (None: anonymous).
     pub last_client_cert: ArcSwapOption<Vec<u8>>,
     /// When set, `/readyz` also needs a linearizable read from this etcd client URL to pass.
@@ -128,6 +131,11 @@ impl Control {
     /// Answers the Endpoints request with `status` and `body` as given (the bad answers).
     pub fn set_endpoints_answer(&self, status: u16, body: String) {
         self.endpoints.store(Some(Arc::new((status, body))));
+    }
+
+    /// Cuts the Endpoints answer off mid-body (`true`) or sends it whole again.
+    pub fn set_endpoints_cut(&self, cut: bool) {
+        self.endpoints_cut.store(cut, Ordering::SeqCst);
     }
 
     /// Makes `/readyz` a slowloris: status and headers at once, then a 1000-byte body one byte
@@ -244,6 +252,7 @@ impl FakeApiserver {
             readyz_answer: ArcSwapOption::empty(),
             endpoints: ArcSwapOption::empty(),
             endpoints_hits: AtomicU64::new(0),
+            endpoints_cut: AtomicBool::new(false),
             last_client_cert: ArcSwapOption::empty(),
             etcd: ArcSwapOption::empty(),
         });
