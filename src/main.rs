@@ -267,11 +267,17 @@ fn dispatch(command: Command) -> Result<ExitCode, Failure> {
     }
 }
 
-/// `--node-grace`: a duration as in the config, more than zero.
+/// `--node-grace`: a duration as in the config, more than zero and at most an hour (Kubernetes'
+/// default is 40 s or 50 s; the budget's arithmetic stays far from overflow).
 fn node_grace(text: &str) -> Result<readyprism::config::DurationValue, String> {
     let d = readyprism::config::DurationValue::parse(text)?;
     if d.0.is_zero() {
         return Err("the node grace period must be more than 0s".into());
+    }
+    if d.0 > std::time::Duration::from_secs(3600) {
+        return Err(format!(
+            "the node grace period {d} is more than the maximum of 60m"
+        ));
     }
     Ok(d)
 }

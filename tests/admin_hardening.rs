@@ -103,6 +103,23 @@ fn status_shows_a_hostile_readyz_body_as_visible_escapes() {
 }
 
 #[test]
+fn status_never_prints_a_negative_zero_latency() {
+    let doc = serde_json::json!({
+        "zone": "dc-a", "ready": true, "mode": "normal", "shutting_down": false,
+        "client_cert": "loaded", "generation": 1,
+        "backends": [{
+            "address": "10.0.1.10:6443", "zone": "dc-a", "state": "ready", "latency_ms": -0.0,
+            "last_error": null, "answering": true, "active_connections": 0, "rank": 0,
+        }],
+    });
+    let admin = canned_json(&doc.to_string());
+    let (code, out, err) = status(&admin, &[]);
+    assert_eq!(code, 0, "{err}");
+    let out = String::from_utf8_lossy(&out);
+    assert!(out.contains(" 0.00ms") && !out.contains("-0.00ms"), "{out}");
+}
+
+#[test]
 fn status_cuts_absurd_cells_from_whatever_answers_on_the_admin_address() {
     let address = "a".repeat(300);
     let doc = serde_json::json!({

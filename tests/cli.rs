@@ -364,3 +364,39 @@ fn check_warns_when_a_slow_config_takes_over_half_the_node_grace_period() {
     let (_, err) = check_budget(slow, &["--node-grace", "128s"]);
     assert!(!err.contains("WARN"), "{err}");
 }
+
+#[test]
+fn check_refuses_counts_and_grace_periods_beyond_their_bounds() {
+    let lab = Lab::new();
+    let file = lab.write(
+        "c.yaml",
+        "backends:\n  - address: 10.0.1.10:6443\ntls:\n  ca: /etc/kubernetes/pki/ca.crt\nhealth:\n  fall: 1000000\n",
+    );
+    let o = readyprism(&["check", "--config", &file, "--skip-node-files"]);
+    assert_eq!(o.status.code(), Some(3), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("c.yaml:6: health.fall: 1000000 is more than the maximum of 10"),
+        "{}",
+        stderr(&o)
+    );
+    assert!(o.stdout.is_empty(), "no budget of years printed");
+
+    let file = lab.write(
+        "ok.yaml",
+        "backends:\n  - address: 10.0.1.10:6443\ntls:\n  ca: /etc/kubernetes/pki/ca.crt\n",
+    );
+    let o = readyprism(&[
+        "check",
+        "--config",
+        &file,
+        "--skip-node-files",
+        "--node-grace",
+        "18446744073709551615s",
+    ]);
+    assert_eq!(o.status.code(), Some(2), "a usage error: {}", stderr(&o));
+    assert!(
+        stderr(&o).contains("is more than the maximum of 60m"),
+        "{}",
+        stderr(&o)
+    );
+}

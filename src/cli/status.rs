@@ -194,7 +194,8 @@ fn format_ms(ms: f64) -> String {
     if ms < 0.0 || ms.is_nan() {
         "?".to_string()
     } else if ms < 1.0 {
-        format!("{ms:.2}ms")
+        // `-0.0` is not below zero, and would print as `-0.00ms`.
+        format!("{:.2}ms", ms.abs())
     } else if ms < LATENCY_SHOWN_UP_TO_MS {
         format!("{ms:.1}ms")
     } else {

@@ -72,6 +72,7 @@ fn errors_name_file_field_and_line() {
         ("backends:\n  - address: a:1\n", vec!["node.yaml:1:", "tls.ca", "required"]),
         ("backends:\n  - address: a:1\ntls:\n  ca: /ca\nlisten: [\"localhost:7445\"]\n", vec!["node.yaml:5:", "listen[0]", "not an IP socket address"]),
         ("backends:\n  - address: a:1\ntls:\n  ca: /ca\nhealth:\n  rise: 0\n", vec!["node.yaml:6:", "health.rise", "at least 1"]),
+        ("backends:\n  - address: a:1\ntls:\n  ca: /ca\nhealth:\n  fall: 1000000\n", vec!["node.yaml:6:", "health.fall", "1000000 is more than the maximum of 10"]),
         ("backends:\n  - address: 127.0.0.1:7445\ntls:\n  ca: /ca\n", vec!["node.yaml:2:", "backends[0].address", "own listen address; it would relay to itself"]),
         ("backends:\n  - address: a:1\ntls:\n  ca: /ca\nwhen_none_ready: maybe\n", vec!["node.yaml:5:", "when_none_ready", "unknown variant"]),
         ("backends:\n  - address: a:1\ntls:\n  ca: /ca\nhealth:\n  rise: -1\n", vec!["node.yaml:6:", "health.rise"]),

@@ -16,9 +16,13 @@ const TIMEOUT: (Duration, Duration) = (Duration::from_secs(3), Duration::from_se
 /// `health.fast_interval`: 1 s, at most 10 minutes (and at most the interval).
 const FAST_INTERVAL: (Duration, Duration) = (Duration::from_secs(1), Duration::from_secs(600));
 
+/// `health.rise` and `health.fall`: at most 10 checks in a row. Ten failed checks at the longest
+/// interval already leave a dead backend in the pick for over an hour.
+const MAX_COUNT: u32 = 10;
+
 impl Resolver<'_> {
     /// The `health:` block: a sendable path, the three intervals within their bounds and
-    /// ordered (timeout < interval, fast_interval ≤ interval), rise and fall at least 1.
+    /// ordered (timeout < interval, fast_interval ≤ interval), rise and fall from 1 to 10.
     pub(super) fn health(&self, raw: RawHealth) -> Result<HealthConfig, ConfigError> {
         let path = raw.path.unwrap_or_else(|| "/readyz".to_string());
         let sendable = path.parse::<hyper::http::uri::PathAndQuery>().is_ok();
@@ -66,6 +70,11 @@ impl Resolver<'_> {
         }
         let count = |field: &str, key: &str, v: Option<u32>| match v {
             Some(0) => Err(self.invalid(self.key(key), field, "must be at least 1")),
+            Some(n) if n > MAX_COUNT => Err(self.invalid(
+                self.key(key),
+                field,
+                format!("{n} is more than the maximum of {MAX_COUNT}"),
+            )),
             v => Ok(v.unwrap_or(2)),
         };
         Ok(HealthConfig {
