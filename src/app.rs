@@ -162,7 +162,9 @@ impl App {
         tls::warn_if_key_exposed(&config.tls);
         let listen: Vec<String> = app.listen_addrs().iter().map(ToString::to_string).collect();
         let zone = config.routing.zone.clone();
-        if zone.is_none() && !config.zones.is_empty() {
+        if let Some(tie) = &config.zone_ambiguous {
+            tracing::warn!(reason = tie.as_str(), "this node's addresses are in two zones, neither network more specific; zone unknown");
+        } else if zone.is_none() && !config.zones.is_empty() {
             tracing::warn!("no zone matches this node's addresses; zone unknown");
         }
         let zone_source = zone.as_ref().map(|z| z.source.to_string());
@@ -238,6 +240,10 @@ impl App {
             .map(|l| l.bound)
             .chain(fresh.iter().map(|(_, (_, b))| *b))
             .collect();
+        if new.zone_ambiguous.is_some() && new.zone_ambiguous != self.config.zone_ambiguous {
+            let reason = new.zone_ambiguous.as_deref().unwrap_or_default();
+            tracing::warn!(reason, "this node's addresses are in two zones, neither network more specific; zone unknown");
+        }
         self.discovered.follow(&new, &own);
         self.configure_table(&new).await?;
         match self.tls.apply(tls_state) {

@@ -127,6 +127,11 @@ fn main() -> ExitCode {
             .is_some_and(|(_, m)| m.value_source("zone") == Some(ValueSource::EnvVariable));
         if from_env {
             args.zone_source = ZoneSource::Env;
+            // An empty READYPRISM_ZONE is unset (a template that left it blank); an empty
+            // --zone stays an error.
+            if args.zone.as_deref().is_some_and(|z| z.trim().is_empty()) {
+                args.zone = None;
+            }
         }
     }
     if let Err(e) = init_tracing(cli.log_format, cli.log_level.as_deref()) {
@@ -191,7 +196,7 @@ fn dispatch(command: Command) -> Result<ExitCode, Failure> {
                 }
             })?;
             print!("{}", checked.report);
-            if let Some(warning) = checked.warning {
+            for warning in checked.warnings {
                 eprintln!("readyprism check: WARN: {warning}");
             }
             Ok(ExitCode::SUCCESS)

@@ -14,13 +14,15 @@ use crate::app::check_files;
 use crate::config::{ConfigError, Node, Source};
 use budget::Budget;
 
-/// What `check` prints: the report on stdout, and a warning on stderr when the budget is tight.
+/// What `check` prints: the report on stdout, and warnings on stderr: the budget is tight, or this
+/// node's addresses leave its zone unknown.
 #[derive(Debug)]
 pub struct Checked {
     /// The config, the budget and this node's zone.
     pub report: String,
-    /// Set when the worst case is over half of the node grace period.
-    pub warning: Option<String>,
+    /// The zone tie (two zones, neither network more specific), then the budget's worst case
+    /// over half of the node grace period.
+    pub warnings: Vec<String>,
 }
 
 /// Why `check` failed: the config was rejected, or (never seen) could not be printed.
@@ -55,15 +57,22 @@ pub fn check(source: &Source, node: Node, node_grace: Duration) -> Result<Checke
     let mut report = config.to_yaml()?;
     report.push_str(&budget.render(node_grace));
     if here {
-        let zone = match config.routing.zone.clone() {
-            Some(z) => format!("{} (from {})", z.name, z.source),
-            None if config.zones.is_empty() => "unknown".to_string(),
-            None => "unknown (no zone matches this node's addresses)".to_string(),
+        let zone = match (config.routing.zone.clone(), &config.zone_ambiguous) {
+            (Some(z), _) => format!("{} (from {})", z.name, z.source),
+            (None, Some(_)) => "unknown (this node's addresses are in two zones)".to_string(),
+            (None, None) if config.zones.is_empty() => "unknown".to_string(),
+            (None, None) => "unknown (no zone matches this node's addresses)".to_string(),
         };
         report.push_str(&format!("# this node's zone: {zone}\n"));
     }
-    let warning = budget
-        .over_half_of(node_grace)
-        .then(|| budget.warning(node_grace));
-    Ok(Checked { report, warning })
+    let mut warnings: Vec<String> = config
+        .zone_ambiguous
+        .iter()
+        .filter(|_| here)
+        .map(|tie| format!("{tie}; the zone is unknown"))
+        .collect();
+    if budget.over_half_of(node_grace) {
+        warnings.push(budget.warning(node_grace));
+    }
+    Ok(Checked { report, warnings })
 }

@@ -124,6 +124,9 @@ pub struct Config {
     pub allow_remote_admin: bool,
     /// Whether and how the backend list follows the cluster's Endpoints object.
     pub discovery: DiscoveryConfig,
+    /// Why this node's addresses gave no zone although they match `zones:` (two zones, neither
+    /// network more specific): the zone is unknown and this is said with a WARN.
+    pub zone_ambiguous: Option<String>,
 }
 
 impl Config {
@@ -280,35 +283,20 @@ impl Source {
         }
         if config.routing.zone.is_none() && !config.zones.is_empty() && node == Node::Here {
             let addrs = zones::interface_addresses();
-            let found = self.node_zone(&config.zones, &addrs, bytes)?;
-            config.routing.zone = found;
+            // The node's addresses are run-time facts, not config: a tie is a WARN and an
+            // unknown zone, never a refusal (a VIP or a CNI bridge address must not cost the node
+            // its API path).
+            match config.zones.node_zone(&addrs) {
+                Ok(found) => {
+                    config.routing.zone = found.map(|(m, ip)| NodeZone {
+                        name: m.zone.to_string(),
+                        source: ZoneSource::Address(ip),
+                    })
+                }
+                Err(tie) => config.zone_ambiguous = Some(tie.to_string()),
+            }
         }
         Ok(config)
-    }
-
-    /// This node's zone from `addrs` (its interface addresses) and the `zones:` map in `bytes`;
-    /// an ambiguous match is an error at the `zones` key.
-    fn node_zone(
-        &self,
-        zones: &ZoneMap,
-        addrs: &[IpAddr],
-        bytes: &[u8],
-    ) -> Result<Option<NodeZone>, ConfigError> {
-        match zones.node_zone(addrs) {
-            Ok(found) => Ok(found.map(|(m, ip)| NodeZone {
-                name: m.zone.to_string(),
-                source: ZoneSource::Address(ip),
-            })),
-            Err(e) => Err(ConfigError::Invalid {
-                file: self.path.display().to_string(),
-                line: std::str::from_utf8(bytes)
-                    .ok()
-                    .and_then(|src| locate::key_line(src, "zones", 1))
-                    .unwrap_or(1),
-                field: "zones".to_string(),
-                message: e.to_string(),
-            }),
-        }
     }
 
     /// Where `field` (a dotted path: `tls.ca`, `listen[1]`) is set in the file, as

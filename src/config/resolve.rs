@@ -148,6 +148,7 @@ impl Resolver<'_> {
             shutdown_grace,
             allow_remote_admin,
             discovery,
+            zone_ambiguous: None,
         })
     }
 

@@ -28,9 +28,10 @@ pub struct SharedNetwork {
     pub second: (String, usize),
 }
 
-/// Two zones hold this node's addresses at the same, longest, prefix length.
+/// Two zones hold this node's addresses and neither network is more specific: the same, longest,
+/// prefix length in one address family, or the best matches of the two families disagree.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("this node's address {first_ip} is in zone {first_zone} ({first_net}) and {second_ip} in zone {second_zone} ({second_net}), both /{len}: set zone: or --zone, or make one network more specific", len = first_net.prefix_len())]
+#[error("this node's address {first_ip} is in zone {first_zone} ({first_net}) and {second_ip} in zone {second_zone} ({second_net}), neither network more specific: set zone: or --zone, or make one network more specific")]
 pub struct Ambiguous {
     /// Address, zone and network of one match.
     pub first_ip: IpAddr,
@@ -100,16 +101,30 @@ impl ZoneMap {
             .map(|(zone, net)| ZoneMatch { zone, net: *net })
     }
 
-    /// This node's zone from its interface addresses: loopback addresses never count; among the
-    /// others, the match with the longest prefix wins. `Ok(None)` when no address matches; an
-    /// error when two zones match (different addresses) at the same longest prefix length.
+    /// This node's zone from its interface addresses: loopback addresses never count; within
+    /// each address family the match with the longest prefix wins (prefix lengths of IPv4 and
+    /// IPv6 networks are never compared). `Ok(None)` when no address matches; an error when two
+    /// zones match at the same longest length in one family, or the families' matches disagree.
     pub fn node_zone(
         &self,
         addrs: &[IpAddr],
     ) -> Result<Option<(ZoneMatch<'_>, IpAddr)>, Ambiguous> {
+        let v4 = self.most_specific(addrs.iter().filter(|ip| ip.is_ipv4()))?;
+        let v6 = self.most_specific(addrs.iter().filter(|ip| ip.is_ipv6()))?;
+        match (v4, v6) {
+            (Some(a), Some(b)) if a.0.zone != b.0.zone => Err(Ambiguous::of(a, b)),
+            (a, b) => Ok(a.or(b)),
+        }
+    }
+
+    /// The longest-prefix match among `addrs` (one family), or the tie at that length.
+    fn most_specific<'i>(
+        &self,
+        addrs: impl Iterator<Item = &'i IpAddr>,
+    ) -> Result<Option<(ZoneMatch<'_>, IpAddr)>, Ambiguous> {
         let mut best: Option<(ZoneMatch<'_>, IpAddr)> = None;
         let mut tie: Option<(ZoneMatch<'_>, IpAddr)> = None;
-        for &ip in addrs.iter().filter(|ip| !ip.is_loopback()) {
+        for &ip in addrs.filter(|ip| !ip.is_loopback()) {
             let Some(m) = self.zone_of(ip) else { continue };
             let len = m.net.prefix_len();
             match &best {
@@ -126,15 +141,21 @@ impl ZoneMap {
             }
         }
         match (best, tie) {
-            (Some((a, a_ip)), Some((b, b_ip))) => Err(Ambiguous {
-                first_ip: a_ip,
-                first_zone: a.zone.to_string(),
-                first_net: a.net,
-                second_ip: b_ip,
-                second_zone: b.zone.to_string(),
-                second_net: b.net,
-            }),
+            (Some(a), Some(b)) => Err(Ambiguous::of(a, b)),
             (best, _) => Ok(best),
+        }
+    }
+}
+
+impl Ambiguous {
+    fn of((a, a_ip): (ZoneMatch<'_>, IpAddr), (b, b_ip): (ZoneMatch<'_>, IpAddr)) -> Ambiguous {
+        Ambiguous {
+            first_ip: a_ip,
+            first_zone: a.zone.to_string(),
+            first_net: a.net,
+            second_ip: b_ip,
+            second_zone: b.zone.to_string(),
+            second_net: b.net,
         }
     }
 }
@@ -223,8 +244,17 @@ mod tests {
         for part in ["10.0.1.5", "dc-a", "10.0.2.5", "dc-b", "/24"] {
             assert!(text.contains(part), "{part} in {text}");
         }
-        // The same length in another family is a tie too.
+        // The families are compared by zone, never by prefix length: an IPv6 /24 is not more
+        // specific than an IPv4 /16, so their disagreeing is a tie, and their agreeing is not.
         assert!(zones.node_zone(&ips(&["10.0.1.5", "fd00::1"])).is_err());
+        assert!(
+            zones.node_zone(&ips(&["10.0.9.5", "fd00::1"])).is_err(),
+            "wide /16 v dc-b /24"
+        );
+        let agree = zones
+            .node_zone(&ips(&["10.0.2.5", "fd00::1"]))
+            .expect("one zone in both families");
+        assert_eq!(agree.map(|(m, _)| m.zone), Some("dc-b"));
         // Two addresses in one zone, or a tie below the longest match, are not ambiguous.
         let one = zones
             .node_zone(&ips(&["10.0.1.5", "10.0.1.6"]))
