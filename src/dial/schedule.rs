@@ -21,8 +21,8 @@ pub const ATTEMPT_DELAY: Duration = Duration::from_millis(150);
 
 /// At most this many attempts (SYNs) per address and dial. Three give a dial on a link losing
 /// 20 % each way (an attempt fails when its SYN or SYN-ACK is lost: 36 %) a 0.36³ ≈ 4.7 % chance
-/// of failing, against 36 % for one; seven (the old cap) gave 0.08 % but sent 7 SYNs per dial at
-/// a black-holed or overloaded apiserver.
+/// of failing, against 36 % for one; seven would give 0.08 % but send 7 SYNs per dial at a
+/// black-holed or overloaded apiserver.
 pub const PER_ADDRESS: usize = 3;
 
 /// At most this many attempts per dial over all addresses (a name with many addresses).

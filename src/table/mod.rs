@@ -277,7 +277,7 @@ fn apply(
         became_refusing,
         announced,
     };
-    let decision = transitions::transitions(scene, &changes);
+    let decision = transitions::decide(scene, &changes);
     let bumps = stamp(&mut next, &decision.evict);
     match decision.alarm {
         Alarm::Raise => {

@@ -120,7 +120,7 @@ fn silent(f: &Facts, c: &Change) -> Option<CloseReason> {
 /// on the same backends. The alarm is raised only once every backend has answered ("settled"):
 /// at start-up the local apiserver without quorum answers its 500 before the remote ones answer
 /// their 200.
-pub fn transitions(scene: Scene, changes: &[Change]) -> Transitions {
+pub fn decide(scene: Scene, changes: &[Change]) -> Transitions {
     let none_ready = !changes.iter().any(|c| c.after == State::Ready);
     let facts = Facts {
         scene,
@@ -210,7 +210,7 @@ mod tests {
 
     #[test]
     fn with_refuse_a_backend_that_turns_unready_while_others_are_ready_is_turned_unready() {
-        let t = transitions(
+        let t = decide(
             scene(true, Refuse, false, false),
             &[step(Some(Ready), Unready), step(Some(Ready), Ready)],
         );
@@ -365,7 +365,7 @@ mod tests {
             ),
         ];
         for (name, was_any_ready, steps, policy, announced, evict, alarm) in cases {
-            let t = transitions(scene(was_any_ready, policy, announced, false), &steps);
+            let t = decide(scene(was_any_ready, policy, announced, false), &steps);
             assert_eq!(t.evict, evict, "{name}: evict");
             assert_eq!(t.alarm, alarm, "{name}: alarm");
         }
@@ -375,17 +375,17 @@ mod tests {
     fn switching_to_refuse_evicts_every_unready_backend_even_long_unready_ones() {
         let steps = [step(Some(Unready), Unready), step(Some(Ready), Ready)];
         assert_eq!(
-            transitions(scene(true, Refuse, false, true), &steps).evict,
+            decide(scene(true, Refuse, false, true), &steps).evict,
             vec![(0, Refusing)]
         );
-        assert!(transitions(scene(true, Refuse, false, false), &steps)
+        assert!(decide(scene(true, Refuse, false, false), &steps)
             .evict
             .is_empty());
     }
 
     #[test]
     fn gauge_stays_up_while_a_just_added_backend_is_unchecked() {
-        let t = transitions(
+        let t = decide(
             scene(false, FailOpen, true, false),
             &[step(Some(Unready), Unready), step(None, Unknown)],
         );
@@ -397,7 +397,7 @@ mod tests {
 
     #[test]
     fn gauge_is_down_before_the_alarm_is_raised() {
-        let t = transitions(
+        let t = decide(
             scene(false, FailOpen, false, false),
             &[step(None, Unready), step(None, Unknown)],
         );
