@@ -81,6 +81,15 @@ async fn bind(
     Ok((listener, bound))
 }
 
+/// This node's addresses leave its zone unknown (`tie` says which zones and why): one WARN at
+/// start-up, and on a reload that changes it.
+fn warn_zone_tie(tie: &str) {
+    tracing::warn!(
+        reason = tie,
+        "this node's addresses are in two zones, neither network more specific; zone unknown"
+    );
+}
+
 impl App {
     /// Loads certificates, binds every address, then starts everything. Nothing is started if any
     /// step fails.
@@ -163,7 +172,7 @@ impl App {
         let listen: Vec<String> = app.listen_addrs().iter().map(ToString::to_string).collect();
         let zone = config.routing.zone.clone();
         if let Some(tie) = &config.zone_ambiguous {
-            tracing::warn!(reason = tie.as_str(), "this node's addresses are in two zones, neither network more specific; zone unknown");
+            warn_zone_tie(tie);
         } else if zone.is_none() && !config.zones.is_empty() {
             tracing::warn!("no zone matches this node's addresses; zone unknown");
         }
@@ -240,10 +249,6 @@ impl App {
             .map(|l| l.bound)
             .chain(fresh.iter().map(|(_, (_, b))| *b))
             .collect();
-        if new.zone_ambiguous.is_some() && new.zone_ambiguous != self.config.zone_ambiguous {
-            let reason = new.zone_ambiguous.as_deref().unwrap_or_default();
-            tracing::warn!(reason, "this node's addresses are in two zones, neither network more specific; zone unknown");
-        }
         self.discovered.follow(&new, &own);
         self.configure_table(&new).await?;
         match self.tls.apply(tls_state) {
@@ -259,6 +264,11 @@ impl App {
         let restart_all = new.health != self.config.health;
         self.reconcile_monitors(&new, restart_all);
         self.reconcile_listeners(&new, fresh, new_admin);
+        if let Some(tie) = new.zone_ambiguous.as_deref() {
+            if new.zone_ambiguous != self.config.zone_ambiguous {
+                warn_zone_tie(tie);
+            }
+        }
         self.config = new;
         Ok(())
     }

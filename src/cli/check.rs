@@ -65,10 +65,10 @@ pub fn check(source: &Source, node: Node, node_grace: Duration) -> Result<Checke
         };
         report.push_str(&format!("# this node's zone: {zone}\n"));
     }
+    // Set only when the node's addresses were read (`here`).
     let mut warnings: Vec<String> = config
         .zone_ambiguous
         .iter()
-        .filter(|_| here)
         .map(|tie| format!("{tie}; the zone is unknown"))
         .collect();
     if budget.over_half_of(node_grace) {

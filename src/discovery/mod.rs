@@ -255,12 +255,15 @@ impl Poller {
                 tracing::warn!(error = %e, "the discovery cache was not written");
                 return false;
             }
-            Ok(Err(e)) => e.to_string(),
-            Err(e) => format!("{}: cannot write the discovery cache: {e}", file.display()),
+            Ok(Err(e)) => e,
+            Err(e) => cache::WriteError::Io {
+                path: file,
+                cause: std::io::Error::other(e),
+            },
         };
         if !retrying {
             tracing::warn!(
-                error = failed,
+                error = %failed,
                 "the discovery cache was not written; trying again at each poll"
             );
         }

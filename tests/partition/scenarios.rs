@@ -77,7 +77,7 @@ fn within(p: &Phase, limit: f64, what: &str) {
     );
 }
 
-/// Issue 15's goal: the node lease renewed at least every 15 s (kubelet renews every 10 s).
+/// The goal: the node lease renewed at least every 15 s (kubelet renews every 10 s).
 pub const LEASE_GOAL: f64 = 15.0;
 /// The node grace period (40 s; 50 s from Kubernetes 1.32): a longer gap turns the node NotReady.
 pub const NODE_GRACE: f64 = 40.0;
