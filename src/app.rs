@@ -32,7 +32,7 @@ mod handle;
 mod reload;
 mod run;
 
-pub use error::ApplyError;
+pub use error::{ApplyError, Placed};
 pub use handle::Handle;
 pub use run::{ConfigFile, Control, End};
 

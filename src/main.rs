@@ -208,8 +208,9 @@ fn dispatch(command: Command) -> Result<ExitCode, Failure> {
             block_on(async move {
                 let signals = Signals::install().context("signal handling")?;
                 let app = App::start(config.clone()).await.map_err(|e| {
-                    let line = anyhow::anyhow!(e.placed(&source, &config));
-                    if e.is_rejection() {
+                    let rejection = e.is_rejection();
+                    let line = anyhow::Error::new(e.placed(&source, &config));
+                    if rejection {
                         Failure::Rejected(line)
                     } else {
                         Failure::Runtime(line)

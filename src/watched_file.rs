@@ -3,14 +3,15 @@
 //! most [`MAX_BYTES`]; remembered as a [`Stamp`] and a [`Digest`], never as its content; checked
 //! every [`CHECK_INTERVAL`], and a load that failed tried again every [`LOAD_RETRY_INTERVAL`].
 //!
-//! Depends on nothing else in the crate. Its errors name neither the file nor what it is for:
-//! each caller words them (`config::file`, `tls::files`). Does not parse the bytes nor decide when
-//! to read (the callers' watchers). Every function here blocks: call it off the runtime thread.
+//! Depends on nothing else in the crate. Its error ([`FileError`]) names the file and has one
+//! wording for every reader; callers add only what the file is for (the config adds "not
+//! loaded", a certificate the field that named it). Does not parse the bytes nor decide when to
+//! read (the callers' watchers). Every function here blocks: call it off the runtime thread.
 
 use std::fs::Metadata;
 use std::io::Read;
 use std::os::unix::fs::{FileTypeExt, MetadataExt, OpenOptionsExt};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime};
 
 /// The largest file read. A config is a few KiB, a kubelet client certificate ~2 KiB and a CA
@@ -61,14 +62,24 @@ impl Kind {
     }
 }
 
-/// Why the file cannot be read now. Carries no path: the caller names the file in its own words.
+/// A file that cannot be read now, named: `/etc/readyprism/config.yaml: cannot read: …`.
+#[derive(Debug, thiserror::Error)]
+#[error("{}: {error}", path.display())]
+pub struct FileError {
+    /// The path as given.
+    pub path: PathBuf,
+    /// Why it cannot be read.
+    pub error: ReadError,
+}
+
+/// Why a file cannot be read now (the file is named by [`FileError`]).
 #[derive(Debug, thiserror::Error)]
 pub enum ReadError {
     /// Missing, unreadable (EACCES), out of descriptors (EMFILE) or another I/O error.
-    #[error("{0}")]
+    #[error("cannot read: {0}")]
     Io(std::io::Error),
     /// Not a regular file: never opened for reading (a FIFO would block).
-    #[error("not a regular file ({})", .0.as_str())]
+    #[error("cannot read: not a regular file ({})", .0.as_str())]
     NotRegular(Kind),
     /// More than [`MAX_BYTES`].
     #[error("larger than 1 MiB")]
@@ -103,7 +114,11 @@ impl Stamp {
 
     /// The regular file at `path` as `stat` (following symlinks, as a ConfigMap's `..data` and
     /// kubelet's `-current.pem` need) sees it now.
-    pub fn now(path: &Path) -> Result<Stamp, ReadError> {
+    pub fn now(path: &Path) -> Result<Stamp, FileError> {
+        Stamp::at(path).map_err(|error| FileError::new(path, error))
+    }
+
+    fn at(path: &Path) -> Result<Stamp, ReadError> {
         let m = std::fs::metadata(path).map_err(ReadError::Io)?;
         regular(&m)?;
         Ok(Stamp::of(&m))
@@ -162,8 +177,22 @@ pub struct Contents {
 /// Reads the file at `path`: `stat` first (nothing but a regular file is opened), then a
 /// non-blocking open (the path may have become a FIFO in between) checked again by `fstat`, then
 /// at most [`MAX_BYTES`].
-pub fn read(path: &Path) -> Result<Contents, ReadError> {
-    Stamp::now(path)?;
+pub fn read(path: &Path) -> Result<Contents, FileError> {
+    read_regular(path).map_err(|error| FileError::new(path, error))
+}
+
+impl FileError {
+    /// `error`, naming the file at `path`.
+    pub fn new(path: &Path, error: ReadError) -> FileError {
+        FileError {
+            path: path.to_path_buf(),
+            error,
+        }
+    }
+}
+
+fn read_regular(path: &Path) -> Result<Contents, ReadError> {
+    Stamp::at(path)?;
     let mut f = std::fs::OpenOptions::new()
         .read(true)
         .custom_flags(libc::O_NONBLOCK)
@@ -228,19 +257,47 @@ mod tests {
         assert!(read(&path).is_ok(), "exactly the cap is fine");
         std::fs::write(&path, vec![b'#'; MAX_BYTES as usize + 1]).expect("write");
         let e = read(&path).expect_err("over the cap");
-        assert!(matches!(e, ReadError::TooLarge { .. }), "{e}");
+        assert!(matches!(e.error, ReadError::TooLarge { .. }), "{e}");
         std::fs::remove_file(&path).expect("rm");
         std::fs::create_dir(&path).expect("mkdir");
         let e = read(&path).expect_err("a directory");
-        assert!(matches!(e, ReadError::NotRegular(Kind::Directory)), "{e}");
+        assert!(
+            matches!(e.error, ReadError::NotRegular(Kind::Directory)),
+            "{e}"
+        );
         std::fs::remove_dir(&path).expect("rmdir");
         let made = std::process::Command::new("mkfifo").arg(&path).status();
         assert!(made.expect("mkfifo").success());
         let e = read(&path).expect_err("a FIFO, without blocking");
-        assert!(matches!(e, ReadError::NotRegular(Kind::Fifo)), "{e}");
+        assert!(matches!(e.error, ReadError::NotRegular(Kind::Fifo)), "{e}");
         std::fs::remove_file(&path).expect("rm");
         let e = read(&path).expect_err("missing");
-        assert!(matches!(e, ReadError::Io(_)), "{e}");
+        assert!(matches!(e.error, ReadError::Io(_)), "{e}");
+    }
+
+    #[test]
+    fn every_read_error_names_the_file_in_one_wording() {
+        let exe = std::env::current_exe().expect("the test binary");
+        let stamp = Stamp::now(&exe).expect("a regular file's stamp");
+        let eacces = std::io::Error::from_raw_os_error(libc::EACCES);
+        for (e, said) in [
+            (ReadError::TooLarge { stamp }, "larger than 1 MiB"),
+            (
+                ReadError::NotRegular(Kind::Directory),
+                "cannot read: not a regular file (a directory)",
+            ),
+            (
+                ReadError::NotRegular(Kind::Fifo),
+                "cannot read: not a regular file (a FIFO)",
+            ),
+            (
+                ReadError::Io(eacces),
+                "cannot read: Permission denied (os error 13)",
+            ),
+        ] {
+            let e = FileError::new(Path::new("/ca.crt"), e);
+            assert_eq!(e.to_string(), format!("/ca.crt: {said}"));
+        }
     }
 
     #[test]

@@ -150,7 +150,7 @@ fn unreadable_files_and_busy_ports_are_one_clear_line_each() {
         (
             base(&format!("  ca: {dir}\n"), "127.0.0.1:0"),
             "6:3: tls.ca",
-            format!("{dir}: cannot read: Is a directory"),
+            format!("{dir}: cannot read: not a regular file (a directory)"),
         ),
         (
             base(&format!("  ca: {garbage}\n"), "127.0.0.1:0"),
@@ -168,7 +168,7 @@ fn unreadable_files_and_busy_ports_are_one_clear_line_each() {
                 "127.0.0.1:0",
             ),
             "7:3: tls.client_cert",
-            format!("{dir}: cannot read: Is a directory"),
+            format!("{dir}: cannot read: not a regular file (a directory)"),
         ),
         (
             base(

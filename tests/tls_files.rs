@@ -26,7 +26,7 @@ fn a_ca_path_that_becomes_a_fifo_keeps_livez_answering_and_is_warned_about_once(
     let error = warned["fields"]["error"].as_str().unwrap_or_default();
     assert_eq!(
         error,
-        format!("{}: cannot read: a FIFO, not a regular file", ca.display())
+        format!("{}: cannot read: not a regular file (a FIFO)", ca.display())
     );
     // The watcher retries every 5 s while the FIFO is there; until it has, /livez keeps answering.
     let deadline = tokio::time::Instant::now() + patience();
@@ -77,7 +77,7 @@ fn a_ca_file_over_a_mebibyte_or_a_fifo_is_refused_at_check_and_run_naming_file_a
     std::fs::remove_file(&ca).expect("remove ca");
     mkfifo(&ca);
     let fifo = format!(
-        "{file}:5:3: tls.ca: {}: cannot read: a FIFO, not a regular file",
+        "{file}:5:3: tls.ca: {}: cannot read: not a regular file (a FIFO)",
         ca.display()
     );
     for command in ["check", "run"] {

@@ -49,12 +49,12 @@ impl ApplyError {
         matches!(self, ApplyError::Tls(_))
     }
 
-    /// The error as one line prefixed with the config file, line, column and field it is about
-    /// (`config.yaml:6:3: tls.ca: /ca.crt: cannot read: …`), when a field is to blame.
-    pub fn placed(&self, source: &crate::config::Source, config: &Config) -> String {
-        match self.field(config) {
-            Some(field) => format!("{}: {self}", source.place(&field)),
-            None => self.to_string(),
+    /// The error with the config file, line, column and field it is about, when a field is to
+    /// blame (reads the file for the line: blocks).
+    pub fn placed(self, source: &crate::config::Source, config: &Config) -> Placed {
+        Placed {
+            at: self.field(config).map(|field| source.place(&field)),
+            error: self,
         }
     }
 
@@ -70,6 +70,17 @@ impl ApplyError {
             ApplyError::TableGone => None,
         }
     }
+}
+
+/// An [`ApplyError`] and where the config sets what is to blame: one line,
+/// `config.yaml:6:3: tls.ca: /ca.crt: cannot read: …` (just the error when no field is to blame).
+#[derive(Debug, thiserror::Error)]
+#[error("{}{error}", at.as_deref().map(|at| format!("{at}: ")).unwrap_or_default())]
+pub struct Placed {
+    /// `file:line:column: field`, or `file: field` for a default.
+    pub at: Option<String>,
+    /// The error.
+    pub error: ApplyError,
 }
 
 impl From<TlsError> for ApplyError {

@@ -9,11 +9,11 @@ use std::io;
 
 use tokio::time::Instant;
 
+use super::error::Placed;
 use super::App;
-use crate::config::file::ReadError;
-use crate::config::watch::{self, Action, Attempt, ConfigWatch, Look, Rejection, Step};
-use crate::config::{Config, Source};
-use crate::watched_file::{Digest, Stamp, LOAD_RETRY_INTERVAL};
+use crate::config::watch::{self, Action, Attempt, ConfigWatch, Decision, Look, Rejection};
+use crate::config::{Config, ConfigError, Source};
+use crate::watched_file::{Digest, FileError, ReadError, Stamp, LOAD_RETRY_INTERVAL};
 
 /// [`watch::look`] on the blocking pool.
 pub(super) async fn look_off_thread(source: &Source, seen: Option<Stamp>, force: bool) -> Look {
@@ -21,10 +21,10 @@ pub(super) async fn look_off_thread(source: &Source, seen: Option<Stamp>, force:
     tokio::task::spawn_blocking(move || watch::look(&s, seen, force, std::time::SystemTime::now()))
         .await
         .unwrap_or_else(|e| {
-            Look::Unusable(ReadError::Io {
-                file: source.path.display().to_string(),
-                cause: io::Error::other(e),
-            })
+            Look::Unusable(FileError::new(
+                &source.path,
+                ReadError::Io(io::Error::other(e)),
+            ))
         })
 }
 
@@ -53,8 +53,8 @@ pub(super) async fn on_hup(app: &mut App, source: &Source, watch: &mut ConfigWat
 /// read) and whether it now runs.
 async fn hup(app: &mut App, source: &Source, look: Look) -> Option<(Digest, bool)> {
     let (loaded, digest) = match look {
-        Look::Read { loaded, digest, .. } => (loaded.map_err(|e| e.to_string()), Some(digest)),
-        Look::Unusable(e) => (Err(e.to_string()), None),
+        Look::Read { loaded, digest, .. } => (loaded.map_err(Rejected::from), Some(digest)),
+        Look::Unusable(e) => (Err(ConfigError::from(e).into()), None),
         Look::Unchanged => return None,
     };
     let result = match loaded {
@@ -73,7 +73,12 @@ async fn hup(app: &mut App, source: &Source, look: Look) -> Option<(Digest, bool
 
 /// A watch tick's decision carried out: each distinct failure counted and logged once, a retry
 /// that succeeds logged.
-pub(super) async fn on_step(app: &mut App, source: &Source, watch: &mut ConfigWatch, step: Step) {
+pub(super) async fn on_decision(
+    app: &mut App,
+    source: &Source,
+    watch: &mut ConfigWatch,
+    step: Decision,
+) {
     let file = source.path.display();
     if step.recovered {
         tracing::info!(file = %file, "the config file is readable again");
@@ -98,7 +103,7 @@ pub(super) async fn on_step(app: &mut App, source: &Source, watch: &mut ConfigWa
     }
     let result = match loaded {
         Ok(config) => apply(app, source, config).await,
-        Err(e) => Err(e.to_string()),
+        Err(e) => Err(Rejected::from(e)),
     };
     match result {
         Ok(()) => {
@@ -122,15 +127,30 @@ pub(super) async fn on_step(app: &mut App, source: &Source, watch: &mut ConfigWa
     }
 }
 
+/// Why a reload did not take, in one line naming the file (and the field, when one is to blame).
+#[derive(Debug, thiserror::Error)]
+enum Rejected {
+    /// The file cannot be used, or what it holds is not a valid config.
+    #[error(transparent)]
+    Config(#[from] ConfigError),
+    /// A valid config that could not be applied (a port in use, an unusable certificate file).
+    #[error(transparent)]
+    Apply(#[from] Placed),
+}
+
 /// Applies a parsed config; an error is placed at its field (the file is re-read for the line,
-/// off the runtime thread).
-async fn apply(app: &mut App, source: &Source, config: Config) -> Result<(), String> {
-    let Err(e) = app.reload(config.clone()).await else {
+/// off the runtime thread; if that read's task fails, the error goes unplaced).
+async fn apply(app: &mut App, source: &Source, config: Config) -> Result<(), Rejected> {
+    let Err(error) = app.reload(config.clone()).await else {
         return Ok(());
     };
+    let field = error.field(&config);
     let s = source.clone();
-    tokio::task::spawn_blocking(move || e.placed(&s, &config))
-        .await
-        .map_err(|j| j.to_string())
-        .and_then(Err)
+    let at = match field {
+        Some(field) => tokio::task::spawn_blocking(move || s.place(&field))
+            .await
+            .ok(),
+        None => None,
+    };
+    Err(Placed { at, error }.into())
 }

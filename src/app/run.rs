@@ -12,7 +12,7 @@ use tokio::signal::unix::Signal;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use super::reload::{look_off_thread, on_hup, on_step};
+use super::reload::{look_off_thread, on_decision, on_hup};
 use super::App;
 use crate::config::watch::ConfigWatch;
 use crate::config::Source;
@@ -139,7 +139,7 @@ impl App {
                 Wake::Hangup => on_hup(&mut self, source, watch, look).await,
                 _ => {
                     let step = watch.decide(look, Instant::now());
-                    on_step(&mut self, source, watch, step).await;
+                    on_decision(&mut self, source, watch, step).await;
                 }
             }
         };

@@ -10,7 +10,7 @@ pub mod budget;
 
 use std::time::Duration;
 
-use crate::app::check_files;
+use crate::app::{check_files, Placed};
 use crate::config::{ConfigError, Node, Source};
 use budget::Budget;
 
@@ -32,8 +32,8 @@ pub enum CheckError {
     #[error(transparent)]
     Config(#[from] ConfigError),
     /// A CA, certificate or key file it names is unusable (the line names file, line and field).
-    #[error("{0}")]
-    Files(String),
+    #[error(transparent)]
+    Files(Placed),
     /// The resolved config could not be serialised.
     #[error("cannot print the config: {0}")]
     Print(#[from] yaml_serde::Error),

@@ -2,12 +2,11 @@
 //!
 //! Every error names the file, the field and the line (and column when the YAML parser knows it).
 //! `raw` owns the serde shape and scalar parsing, `parse_error` puts a parser error at its field,
-//! `locate` finds lines for cross-field errors, `file` reads the file safely, `watch` notices when
-//! its content changes, `zones` matches addresses against the `zones:` map, `discovery` resolves
+//! `locate` finds lines for cross-field errors, `watch` notices when
+//! its content changes (the read itself is `watched_file`'s), `zones` matches addresses against the `zones:` map, `discovery` resolves
 //! the `discovery:` block.
 
 mod discovery;
-pub mod file;
 mod locate;
 mod parse_error;
 mod place;
@@ -24,7 +23,7 @@ use rustls_pki_types::ServerName;
 
 use crate::backend::{BackendSpec, Routing};
 pub use crate::backend::{NodeZone, ZoneSource};
-use crate::watched_file::Digest;
+use crate::watched_file::{self, Digest, FileError, ReadError};
 pub use discovery::DiscoveryConfig;
 use parse_error::parse_error;
 pub use place::ListenField;
@@ -41,8 +40,8 @@ pub const DEFAULT_ADMIN: &str = "127.0.0.1:7446";
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
     /// The file could not be read, is not a regular file or is larger than 1 MiB.
-    #[error(transparent)]
-    File(#[from] file::ReadError),
+    #[error("{0}; not loaded")]
+    File(FileError),
     /// YAML syntax, an unknown key, a wrong type or a bad scalar; position from the parser.
     #[error("{file}:{line}:{column}: {message}")]
     Parse {
@@ -70,6 +69,14 @@ pub enum ConfigError {
         /// What is wrong and what is expected.
         message: String,
     },
+}
+
+// Not `#[from]`: that would make the file error this one's source too, and the top level's
+// `{:#}` would print it twice.
+impl From<FileError> for ConfigError {
+    fn from(e: FileError) -> Self {
+        ConfigError::File(e)
+    }
 }
 
 /// The `health:` block, validated.
@@ -130,17 +137,17 @@ pub struct Config {
 }
 
 impl Config {
-    /// Reads and validates a config file (blocks: see [`file::read`]).
+    /// Reads and validates a config file (blocks: see [`watched_file::read`]).
     pub fn load(path: &Path) -> Result<Config, ConfigError> {
-        Config::parse_bytes(&file::read(path)?.bytes, path)
+        Config::parse_bytes(&watched_file::read(path)?.bytes, path)
     }
 
     /// Validates the bytes of the config file at `path` (UTF-8 YAML).
     fn parse_bytes(bytes: &[u8], path: &Path) -> Result<Config, ConfigError> {
         let file = path.display().to_string();
-        let src = std::str::from_utf8(bytes).map_err(|e| file::ReadError::Io {
-            file: file.clone(),
-            cause: std::io::Error::new(std::io::ErrorKind::InvalidData, e),
+        let src = std::str::from_utf8(bytes).map_err(|e| {
+            let invalid = std::io::Error::new(std::io::ErrorKind::InvalidData, e);
+            FileError::new(path, ReadError::Io(invalid))
         })?;
         Config::parse(src, &file)
     }
@@ -252,14 +259,14 @@ pub enum Node {
 }
 
 impl Source {
-    /// Reads and validates the file, then applies the zone precedence (blocks: see [`file::read`]).
+    /// Reads and validates the file, then applies the zone precedence (blocks: see [`watched_file::read`]).
     pub fn load(&self) -> Result<Loaded, ConfigError> {
         self.load_for(Node::Here)
     }
 
     /// [`Source::load`], with the node's addresses consulted or not.
     pub fn load_for(&self, node: Node) -> Result<Loaded, ConfigError> {
-        let contents = file::read(&self.path)?;
+        let contents = watched_file::read(&self.path)?;
         Ok(Loaded {
             config: self.parse_for(&contents.bytes, node)?,
             digest: contents.digest,
@@ -305,7 +312,7 @@ impl Source {
     pub fn place(&self, field: &str) -> String {
         let file = self.path.display();
         // The same careful read as a load: the path may have become a FIFO since.
-        let at = file::read(&self.path)
+        let at = watched_file::read(&self.path)
             .ok()
             .and_then(|c| String::from_utf8(c.bytes).ok())
             .and_then(|src| locate::path_line(&src, field));

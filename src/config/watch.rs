@@ -18,9 +18,8 @@ use std::time::SystemTime;
 
 use tokio::time::Instant;
 
-use super::file::{self, ReadError};
 use super::{Config, ConfigError, Source};
-use crate::watched_file::{Digest, Stamp, LOAD_RETRY_INTERVAL};
+use crate::watched_file::{self, Digest, FileError, ReadError, Stamp, LOAD_RETRY_INTERVAL};
 
 /// What one look at the file found.
 // One per tick, moved once and never stored: boxing the config would buy nothing.
@@ -39,30 +38,35 @@ pub enum Look {
         loaded: Result<Config, ConfigError>,
     },
     /// Nothing usable is at the path now (missing, a directory, unreadable, out of descriptors).
-    Unusable(ReadError),
+    Unusable(FileError),
 }
 
 /// Looks at the config file at wall-clock time `now`: a `stat`, then a read and parse when the
 /// stamp differs from `seen` or `force` is set. Blocks: call it in `spawn_blocking`.
 pub fn look(source: &Source, seen: Option<Stamp>, force: bool, now: SystemTime) -> Look {
     if !force {
-        match file::stamp(&source.path) {
+        match Stamp::now(&source.path) {
             Ok(now) if Some(now) == seen => return Look::Unchanged,
             Ok(_) => {}
             Err(e) => return Look::Unusable(e),
         }
     }
     let fresh = |stamp: Stamp| stamp.trusted(now).then_some(stamp);
-    match file::read(&source.path) {
+    match watched_file::read(&source.path) {
         Ok(c) => Look::Read {
             stamp: fresh(c.stamp),
             digest: c.digest,
             loaded: source.parse(&c.bytes),
         },
-        Err(ReadError::TooLarge { file, stamp }) => Look::Read {
+        Err(
+            e @ FileError {
+                error: ReadError::TooLarge { stamp },
+                ..
+            },
+        ) => Look::Read {
             stamp: fresh(stamp),
             digest: Digest::of_stamp(&stamp),
-            loaded: Err(ReadError::TooLarge { file, stamp }.into()),
+            loaded: Err(e.into()),
         },
         Err(e) => Look::Unusable(e),
     }
@@ -99,7 +103,7 @@ pub enum Action {
 
 /// The decision for one look.
 #[derive(Debug)]
-pub struct Step {
+pub struct Decision {
     /// The file is readable again after a spell of [`Action::Warn`] (INFO once).
     pub recovered: bool,
     /// What to do.
@@ -156,8 +160,8 @@ impl ConfigWatch {
     }
 
     /// Decides what a look means.
-    pub fn decide(&mut self, look: Look, now: Instant) -> Step {
-        let stay = |recovered| Step {
+    pub fn decide(&mut self, look: Look, now: Instant) -> Decision {
+        let stay = |recovered| Decision {
             recovered,
             action: Action::Stay,
         };
@@ -165,12 +169,12 @@ impl ConfigWatch {
             Look::Unchanged => stay(false),
             Look::Unusable(e) => {
                 self.seen = None;
-                let why = e.to_string();
+                let why = ConfigError::from(e).to_string();
                 if self.unusable.as_ref() == Some(&why) {
                     return stay(false);
                 }
                 self.unusable = Some(why.clone());
-                Step {
+                Decision {
                     recovered: false,
                     action: Action::Warn(why),
                 }
@@ -202,7 +206,7 @@ impl ConfigWatch {
                     }
                     _ => Attempt::First,
                 };
-                Step {
+                Decision {
                     recovered,
                     action: Action::Load {
                         loaded,

@@ -119,7 +119,7 @@ struct Won {
 }
 
 /// How one attempt ended.
-enum Attempt {
+enum Ended {
     Connected(TcpStream),
     /// `connect` failed (refused, unreachable, ...): the address gets no more attempts.
     Failed(io::Error),
@@ -131,31 +131,31 @@ enum Attempt {
 /// `options` and sends its SYN at once, before the future is first polled; the future only waits
 /// (and holds no copy of the options). The first attempt of a dial, which the dial's own timer
 /// gives up.
-fn unbounded(addr: SocketAddr, options: &SocketOptions) -> impl Future<Output = Attempt> + 'static {
+fn unbounded(addr: SocketAddr, options: &SocketOptions) -> impl Future<Output = Ended> + 'static {
     let started = start(addr, options);
     async move {
         match started {
-            Ok(stream) => Attempt::from(connected(stream).await),
-            Err(e) => Attempt::Failed(e),
+            Ok(stream) => Ended::from(connected(stream).await),
+            Err(e) => Ended::Failed(e),
         }
     }
 }
 
 /// [`unbounded`], given up after [`ATTEMPT_LIFETIME`]: a re-attempt, run as a task of its own.
-fn attempt(addr: SocketAddr, options: &SocketOptions) -> impl Future<Output = Attempt> + 'static {
+fn attempt(addr: SocketAddr, options: &SocketOptions) -> impl Future<Output = Ended> + 'static {
     let attempt = unbounded(addr, options);
     async move {
         tokio::time::timeout(ATTEMPT_LIFETIME, attempt)
             .await
-            .unwrap_or(Attempt::Unanswered)
+            .unwrap_or(Ended::Unanswered)
     }
 }
 
-impl From<io::Result<TcpStream>> for Attempt {
-    fn from(r: io::Result<TcpStream>) -> Attempt {
+impl From<io::Result<TcpStream>> for Ended {
+    fn from(r: io::Result<TcpStream>) -> Ended {
         match r {
-            Ok(stream) => Attempt::Connected(stream),
-            Err(e) => Attempt::Failed(e),
+            Ok(stream) => Ended::Connected(stream),
+            Err(e) => Ended::Failed(e),
         }
     }
 }
@@ -212,7 +212,7 @@ async fn connect_any(
     // made at the first of them. `None` once it ended or was given up (dropping its socket).
     let first_expires = began + ATTEMPT_LIFETIME;
     let mut first = std::pin::pin!(Some(unbounded(first_addr, options)));
-    let mut running: Option<JoinSet<(SocketAddr, u32, Attempt)>> = None;
+    let mut running: Option<JoinSet<(SocketAddr, u32, Ended)>> = None;
     let mut last_error = None;
     // The next of the budget's end, the first attempt's end (while it runs) and the plan's next.
     let next_wake = |first_pending: bool, plan: &Plan| {
@@ -275,7 +275,7 @@ async fn connect_any(
             continue;
         };
         let e = match result {
-            Attempt::Connected(stream) => {
+            Ended::Connected(stream) => {
                 herd.connected(Instant::now());
                 // Dropping the set aborts the rest.
                 drop(running);
@@ -285,11 +285,11 @@ async fn connect_any(
                     beaten: plan.beaten(addr, n),
                 });
             }
-            Attempt::Unanswered => {
+            Ended::Unanswered => {
                 last_error = Some(DialError::Unanswered(plan.started()));
                 continue;
             }
-            Attempt::Failed(e) => DialError::Connect(e),
+            Ended::Failed(e) => DialError::Connect(e),
         };
         // This node cannot dial (no descriptor, port or memory): the whole dial fails at once
         // with that error, which no health check counts, rather than dropping the address from

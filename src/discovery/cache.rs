@@ -13,7 +13,7 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
-use crate::watched_file::{self, ReadError};
+use crate::watched_file::{self, FileError, ReadError};
 
 /// The cache file's content. `version` lets a later format be told apart.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -63,8 +63,8 @@ pub enum LoadError {
     #[error("no discovery cache yet")]
     Missing,
     /// It exists but cannot be read (permissions, not a regular file, over 1 MiB).
-    #[error("cannot read the discovery cache: {0}")]
-    Unreadable(ReadError),
+    #[error("discovery cache {0}")]
+    Unreadable(FileError),
     /// It does not hold a cache of this format.
     #[error("the discovery cache is corrupt: {0}")]
     Corrupt(String),
@@ -72,9 +72,9 @@ pub enum LoadError {
 
 /// Reads the cache at `path` (blocks; a small file read once at start-up).
 pub fn load(path: &Path) -> Result<Vec<SocketAddr>, LoadError> {
-    let contents = watched_file::read(path).map_err(|e| match e {
+    let contents = watched_file::read(path).map_err(|e| match &e.error {
         ReadError::Io(io) if io.kind() == std::io::ErrorKind::NotFound => LoadError::Missing,
-        e => LoadError::Unreadable(e),
+        _ => LoadError::Unreadable(e),
     })?;
     let file: CacheFile =
         serde_json::from_slice(&contents.bytes).map_err(|e| LoadError::Corrupt(e.to_string()))?;
@@ -148,7 +148,7 @@ fn not_a_cache(path: &Path) -> Option<String> {
     }
     let contents = match watched_file::read(path) {
         Ok(c) => c,
-        Err(e) => return Some(e.to_string()),
+        Err(e) => return Some(e.error.to_string()),
     };
     let shape = serde_json::from_slice::<serde_json::Value>(&contents.bytes).ok();
     let is_cache = shape.is_some_and(|v| {

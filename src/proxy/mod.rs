@@ -201,9 +201,9 @@ impl Proxy {
     }
 
     /// The only snapshot access on this path: one load, kept for the dial (not the relay).
-    fn plan(&self, seq: usize) -> Plan {
+    fn plan(&self, seq: usize) -> Picked {
         let snap = self.table.load();
-        Plan {
+        Picked {
             order: snap.order(seq),
             snap,
         }
@@ -214,7 +214,7 @@ impl Proxy {
     /// exhausted. A dial that fails for the backend's fault is reported to its monitor as a
     /// failed check; one that fails for this node's shortage ends the connection at once (every
     /// other backend would fail the same way) and is counted apart, against no backend.
-    async fn dial_first(&self, plan: &Plan, record: &mut Record) -> Dialed {
+    async fn dial_first(&self, plan: &Picked, record: &mut Record) -> Dialed {
         let mut evicted = false;
         let ranked = plan
             .order
@@ -311,7 +311,7 @@ impl Proxy {
 /// What to dial for one client connection: the snapshot it was picked from (one reference, kept
 /// for the dial only, so the fallback and every target's eviction epoch come from the same
 /// snapshot as the pick), and the order.
-struct Plan {
+struct Picked {
     snap: Arc<Snapshot>,
     order: Order,
 }

@@ -1,6 +1,6 @@
-//! One certificate, key or CA file read in TLS's words (every error names the file), and the
-//! stamps of the three files the watcher compares. The read itself (regular files only, never
-//! blocking, at most 1 MiB, a stamp and a digest instead of the content) is `watched_file`'s.
+//! One certificate, key or CA file read, and the stamps of the three files the watcher compares.
+//! The read itself (regular files only, never blocking, at most 1 MiB, a stamp and a digest
+//! instead of the content) and its error's one wording are `watched_file`'s.
 //!
 //! Does not parse PEM (`load`) nor decide when to read (`watch`, which calls this from the
 //! blocking pool).
@@ -10,7 +10,7 @@ use std::time::SystemTime;
 
 use super::TlsError;
 use crate::config::TlsFiles;
-use crate::watched_file::{self, Contents, Kind, Stamp};
+use crate::watched_file::{self, Contents, Stamp};
 
 /// The stamps of the CA, client certificate and key files (`None`: absent, not a regular file or
 /// not configured); any change (a rename, a write, a `chmod`, a same-size in-place edit that
@@ -44,54 +44,5 @@ impl Stamps {
 
 /// Reads a certificate, key or CA file (see [`watched_file::read`]).
 pub fn read(path: &Path) -> Result<Contents, TlsError> {
-    watched_file::read(path).map_err(|e| error(path, e))
-}
-
-/// `watched_file`'s error, naming the file; a directory in the words the kernel would use.
-fn error(path: &Path, e: watched_file::ReadError) -> TlsError {
-    let path = path.to_path_buf();
-    match e {
-        watched_file::ReadError::Io(cause) => TlsError::Read { path, cause },
-        watched_file::ReadError::NotRegular(Kind::Directory) => TlsError::Read {
-            path,
-            cause: std::io::Error::from_raw_os_error(libc::EISDIR),
-        },
-        watched_file::ReadError::NotRegular(kind) => TlsError::NotRegular {
-            path,
-            what: kind.as_str(),
-        },
-        watched_file::ReadError::TooLarge { .. } => TlsError::TooLarge { path },
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::watched_file::ReadError as Shared;
-
-    #[test]
-    fn every_read_error_names_the_certificate_file_and_a_directory_reads_as_eisdir() {
-        let exe = std::env::current_exe().expect("the test binary");
-        let stamp = Stamp::now(&exe).expect("a regular file's stamp");
-        let eacces = std::io::Error::from_raw_os_error(libc::EACCES);
-        let cases = [
-            (Shared::TooLarge { stamp }, "larger than 1 MiB"),
-            (
-                Shared::NotRegular(Kind::Directory),
-                "cannot read: Is a directory (os error 21)",
-            ),
-            (
-                Shared::NotRegular(Kind::Fifo),
-                "cannot read: a FIFO, not a regular file",
-            ),
-            (
-                Shared::Io(eacces),
-                "cannot read: Permission denied (os error 13)",
-            ),
-        ];
-        for (e, said) in cases {
-            let e = error(Path::new("/ca.crt"), e);
-            assert_eq!(e.to_string(), format!("/ca.crt: {said}"));
-        }
-    }
+    Ok(watched_file::read(path)?)
 }

@@ -19,34 +19,15 @@ use rustls::ClientConfig;
 
 use crate::config::TlsFiles;
 use crate::metrics::Metrics;
-use crate::watched_file::Digest;
+use crate::watched_file::{Digest, FileError};
 use files::Stamps;
 
 /// A certificate file could not be used. Each variant names the file.
 #[derive(Debug, thiserror::Error)]
 pub enum TlsError {
-    /// The file could not be read.
-    #[error("{path}: cannot read: {cause}")]
-    Read {
-        /// The file.
-        path: PathBuf,
-        /// Why.
-        cause: std::io::Error,
-    },
-    /// The path is a FIFO, socket or device: never opened for reading, which could block.
-    #[error("{path}: cannot read: {what}, not a regular file")]
-    NotRegular {
-        /// The file.
-        path: PathBuf,
-        /// What it is instead (`a FIFO`).
-        what: &'static str,
-    },
-    /// The file is larger than 1 MiB (`watched_file::MAX_BYTES`).
-    #[error("{path}: larger than 1 MiB")]
-    TooLarge {
-        /// The file.
-        path: PathBuf,
-    },
+    /// The file could not be read, is not a regular file or is larger than 1 MiB.
+    #[error(transparent)]
+    File(#[from] FileError),
     /// The file holds no usable PEM of the expected kind.
     #[error("{path}: {what}")]
     Pem {
@@ -77,10 +58,8 @@ impl TlsError {
     /// The file the error is about.
     pub fn path(&self) -> &std::path::Path {
         match self {
-            TlsError::Read { path, .. }
-            | TlsError::NotRegular { path, .. }
-            | TlsError::TooLarge { path }
-            | TlsError::Pem { path, .. }
+            TlsError::File(e) => &e.path,
+            TlsError::Pem { path, .. }
             | TlsError::Key { path, .. }
             | TlsError::Rustls { path, .. } => path,
         }

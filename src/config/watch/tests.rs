@@ -1,6 +1,7 @@
 //! Unit tests for the config watch: the decision over looks, and looks at real files.
 
 use super::*;
+use std::path::Path;
 use std::time::Duration;
 
 const A: &str = "backends:\n  - address: 10.0.1.10:6443\ntls:\n  ca: /ca.crt\n";
@@ -76,13 +77,11 @@ fn a_file_changed_a_moment_ago_is_acted_on_only_once_it_has_been_still() {
 }
 
 fn emfile() -> Look {
-    Look::Unusable(ReadError::Io {
-        file: "c.yaml".into(),
-        cause: std::io::Error::from_raw_os_error(libc::EMFILE),
-    })
+    let emfile = std::io::Error::from_raw_os_error(libc::EMFILE);
+    Look::Unusable(FileError::new(Path::new("c.yaml"), ReadError::Io(emfile)))
 }
 
-fn is_load(step: &Step, attempt: Attempt) -> bool {
+fn is_load(step: &Decision, attempt: Attempt) -> bool {
     matches!(step.action, Action::Load { attempt: a, .. } if a == attempt)
 }
 
@@ -138,10 +137,8 @@ fn an_unusable_file_warns_once_per_spell_and_per_reason() {
         let step = w.decide(emfile(), now);
         assert!(matches!(step.action, Action::Stay) && !step.recovered);
     }
-    let dir = Look::Unusable(ReadError::NotRegular {
-        file: "c.yaml".into(),
-        kind: "a directory",
-    });
+    let not_regular = ReadError::NotRegular(crate::watched_file::Kind::Directory);
+    let dir = Look::Unusable(FileError::new(Path::new("c.yaml"), not_regular));
     assert!(matches!(w.decide(dir, now).action, Action::Warn(w) if w.contains("directory")));
     let back = w.decide(read(A), now);
     assert!(back.recovered && matches!(back.action, Action::Stay));
