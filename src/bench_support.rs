@@ -37,8 +37,7 @@ impl SnapshotBench {
                     health: Health {
                         state: State::Ready,
                         latency: Some(Duration::from_micros(1000 + (i as u64 * 7919) % 39_000)),
-                        last_error: None,
-                        answering: true,
+                        last_failure: None,
                     },
                     evict_epoch: live.eviction.epoch(),
                     live,

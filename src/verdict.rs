@@ -38,12 +38,19 @@ pub struct Health {
     pub state: State,
     /// Smoothed `/readyz` request→response time; `None` until a response was measured.
     pub latency: Option<Duration>,
-    /// Reason of the most recent failed check; cleared by a pass.
-    pub last_error: Option<Arc<str>>,
-    /// The most recent check got an HTTP answer, whatever its status: the apiserver is alive even
-    /// if not ready. Failing open prefers such backends over ones that time out, refuse or fail
-    /// TLS.
-    pub answering: bool,
+    /// The most recent check's failure; cleared by a pass. A ready backend can carry one: the
+    /// first failures of a fall that has not happened (yet).
+    pub last_failure: Option<CheckFailure>,
+}
+
+/// Why the most recent check failed, and whether the apiserver answered it at all.
+#[derive(Debug, Clone, PartialEq)]
+pub struct CheckFailure {
+    /// For status and logs (`HTTP 500: [-]etcd failed`, `dial: connection refused`).
+    pub reason: Arc<str>,
+    /// An HTTP answer arrived (any status but 200): alive, not ready. False for timeouts, refused
+    /// or failed dials, TLS failures. Failing open prefers backends that answer.
+    pub answered: bool,
 }
 
 impl Health {
@@ -51,7 +58,17 @@ impl Health {
     pub const UNKNOWN: Health = Health {
         state: State::Unknown,
         latency: None,
-        last_error: None,
-        answering: false,
+        last_failure: None,
     };
+
+    /// The most recent check's failure reason, if it failed.
+    pub fn last_error(&self) -> Option<&str> {
+        self.last_failure.as_ref().map(|f| &*f.reason)
+    }
+
+    /// The most recent check got an HTTP answer, whatever its status: the apiserver is alive even
+    /// if not ready. False before any check.
+    pub fn answering(&self) -> bool {
+        self.state != State::Unknown && self.last_failure.as_ref().is_none_or(|f| f.answered)
+    }
 }

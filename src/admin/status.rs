@@ -122,8 +122,8 @@ impl StatusDoc {
                     .health
                     .latency
                     .map(|l| (l.as_secs_f64() * 1e5).round() / 100.0),
-                last_error: b.health.last_error.as_deref().map(str::to_string),
-                answering: b.health.answering,
+                last_error: b.health.last_error().map(str::to_string),
+                answering: b.health.answering(),
                 active_connections: b.live.active.load(Ordering::Relaxed) as u64,
                 rank: pick.order().iter().position(|&j| j == i),
             })

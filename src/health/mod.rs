@@ -234,7 +234,7 @@ fn record(counts: &ProbeCounts, outcome: &Outcome) {
 
 fn log_change(spec: &BackendSpec, from: State, to: State, health: &Health) {
     let zone = spec.zone.as_deref().unwrap_or("");
-    let reason = health.last_error.as_deref().unwrap_or("HTTP 200");
+    let reason = health.last_error().unwrap_or("HTTP 200");
     let ready = to == State::Ready;
     let (backend, from, to) = (spec.id.as_str(), from.as_str(), to.as_str());
     if ready {

@@ -99,7 +99,7 @@ mod tests {
         let step = passive.fold(&mut machine).expect("counted");
         assert_eq!(step.changed, Some((State::Ready, State::Unready)));
         assert_eq!(
-            machine.health().last_error.as_deref(),
+            machine.health().last_error(),
             Some("dial: connection refused")
         );
         live.dials.report("dial: connection refused".into());

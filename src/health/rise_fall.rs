@@ -6,7 +6,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::verdict::{Health, State};
+use crate::verdict::{CheckFailure, Health, State};
 
 /// Weight of a new latency sample. 0.3 follows a real change within a few probes while one slow
 /// answer moves the average by less than a third.
@@ -128,10 +128,12 @@ impl RiseFall {
                 None => sample,
             });
         }
-        self.health.answering = outcome.answered();
-        self.health.last_error = match outcome {
+        self.health.last_failure = match outcome {
             Outcome::Pass { .. } => None,
-            Outcome::Fail { reason, .. } => Some(reason.clone()),
+            Outcome::Fail { reason, latency } => Some(CheckFailure {
+                reason: reason.clone(),
+                answered: latency.is_some(),
+            }),
         };
         let pass = outcome.passed();
         let from = self.health.state;
@@ -219,10 +221,7 @@ mod tests {
             c.observe(&fail()).changed,
             Some((State::Ready, State::Unready))
         );
-        assert_eq!(
-            c.health().last_error.as_deref(),
-            Some("HTTP 500: [-]etcd failed")
-        );
+        assert_eq!(c.health().last_error(), Some("HTTP 500: [-]etcd failed"));
     }
 
     #[test]
@@ -236,7 +235,7 @@ mod tests {
             c.observe(&pass(1)).changed,
             Some((State::Unready, State::Ready))
         );
-        assert_eq!(c.health().last_error, None);
+        assert_eq!(c.health().last_error(), None);
     }
 
     #[test]

@@ -149,11 +149,11 @@ async fn failed_client_dials_count_as_failed_checks_and_the_next_probe_dials_afr
     live.dials.report("dial: connection refused".into());
     let h = next_health(&mut rx).await;
     assert_eq!(h.state, State::Ready, "one failure of fall 2");
-    assert_eq!(h.last_error.as_deref(), Some("dial: connection refused"));
-    assert!(!h.answering);
+    assert_eq!(h.last_error(), Some("dial: connection refused"));
+    assert!(!h.answering());
     assert_eq!(resets.load(std::sync::atomic::Ordering::SeqCst), 1);
     let h = next_health(&mut rx).await; // the probe it brought forward passes
-    assert_eq!((h.state, h.last_error), (State::Ready, None));
+    assert_eq!((h.state, h.last_error()), (State::Ready, None));
     let t = *calls.lock().expect("calls").last().expect("probed");
     assert!(
         t - start <= Duration::from_millis(1001),
@@ -165,7 +165,7 @@ async fn failed_client_dials_count_as_failed_checks_and_the_next_probe_dials_afr
     live.dials.report("dial: timeout after 1s".into());
     let h = next_health(&mut rx).await;
     assert_eq!(h.state, State::Unready);
-    assert_eq!(h.last_error.as_deref(), Some("dial: timeout after 1s"));
+    assert_eq!(h.last_error(), Some("dial: timeout after 1s"));
     assert_eq!(resets.load(std::sync::atomic::Ordering::SeqCst), 2);
     cancel.cancel();
     handle.await.expect("task ends on cancel");
@@ -197,7 +197,7 @@ async fn probes_this_node_could_not_make_leave_health_alone_and_retry_soon() {
     let mut seen = Vec::new();
     for _ in 0..5 {
         let h = next_health(&mut rx).await;
-        seen.push((h.state, h.last_error.map(|e| e.to_string())));
+        seen.push((h.state, h.last_error().map(|e| e.to_string())));
     }
     // Had the shortage counted as failures, the first one after the failure made it unready.
     let fail = || Some("HTTP 500".to_string());
@@ -378,7 +378,7 @@ async fn a_client_dial_that_connects_calls_off_a_fall_that_failed_dials_started(
             live.dials.connected(); // while the early probe is in flight
         }
         let h = next_health(&mut rx).await;
-        assert_eq!(h.last_error.as_deref(), Some("HTTP 500"), "the early probe");
+        assert_eq!(h.last_error(), Some("HTTP 500"), "the early probe");
         let want = if connected_between {
             State::Ready
         } else {

@@ -48,8 +48,7 @@ fn backend(addr: SocketAddr, state: State) -> Backend {
         health: Health {
             state,
             latency: Some(Duration::from_millis(1)),
-            last_error: None,
-            answering: true,
+            last_failure: None,
         },
         evict_epoch: live.eviction.epoch(),
         live,

@@ -263,8 +263,8 @@ fn apply(
             Change {
                 before: before.map(|h| h.state),
                 after: b.health.state,
-                was_answering: before.is_some_and(|h| h.answering),
-                answering: b.health.answering,
+                was_answering: before.is_some_and(|h| h.answering()),
+                answering: b.health.answering(),
             }
         })
         .collect();
