@@ -93,9 +93,10 @@ impl Layout {
     /// CA file have the same length) and `ca` as the CA file's name in `dir`.
     pub fn render(&self, marker: u64, ca: &str) -> String {
         format!(
-            "listen: [\"127.0.0.1:0\"]\nadmin: \"127.0.0.1:0\"\nzone: {}\nbackends:\n  - {{ address: \"{}\", zone: a }}\n  - {{ address: \"{}\", zone: b }}\nhealth: {{ interval: 1s, timeout: 500ms, fast_interval: 250ms }}\ntls:\n  ca: {}\n  client_cert: {}\nshutdown_grace: 1s\n",
+            "listen: [\"127.0.0.1:0\"]\nadmin: \"127.0.0.1:0\"\nzone: {}\nbackends:\n  - {{ address: \"{}\", zone: a }}\n  - {{ address: \"{}\", zone: b }}\nhealth: {{ interval: 1s, timeout: 500ms, fast_interval: 250ms }}\ntls:\n  ca: {}\n  client_cert: {}\nshutdown_grace: 1s\ndiscovery: {{ endpoints: true, interval: 1s, cache: {} }}\n",
             zone(marker), self.flapping, self.steady,
-            self.dir.join(ca).display(), self.dir.join("client.pem").display()
+            self.dir.join(ca).display(), self.dir.join("client.pem").display(),
+            self.dir.join("backends.json").display()
         )
     }
 }

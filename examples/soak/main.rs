@@ -1,7 +1,9 @@
 //! Soak: the real `readyprism` binary under mixed churn, bulk and idle connections for N minutes
-//! while one backend flaps, its config file is edited every few seconds (`edits`) and its admin
-//! port is flooded (`admin`); prints RSS and descriptor counts over time and fails on growth, a
-//! panic, a stuck connection, an edit not applied or a `/livez` not answered. Not a CI test (it
+//! while one backend flaps, its config file is edited every few seconds (`edits`), the cluster's
+//! Endpoints answer changes every few seconds (`discovery`) and its admin port is flooded
+//! (`admin`); prints RSS and descriptor counts over time and fails on growth, a panic, a stuck
+//! connection, an edit not applied, a list that does not follow the last answer or a `/livez`
+//! not answered. Not a CI test (it
 //! takes minutes):
 //!
 //! ```sh
@@ -14,6 +16,7 @@
 #![allow(clippy::disallowed_types)]
 
 mod admin;
+mod discovery;
 mod edits;
 
 use std::io::{BufRead, BufReader};
@@ -54,7 +57,8 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let tls = server_tls(&ca, &ca.server(&["127.0.0.1"])?).map_err(|e| e.to_string())?;
     let any: SocketAddr = "127.0.0.1:0".parse()?;
     let steady = FakeApiserver::bind("steady", any, tls.clone())?;
-    let flapping = FakeApiserver::bind("flapping", any, tls)?;
+    let flapping = FakeApiserver::bind("flapping", any, tls.clone())?;
+    let pool = discovery::pool(tls)?;
     std::fs::write(dir.path().join("ca.crt"), &ca.cert_pem)?;
     std::fs::write(
         dir.path().join("client.pem"),
@@ -67,6 +71,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         steady: steady.addr,
     };
     let config = layout.config.clone();
+    let layout_addrs = (layout.flapping, layout.steady);
     std::fs::write(&config, layout.render(0, "ca.crt"))?;
     let bin =
         std::env::var("READYPRISM_BIN").unwrap_or_else(|_| "target/release/readyprism".into());
@@ -158,6 +163,14 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     }
     let flood = Arc::new(admin::Flood::default());
     admin::spawn(&tasks, admin_addr, end, &flood);
+    let answers = Arc::new(discovery::Answers::default());
+    let answering = tasks.spawn(discovery::run(
+        vec![flapping.control.clone(), steady.control.clone()],
+        pool.iter().map(|p| p.addr).collect(),
+        admin_addr,
+        end,
+        answers.clone(),
+    ));
     let edited = Arc::new(edits::Edits::default());
     tasks.spawn(edits::run(layout, admin_addr, end, edited.clone()));
     tasks.close();
@@ -194,6 +207,10 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         samples.push(s);
     }
     tasks.wait().await;
+    let last_good = answering.await?;
+    let statics = [layout_addrs.0, layout_addrs.1];
+    let followed = discovery::settled(admin_addr, &statics, &last_good).await;
+    let polled = discovery::polls(admin_addr).await;
     tokio::time::sleep(Duration::from_secs(3)).await; // let the last connections close
     let after = (rss_kib(pid), fds(pid));
     let reloaded = (
@@ -232,6 +249,12 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         println!("note: {} rejection(s) beyond the CA-later edits: an in-place edit read half-written (see the ERROR lines)",
             rejected - e(&edited.ca_later));
     }
+    println!("discovery: {} good answers, {} bad ones; at most {} backends listed at once; polls by result {:?}; the list {}",
+        e(&answers.good), e(&answers.bad), e(&answers.most_listed), polled,
+        match &followed { Ok(()) => "followed the last good answer".to_string(), Err(why) => why.clone() });
+    let polled_ok = polled.iter().any(|(r, n)| r == "ok" && *n > 0);
+    let discovery_ok =
+        followed.is_ok() && polled_ok && e(&answers.most_listed) <= (2 + discovery::POOL) as u64;
     let edits_ok = e(&edited.lost) == 0
         && e(&edited.applied_too_early) == 0
         && reloaded.0 == Some(e(&edited.made))
@@ -245,6 +268,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         || counts.bulk_stuck.load(Ordering::Relaxed) > 0
         || grew
         || !edits_ok
+        || !discovery_ok
         || e(&flood.livez_failed) > 0
         || !status.success()
     {
@@ -252,6 +276,9 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     }
     steady.stop().await;
     flapping.stop().await;
+    for p in pool {
+        p.stop().await;
+    }
     Ok(())
 }
 
