@@ -145,7 +145,7 @@ impl Proxy {
             let relay =
                 crate::relay::relay(&client, &link.backend, &moved, &link.live.counters.bytes);
             let end = match race::race(relay, self.stop(&link, record.seq())).await {
-                First::Work(r) => relay_ended(&link, r),
+                First::Work(r) => relay_ended(&client, &link, r),
                 First::Stop(why) => stopped(&link, why),
             };
             record.log(&end, &moved);
@@ -359,8 +359,13 @@ enum Dialed {
 
 /// How a relay that ended by itself ended the connection. A backend leg that TCP gave up on (data
 /// unacknowledged for [`BACKEND_USER_TIMEOUT`]) is a dead path: a passive failure of the backend,
-/// as a failed dial is.
-fn relay_ended(link: &Link, r: Result<crate::relay::Ended, crate::relay::RelayError>) -> End {
+/// as a failed dial is. A backend that reset its leg gets the client's leg reset too, when it is
+/// closed: the client sees the abort, not a clean end.
+fn relay_ended(
+    client: &TcpStream,
+    link: &Link,
+    r: Result<crate::relay::Ended, crate::relay::RelayError>,
+) -> End {
     match r {
         Ok(ended) => End::from(ended),
         Err(e) if e.backend_timed_out() => {
@@ -371,13 +376,18 @@ fn relay_ended(link: &Link, r: Result<crate::relay::Ended, crate::relay::RelayEr
             ));
             End::DeadPath(e.to_string())
         }
-        Err(e) => End::Error {
-            leg: match e {
-                crate::relay::RelayError::Client(_) => Leg::Client,
-                crate::relay::RelayError::Backend(_) => Leg::Backend,
-            },
-            error: e.to_string(),
-        },
+        Err(e) => {
+            if e.backend_reset() {
+                sockets::reset_on_close(client);
+            }
+            End::Error {
+                leg: match e {
+                    crate::relay::RelayError::Client(_) => Leg::Client,
+                    crate::relay::RelayError::Backend(_) => Leg::Backend,
+                },
+                error: e.to_string(),
+            }
+        }
     }
 }
 
