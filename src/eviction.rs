@@ -1,6 +1,7 @@
 //! Closing the connections relayed to one backend, and why: the publish-then-bump protocol
-//! ([`Eviction`]) and the named reasons ([`CloseReason`]) every such close carries into the log,
-//! the connection's record and `readyprism_connections_closed_total`.
+//! ([`Eviction`]), calling off a bump whose closes are still spread out, and the named reasons
+//! ([`CloseReason`]) every such close carries into the log, the connection's record and
+//! `readyprism_connections_closed_total`.
 //!
 //! Does not own deciding when (`table::transitions`) or closing a connection (`proxy`).
 
@@ -34,7 +35,8 @@ pub enum CloseReason {
     /// It was removed from the config.
     Removed,
     /// It is in another zone, and a backend in this node's zone has been ready for
-    /// `failback_after`: its clients come home, spread over [`FAILBACK_SPREAD`].
+    /// `failback_after`: its clients come home, spread over [`FAILBACK_SPREAD`]. Called off if
+    /// the zone has no ready backend left before a connection's turn comes.
     Failback,
     /// Not an eviction: TCP itself gave up on one connection's backend leg (data unacknowledged
     /// for the proxy's user timeout, a dead path). Listed here so every close the backend caused
@@ -93,12 +95,18 @@ impl CloseReason {
 /// again on the newer snapshot; `Some` fires on the next bump. No eviction can slip between
 /// reading a snapshot and watching.
 ///
+/// A bump can be **called off** ([`Eviction::call_off`]) while its closes are still spread out:
+/// the connections whose turn has not come stay, and watch on from the called-off epoch. Only a
+/// failback is called off (its home zone lost its last ready backend); the word that holds the
+/// epoch holds the mark too, so a call-off never lands on a later bump.
+///
 /// Shutdown rides on the same wake-up ([`Eviction::shut`]), so a relayed connection waits on
 /// one thing: an idle connection holds one waiter, not one per reason to stop.
 #[derive(Debug, Default)]
 pub struct Eviction {
-    /// The epoch of the latest bump (high bits) and its reason's [`CloseReason::index`] (low
-    /// [`REASON_BITS`]): one word, so a reader never sees one bump's epoch with another's reason.
+    /// The epoch of the latest bump (high bits), its reason's [`CloseReason::index`] and whether
+    /// it was called off ([`CALLED_OFF`]) (low [`REASON_BITS`]): one word, so a reader never
+    /// sees one bump's epoch with another's reason or mark.
     latest: AtomicU64,
     /// Set once the proxy cuts the connections that outlived the shutdown grace period.
     shut: AtomicBool,
@@ -106,9 +114,15 @@ pub struct Eviction {
     wake: Notify,
 }
 
-/// Bits of [`Eviction::latest`] that hold the reason; the epoch has the other 56 (it only ever
-/// compares equal, and wraps after 2⁵⁶ bumps of one backend).
+/// Bits of [`Eviction::latest`] that hold the reason and the call-off mark; the epoch has the
+/// other 56 (it only ever compares equal, and wraps after 2⁵⁶ bumps of one backend).
 const REASON_BITS: u32 = 8;
+
+/// The mark of a called-off bump: the top bit of the reason byte (the reasons take 3 bits).
+const CALLED_OFF: u64 = 1 << (REASON_BITS - 1);
+
+/// The reason's bits, without the mark.
+const REASON_MASK: u64 = CALLED_OFF - 1;
 
 impl Eviction {
     /// The current epoch: what a snapshot made now is stamped with.
@@ -118,7 +132,7 @@ impl Eviction {
 
     /// The epoch to stamp on a snapshot that evicts this backend, and to bump to once published.
     pub fn next(&self) -> u64 {
-        self.epoch().wrapping_add(1) & (u64::MAX >> REASON_BITS)
+        after(self.epoch())
     }
 
     /// Fires every watch with `reason`: call after publishing the snapshot stamped with `epoch`.
@@ -128,6 +142,46 @@ impl Eviction {
             Ordering::Release,
         );
         self.wake.notify_waiters();
+    }
+
+    /// Calls off the latest bump if it was made for `reason` and not called off yet: the
+    /// connections still waiting their turn to close stay, and watch on from its epoch. Returns
+    /// whether it did. A later bump is never called off by mistake: the check and the mark are
+    /// one compare-and-swap of the word that holds both.
+    pub fn call_off(&self, reason: CloseReason) -> bool {
+        let latest = self.latest.load(Ordering::Acquire);
+        let made_for = (latest & !((1 << REASON_BITS) - 1)) | reason.index() as u64;
+        if latest != made_for {
+            return false;
+        }
+        let marked = self
+            .latest
+            .compare_exchange(
+                made_for,
+                made_for | CALLED_OFF,
+                Ordering::AcqRel,
+                Ordering::Acquire,
+            )
+            .is_ok();
+        if marked {
+            self.wake.notify_waiters();
+        }
+        marked
+    }
+
+    /// Completes once the bump a connection was evicted by ([`Stop::Evicted`]'s watch) is
+    /// called off: the connection, waiting its turn, then stays. Never if a later bump came
+    /// first: that one stands. Held only by such a connection, never by an idle one.
+    pub async fn called_off(&self, bump: EvictionWatch) {
+        loop {
+            // Made before the check, as in `stopped`: a call-off after the check still wakes it.
+            let woken = self.wake.notified();
+            let latest = self.latest.load(Ordering::Acquire);
+            if latest >> REASON_BITS == bump.0 && latest & CALLED_OFF != 0 {
+                return;
+            }
+            woken.await;
+        }
     }
 
     /// Closes every connection of a backend no snapshot offers any more (removed by a reload).
@@ -154,10 +208,13 @@ impl Eviction {
     }
 
     /// Completes when the connection holding `watch` must be closed: the backend was evicted
-    /// (with why), or shutdown cut it. Every idle connection holds this future: not an `async
-    /// fn`, which would keep its arguments twice.
+    /// (with why, and the watch to go on with if that bump is called off before the connection's
+    /// turn), or shutdown cut it. A bump already called off when the connection looks is no
+    /// reason, if it is the only one since the watch: the watch moves on to it (in place: the
+    /// future keeps one copy). Every idle connection holds this future: not an `async fn`, which
+    /// would keep its arguments twice.
     #[allow(clippy::manual_async_fn, reason = "an async fn's future is larger")]
-    pub fn stopped(&self, watch: EvictionWatch) -> impl Future<Output = Stop> + '_ {
+    pub fn stopped(&self, mut watch: EvictionWatch) -> impl Future<Output = Stop> + '_ {
         async move {
             loop {
                 // Made before the check: a bump after the check wakes it even though it was not
@@ -167,19 +224,38 @@ impl Eviction {
                     return Stop::Shutdown;
                 }
                 let latest = self.latest.load(Ordering::Acquire);
-                if latest >> REASON_BITS != watch.0 {
-                    let index = (latest & ((1 << REASON_BITS) - 1)) as usize;
+                let epoch = latest >> REASON_BITS;
+                let called_off = latest & CALLED_OFF != 0;
+                if epoch == watch.0 {
+                    // Not evicted since the watch.
+                } else if called_off && epoch == after(watch.0) {
+                    watch.0 = epoch;
+                } else {
+                    let index = (latest & REASON_MASK) as usize;
                     // Only `bump_to` writes it, from a `CloseReason`.
                     let why = CloseReason::ALL
                         .get(index)
                         .copied()
                         .unwrap_or(CloseReason::Removed);
-                    return Stop::Evicted(why);
+                    // Past a called-off bump, an earlier one stands (its reason is not kept:
+                    // as when two bumps come before the connection looks, the latest names it).
+                    let by = if called_off { before(epoch) } else { epoch };
+                    return Stop::Evicted(why, EvictionWatch(by));
                 }
                 woken.await;
             }
         }
     }
+}
+
+/// The epoch after `epoch`, within the bits an epoch has.
+fn after(epoch: u64) -> u64 {
+    epoch.wrapping_add(1) & (u64::MAX >> REASON_BITS)
+}
+
+/// The epoch before `epoch`, within the bits an epoch has.
+fn before(epoch: u64) -> u64 {
+    epoch.wrapping_sub(1) & (u64::MAX >> REASON_BITS)
 }
 
 /// One connection's claim on its backend's [`Eviction`]: the epoch it was made from.
@@ -189,104 +265,13 @@ pub struct EvictionWatch(u64);
 /// Why a relayed connection must be closed by the balancer.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Stop {
-    /// Its backend was evicted: close it, spread over the reason's window.
-    Evicted(CloseReason),
+    /// Its backend was evicted: close it, spread over the reason's window, unless the bump is
+    /// called off first ([`Eviction::called_off`] with the watch, which the connection then
+    /// goes on with).
+    Evicted(CloseReason, EvictionWatch),
     /// Shutdown's grace period is over: close it now.
     Shutdown,
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn every_reason_is_listed_once_at_its_index_with_its_own_name() {
-        for (i, r) in CloseReason::ALL.iter().enumerate() {
-            assert_eq!(r.index(), i, "{r:?}");
-        }
-        let mut names: Vec<_> = CloseReason::ALL.iter().map(|r| r.as_str()).collect();
-        names.dedup();
-        assert_eq!(names.len(), CloseReason::ALL.len());
-    }
-
-    #[tokio::test]
-    async fn a_watch_made_from_the_current_epoch_fires_on_the_next_bump_with_its_reason() {
-        let e = Eviction::default();
-        let w = e.watch_from(e.epoch()).expect("not evicted");
-        assert!(!e.fired(w));
-        e.bump_to(e.next(), CloseReason::Silent);
-        assert!(e.fired(w));
-        assert_eq!(e.stopped(w).await, Stop::Evicted(CloseReason::Silent));
-    }
-
-    #[test]
-    fn publish_then_bump_leaves_no_window() {
-        let e = Eviction::default();
-        let old_snapshot_epoch = e.epoch();
-        let new_snapshot_epoch = e.next(); // stamped on the snapshot that stops offering it
-                                           // Published, not yet bumped: neither reader may connect.
-        assert!(e.watch_from(new_snapshot_epoch).is_none());
-        let early = e.watch_from(old_snapshot_epoch).expect("bump not sent yet");
-        e.bump_to(new_snapshot_epoch, CloseReason::TurnedUnready);
-        assert!(e.fired(early), "a watch made before the bump fires");
-        assert!(
-            e.watch_from(old_snapshot_epoch).is_none(),
-            "a reader of the old snapshot after the bump skips the backend"
-        );
-    }
-
-    #[tokio::test]
-    async fn evict_now_fires_says_removed_and_stales_every_earlier_epoch() {
-        let e = Eviction::default();
-        let before = e.epoch();
-        let w = e.watch_from(before).expect("fresh");
-        e.evict_now();
-        assert!(e.fired(w));
-        assert_eq!(
-            e.stopped(w).await,
-            Stop::Evicted(CloseReason::Removed),
-            "the watch says why"
-        );
-        assert!(e.watch_from(before).is_none());
-    }
-
-    #[tokio::test]
-    async fn a_waiting_connection_wakes_on_a_bump_or_the_shutdown_cut() {
-        let e = std::sync::Arc::new(Eviction::default());
-        let waiting = |e: &std::sync::Arc<Eviction>| {
-            let (e, w) = (e.clone(), e.watch_from(e.epoch()).expect("fresh"));
-            tokio::spawn(async move { e.stopped(w).await })
-        };
-        let evicted = waiting(&e);
-        tokio::task::yield_now().await; // let it start waiting (it must wake either way)
-        e.bump_to(e.next(), CloseReason::Failback);
-        assert_eq!(
-            evicted.await.expect("waiter"),
-            Stop::Evicted(CloseReason::Failback)
-        );
-        let cut = waiting(&e);
-        tokio::task::yield_now().await;
-        e.shut();
-        assert_eq!(cut.await.expect("waiter"), Stop::Shutdown);
-    }
-
-    #[test]
-    fn the_cut_stops_watches_without_evicting_so_a_dial_that_connects_now_still_counts() {
-        let e = Eviction::default();
-        let w = e.watch_from(e.epoch()).expect("fresh");
-        e.shut();
-        assert!(!e.fired(w), "not an eviction: the dial is not skipped");
-        assert!(e.watch_from(e.epoch()).is_some());
-    }
-
-    #[test]
-    fn the_epoch_and_reason_share_one_word_and_the_epoch_wraps_within_it() {
-        let e = Eviction::default();
-        let last = u64::MAX >> REASON_BITS;
-        e.bump_to(last, CloseReason::DeadPath);
-        assert_eq!(e.epoch(), last);
-        assert_eq!(e.next(), 0);
-        e.evict_now();
-        assert_eq!(e.epoch(), 0);
-    }
-}
+mod tests;

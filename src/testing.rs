@@ -2,7 +2,7 @@
 //! that refuses, and a listener that black-holes SYNs. Compiled for the crate's own tests and
 //! with the `sim` feature (the integration tests); the daemon never uses it.
 //!
-//! Reads only the eviction spread, which tests wait out to show a negative.
+//! Reads only the eviction spreads, which tests wait out to show a negative.
 
 use std::io;
 use std::net::{SocketAddr, TcpStream};
@@ -12,6 +12,9 @@ use socket2::{Domain, Socket, Type};
 
 /// The balancer spreads the closes of an evicted backend's connections over this window.
 pub use crate::eviction::EVICT_SPREAD;
+
+/// ... and a failback's closes over this one.
+pub use crate::eviction::FAILBACK_SPREAD;
 
 /// A bound socket of `addr`'s family.
 fn bound(addr: SocketAddr) -> io::Result<Socket> {

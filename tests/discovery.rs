@@ -167,6 +167,19 @@ fn discovery_adds_a_backend_and_removes_it_after_three_good_answers_without_it()
         rt.block_on(read_to_end(&mut held)).is_empty(),
         "its connection is closed"
     );
+    let line = p.wait_log("backend removed; closing its connections", |v| {
+        v["fields"]["backend"] == addr(&b).as_str()
+    });
+    let f = &line["fields"];
+    assert_eq!(
+        (
+            f["reason"].as_str(),
+            f["active"].as_u64(),
+            f["source"].as_str()
+        ),
+        (Some("removed"), Some(1), Some("discovered")),
+        "{line}"
+    );
     let r = p.wait_log("connection ended", |v| {
         v["fields"]["backend"] == addr(&b).as_str()
     });

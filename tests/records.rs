@@ -1,5 +1,6 @@
 //! One record per connection, read from the real binary's JSON log: its stable fields, who ended
-//! it and why, and the level (DEBUG for an ordinary end, INFO for evictions and failures).
+//! it and why, and the level (DEBUG for an ordinary end, INFO for evictions and failures); and
+//! the line that announces a removed backend's closes, with its reason and how many it closes.
 
 use tokio::io::AsyncWriteExt;
 
@@ -121,4 +122,48 @@ fn a_connection_no_backend_accepted_is_a_failure_record_at_info() {
             .1
             .contains("dial: connection refused")
     }));
+}
+
+#[test]
+fn a_backend_removed_by_a_reload_logs_its_close_with_reason_removed_and_its_active_connections() {
+    let lab = Lab::new();
+    let rt = tokio::runtime::Runtime::new().expect("runtime");
+    let (a, b) = rt.block_on(async { (lab.fake("a").await, lab.fake("b").await) });
+    let file = lab.path("removal.yaml");
+    let both = [(addr(&a), "dc-a"), (addr(&b), "dc-a")];
+    std::fs::write(&file, lab.yaml("dc-a", &both, "")).expect("write config");
+    let p = Proc::start(&file);
+    rt.block_on(poll("both ready", || {
+        blocking_get(p.admin, "/status")
+            .1
+            .matches("\"ready\"")
+            .count()
+            >= 2
+    }));
+    // Held connections, wherever the picker puts them; the first one's backend is removed.
+    let held: Vec<_> = (0..3)
+        .map(|_| rt.block_on(raw(p.listen)).expect("relayed"))
+        .collect();
+    let gone = held[0].1.clone();
+    let (removed, kept) = if gone == "a" { (&a, &b) } else { (&b, &a) };
+    let on_removed = held.iter().filter(|(_, name)| *name == gone).count();
+
+    std::fs::write(&file, lab.yaml("dc-a", &[(addr(kept), "dc-a")], "")).expect("rewrite");
+    p.signal("HUP");
+    let line = p.wait_log("backend removed; closing its connections", |v| {
+        v["fields"]["backend"] == addr(removed).as_str()
+    });
+    let f = &line["fields"];
+    assert_eq!(f["reason"], "removed", "{line}");
+    assert_eq!(f["active"].as_u64(), Some(on_removed as u64), "{line}");
+    assert_eq!(f["source"], "config", "{line}");
+    for (mut c, name) in held {
+        if name == gone {
+            assert!(rt.block_on(read_to_end(&mut c)).is_empty(), "closed");
+        }
+    }
+    let r = p.wait_log("connection ended", |v| {
+        v["fields"]["backend"] == addr(removed).as_str()
+    });
+    assert_eq!(r["fields"]["reason"], "removed", "{r}");
 }

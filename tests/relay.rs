@@ -1,4 +1,5 @@
-//! Relaying: half-close, and closing connections of a backend that turns unready.
+//! Relaying: half-close, a backend's reset passed on to its client, and closing connections of a
+//! backend that turns unready.
 
 use std::time::Duration;
 
@@ -17,6 +18,45 @@ async fn half_close_reaches_the_backend_and_the_response_still_flows_back() {
     conn.get_mut().shutdown().await.expect("half-close");
     assert_eq!(read_to_end(&mut conn).await, b"hellobye\n");
     app.shutdown().await;
+}
+
+#[test]
+fn a_backend_that_resets_its_connection_has_the_client_reset_too_not_ended() {
+    let rt = tokio::runtime::Runtime::new().expect("runtime");
+    let lab = Lab::new();
+    let (a, file) = lab.fake_and_config(&rt, "reset.yaml", "");
+    let p = process::Proc::start(&file);
+    rt.block_on(poll("ready", || {
+        blocking_get(p.admin, "/status").1.contains("\"ready\"")
+    }));
+    // The apiserver aborts the stream once the client speaks (a crash, a killed stream).
+    a.control.set_raw_reset(true);
+    let (mut conn, name) = rt.block_on(raw(p.listen)).expect("relayed");
+    assert_eq!(name, "a");
+    let ended = rt.block_on(async {
+        conn.get_mut().write_all(b"ping").await.expect("write");
+        let mut rest = Vec::new();
+        tokio::time::timeout(
+            patience(),
+            tokio::io::AsyncReadExt::read_to_end(&mut conn, &mut rest),
+        )
+        .await
+        .expect("the connection ends in time")
+        .map_err(|e| e.kind())
+    });
+    assert_eq!(
+        ended,
+        Err(std::io::ErrorKind::ConnectionReset),
+        "the client reads a reset, not an end of stream that passes for a whole answer"
+    );
+    let r = p.wait_log("connection ended", |v| v["fields"]["reason"] == "error");
+    assert_eq!(r["fields"]["ended_by"], "backend", "{r}");
+    assert!(
+        r["fields"]["error"]
+            .as_str()
+            .is_some_and(|e| e.starts_with("backend: ") && e.contains("reset")),
+        "{r}"
+    );
 }
 
 #[tokio::test]

@@ -13,6 +13,7 @@ mod config_watch;
 mod dead_paths;
 mod discovery;
 mod discovery_hardening;
+mod failback;
 mod health;
 mod hostile;
 mod lifecycle;

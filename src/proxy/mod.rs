@@ -1,5 +1,6 @@
-//! The client side: accept, pick, dial with retry, relay, close when the backend turns unready,
-//! and one record per connection at its end.
+//! The client side: accept, pick, dial with retry, relay, close when the backend turns unready
+//! (unless that is called off before the connection's turn), and one record per connection at
+//! its end.
 //!
 //! The accept path takes no lock: one snapshot load per connection, kept while it dials and
 //! released before the relay, which keeps only the backend it relays to. Each connection's
@@ -144,7 +145,7 @@ impl Proxy {
             let relay =
                 crate::relay::relay(&client, &link.backend, &moved, &link.live.counters.bytes);
             let end = match race::race(relay, self.stop(&link, record.seq())).await {
-                First::Work(r) => relay_ended(&link, r),
+                First::Work(r) => relay_ended(&client, &link, r),
                 First::Stop(why) => stopped(&link, why),
             };
             record.log(&end, &moved);
@@ -291,19 +292,35 @@ impl Proxy {
         async move {
             match link.live.eviction.stopped(link.watch).await {
                 Stop::Shutdown => None,
-                // After an eviction only, so boxed: its timer and the shutdown waiter it needs
+                // After an eviction only, so boxed: its timer and the waiters it needs
                 // meanwhile take no room in every idle connection.
-                Stop::Evicted(why) => Box::pin(self.spread(why, seq)).await,
+                Stop::Evicted(why, by) => Box::pin(self.evicted(why, by, seq, link)).await,
             }
         }
     }
 
     /// An evicted connection's turn to close, spread by its sequence number over the reason's
-    /// window; `None` if shutdown cuts it first.
-    async fn spread(&self, why: CloseReason, seq: u32) -> Option<CloseReason> {
-        tokio::select! {
-            _ = tokio::time::sleep(spread(seq, why.spread())) => Some(why),
-            _ = self.cut.cancelled() => None,
+    /// window; `None` if shutdown cuts it first. An eviction called off before the turn (a
+    /// failback whose home zone has no ready backend left) leaves the connection relaying,
+    /// watching on from the called-off bump (in this box: only such a connection keeps it).
+    async fn evicted(
+        &self,
+        mut why: CloseReason,
+        mut by: EvictionWatch,
+        seq: u32,
+        link: &Link,
+    ) -> Option<CloseReason> {
+        let eviction = &link.live.eviction;
+        loop {
+            tokio::select! {
+                _ = tokio::time::sleep(spread(seq, why.spread())) => return Some(why),
+                _ = self.cut.cancelled() => return None,
+                _ = eviction.called_off(by) => {}
+            }
+            match eviction.stopped(by).await {
+                Stop::Shutdown => return None,
+                Stop::Evicted(next, next_by) => (why, by) = (next, next_by),
+            }
         }
     }
 }
@@ -342,8 +359,13 @@ enum Dialed {
 
 /// How a relay that ended by itself ended the connection. A backend leg that TCP gave up on (data
 /// unacknowledged for [`BACKEND_USER_TIMEOUT`]) is a dead path: a passive failure of the backend,
-/// as a failed dial is.
-fn relay_ended(link: &Link, r: Result<crate::relay::Ended, crate::relay::RelayError>) -> End {
+/// as a failed dial is. A backend that reset its leg gets the client's leg reset too, when it is
+/// closed: the client sees the abort, not a clean end.
+fn relay_ended(
+    client: &TcpStream,
+    link: &Link,
+    r: Result<crate::relay::Ended, crate::relay::RelayError>,
+) -> End {
     match r {
         Ok(ended) => End::from(ended),
         Err(e) if e.backend_timed_out() => {
@@ -354,13 +376,18 @@ fn relay_ended(link: &Link, r: Result<crate::relay::Ended, crate::relay::RelayEr
             ));
             End::DeadPath(e.to_string())
         }
-        Err(e) => End::Error {
-            leg: match e {
-                crate::relay::RelayError::Client(_) => Leg::Client,
-                crate::relay::RelayError::Backend(_) => Leg::Backend,
-            },
-            error: e.to_string(),
-        },
+        Err(e) => {
+            if e.backend_reset() {
+                sockets::reset_on_close(client);
+            }
+            End::Error {
+                leg: match e {
+                    crate::relay::RelayError::Client(_) => Leg::Client,
+                    crate::relay::RelayError::Backend(_) => Leg::Backend,
+                },
+                error: e.to_string(),
+            }
+        }
     }
 }
 

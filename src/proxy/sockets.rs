@@ -1,14 +1,15 @@
 //! The TCP options of the proxy's two legs, each set once where its socket is made: on the client
 //! listener before it listens (Linux copies them from the listening socket to every connection it
 //! accepts) and on each backend dial attempt before its `connect` (by `dial`). An accepted or
-//! dialed connection then needs no `setsockopt` of its own. Does not own how options are set
+//! dialed connection then needs no `setsockopt` of its own; the one exception is a client leg
+//! whose backend reset: it is reset too ([`reset_on_close`]). Does not own how options are set
 //! (`dial::SocketOptions`) or the user timeout's reasoning ([`super::BACKEND_USER_TIMEOUT`]).
 
 use std::io;
 use std::net::SocketAddr;
 use std::time::Duration;
 
-use tokio::net::{TcpListener, TcpSocket};
+use tokio::net::{TcpListener, TcpSocket, TcpStream};
 
 use super::BACKEND_USER_TIMEOUT;
 use crate::dial::{Keepalive, SocketOptions};
@@ -47,6 +48,16 @@ pub fn listen(addr: SocketAddr) -> io::Result<TcpListener> {
     CLIENT.apply(socket2::SockRef::from(&socket));
     socket.bind(addr)?;
     socket.listen(128)
+}
+
+/// Makes the close of `client` a reset instead of a FIN (`SO_LINGER` 0): its backend reset the
+/// other leg, and a client told the stream ended cleanly could take what it got for all there
+/// was (a response without a length, a stream read to its end). One `setsockopt`, at the end of
+/// such a connection only. If it cannot be set, the client gets the FIN, as before.
+pub fn reset_on_close(client: &TcpStream) {
+    if let Err(e) = socket2::SockRef::from(client).set_linger(Some(Duration::ZERO)) {
+        tracing::debug!(error = %e, "cannot pass the backend's reset on; the client gets a FIN");
+    }
 }
 
 #[cfg(test)]

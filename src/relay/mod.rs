@@ -75,6 +75,12 @@ impl RelayError {
     pub fn backend_timed_out(&self) -> bool {
         matches!(self, RelayError::Backend(e) if e.raw_os_error() == Some(libc::ETIMEDOUT))
     }
+
+    /// The backend reset its leg (`ECONNRESET` on the backend's socket): the connection was
+    /// aborted, not ended, and the client's leg should end the same way.
+    pub fn backend_reset(&self) -> bool {
+        matches!(self, RelayError::Backend(e) if e.raw_os_error() == Some(libc::ECONNRESET))
+    }
 }
 
 /// Bytes one connection moved, per direction, for its record. Updated as bytes are written, so

@@ -1,5 +1,6 @@
 //! A simulated kube-apiserver for the demo and the tests: real TLS with optional client
-//! certificates, a switchable `/readyz`, and the misbehaviours that matter (hang before TLS, reset).
+//! certificates, a switchable `/readyz`, and the misbehaviours that matter (hang before TLS, reset
+//! at once or mid-stream).
 //!
 //! A connection whose first bytes are `RAW\n` instead of a TLS hello gets a plain echo service that
 //! names the server, so relay behaviour (half-close, eviction) can be tested without HTTP.
@@ -49,6 +50,8 @@ pub struct Control {
     pub(super) readyz_trickle_us: AtomicU64,
     /// When non-zero, a `RAW\n` connection echoes this many bytes, then neither reads nor writes.
     pub(super) raw_stall_after: AtomicU64,
+    /// When set, a `RAW\n` connection greets, then resets at the client's first bytes.
+    pub(super) raw_reset: AtomicBool,
     fail_next: AtomicU64,
     pass_next: AtomicU64,
     handshake_delay_us: AtomicU64,
@@ -151,6 +154,12 @@ impl Control {
         self.raw_stall_after.store(bytes, Ordering::SeqCst);
     }
 
+    /// Makes new `RAW\n` connections abort mid-stream: greet, then reset (RST, not FIN) when the
+    /// client's first bytes arrive, unread, as an apiserver that crashes or aborts a stream does.
+    pub fn set_raw_reset(&self, reset: bool) {
+        self.raw_reset.store(reset, Ordering::SeqCst);
+    }
+
     /// Delays every TLS handshake by `d` (a far or slow site: must not count as `/readyz` latency).
     pub fn set_handshake_delay(&self, d: Duration) {
         self.handshake_delay_us
@@ -243,6 +252,7 @@ impl FakeApiserver {
             readyz_delay_us: AtomicU64::new(0),
             readyz_trickle_us: AtomicU64::new(0),
             raw_stall_after: AtomicU64::new(0),
+            raw_reset: AtomicBool::new(false),
             fail_next: AtomicU64::new(0),
             pass_next: AtomicU64::new(0),
             handshake_delay_us: AtomicU64::new(0),

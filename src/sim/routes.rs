@@ -170,7 +170,8 @@ impl<F: FnMut(u64) -> Option<Bytes> + Unpin> Body for Ticking<F> {
 }
 
 /// `RAW\n` protocol: greet with the name, echo everything (or, when told to stall, only the first
-/// bytes), and on EOF say `bye\n` and close.
+/// bytes; when told to reset, nothing: the client's first bytes get a reset), and on EOF say
+/// `bye\n` and close.
 pub(super) async fn raw_echo(mut stream: TcpStream, control: &Control) {
     let mut hello = [0u8; 4];
     if stream.read_exact(&mut hello).await.is_err()
@@ -179,6 +180,13 @@ pub(super) async fn raw_echo(mut stream: TcpStream, control: &Control) {
             .await
             .is_err()
     {
+        return;
+    }
+    if control.raw_reset.load(Ordering::SeqCst) {
+        // Closed with its bytes unread and a zero linger: the kernel sends a reset. (A peek
+        // waits for bytes; readiness alone may be left over from the hello.)
+        let _ = stream.peek(&mut [0u8; 1]).await;
+        let _ = socket2::SockRef::from(&stream).set_linger(Some(Duration::ZERO));
         return;
     }
     let stall_after = match control.raw_stall_after.load(Ordering::SeqCst) {

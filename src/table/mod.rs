@@ -4,8 +4,9 @@
 //! snapshot, decides what the change means ([`transitions`], pure), and applies it: stamp, publish,
 //! then bump the evicted backends (see [`crate::backend::Eviction`]). It also brings connections
 //! home: when a same-zone backend has been ready for `failback_after` ([`failback`], pure), the
-//! connections relayed to other zones are evicted the same way. Does not own probing (`health/`)
-//! or connection handling (`proxy`).
+//! connections relayed to other zones are evicted the same way, and the failback is called off
+//! if the zone has no ready backend left before every turn has come. Does not own probing
+//! (`health/`) or connection handling (`proxy`).
 
 pub mod failback;
 pub mod transitions;
@@ -130,7 +131,11 @@ pub async fn run_writer(
                 let _ = done.send(()); // the reloader may have given up waiting; nothing to undo
             }
         }
-        failback.observe(&table.load(), Instant::now());
+        let now = Instant::now();
+        failback.observe(&table.load(), now);
+        if failback.take_call_off(now) {
+            call_off_failback(&table);
+        }
     }
 }
 
@@ -156,6 +161,18 @@ fn fail_back(table: &Table) {
         away.iter().map(|&i| (i, CloseReason::Failback)).collect();
     let bumps = stamp(&mut next, &evict);
     publish_then_bump(table, next, bumps);
+}
+
+/// Calls off the failback under way (no backend in this node's zone is ready any more): the
+/// connections not yet closed stay where they are, rather than re-dial away again. Nothing is
+/// published: the snapshot offers the backends as before, and their epochs stay.
+fn call_off_failback(table: &Table) {
+    for b in &table.load().backends {
+        if b.live.eviction.call_off(CloseReason::Failback) {
+            let active = b.live.active.load(std::sync::atomic::Ordering::Relaxed);
+            tracing::info!(backend = %b.spec.id, reason = CloseReason::Failback.as_str(), active, "no backend in this node's zone is ready; failback called off, the backend's connections not yet closed stay");
+        }
+    }
 }
 
 /// An eviction to announce once its snapshot is published: the backend, its new epoch, why.

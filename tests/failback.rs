@@ -1,0 +1,119 @@
+//! Failback on the real binary, as a flapping home apiserver meets it: a failback under way is
+//! called off once this node's zone has no ready backend left, and the streams it has not closed
+//! yet stay on the far backend instead of re-dialling it.
+//!
+//! Blocking code on OS threads beside the child process: std's `Instant` is right here.
+#![allow(clippy::disallowed_types)]
+
+use std::time::Instant;
+
+use readyprism::admin::status::StatusDoc;
+use readyprism::sim::apiserver::FakeApiserver;
+use readyprism::verdict::State::{self, Ready, Unready};
+use tokio::io::{AsyncReadExt, AsyncWriteExt, BufReader};
+use tokio::net::TcpStream;
+
+use crate::support::process::Proc;
+use crate::support::*;
+
+/// Long-lived streams on the far backend (kubelets' watches, say), enough that a failback's
+/// spread has closed only a few of them by the time the home backend is unready again.
+const STREAMS: usize = 30;
+
+fn states(p: &Proc) -> Vec<State> {
+    let doc: StatusDoc = serde_json::from_str(&blocking_get(p.admin, "/status").1).expect("status");
+    doc.backends.iter().map(|b| b.state).collect()
+}
+
+/// Connections to `f` closed for `reason`, from `/metrics`.
+fn closes(p: &Proc, f: &FakeApiserver, reason: &str) -> usize {
+    let labels = format!("backend=\"{}\",reason=\"{reason}\"", addr(f));
+    let text = blocking_get(p.admin, "/metrics").1;
+    metric(&text, "readyprism_connections_closed_total", &labels).unwrap_or(0.0) as usize
+}
+
+/// Whether `c` still relays: `ping` comes back (a closed stream reads its end instead).
+async fn echoes(c: &mut BufReader<TcpStream>) -> bool {
+    if c.get_mut().write_all(b"ping").await.is_err() {
+        return false;
+    }
+    let mut back = [0u8; 4];
+    let read = tokio::time::timeout(patience(), c.read_exact(&mut back))
+        .await
+        .expect("an answer or an end in time");
+    read.is_ok() && &back == b"ping"
+}
+
+#[test]
+fn a_failback_under_way_is_called_off_when_the_home_backend_turns_unready_again() {
+    let lab = Lab::new();
+    let rt = tokio::runtime::Runtime::new().expect("runtime");
+    let (local, remote) =
+        rt.block_on(async { (lab.fake("local").await, lab.fake("remote").await) });
+    local.control.set_ready(false);
+    let file = lab.path("failback.yaml");
+    let yaml = lab.yaml(
+        "dc-a",
+        &[(addr(&local), "dc-a"), (addr(&remote), "dc-b")],
+        "failback_after: 1s\n",
+    );
+    std::fs::write(&file, yaml).expect("write config");
+    let p = Proc::start(&file);
+    rt.block_on(poll("local unready, remote ready", || {
+        states(&p) == [Unready, Ready]
+    }));
+    let mut streams = Vec::new();
+    for _ in 0..STREAMS {
+        let (c, name) = rt.block_on(raw(p.listen)).expect("relayed");
+        assert_eq!(name, "remote", "the only ready backend");
+        streams.push(c);
+    }
+
+    // The local apiserver is back: a second after it turned ready, the failback begins, its
+    // closes spread over the failback window ...
+    local.control.set_ready(true);
+    rt.block_on(poll("the failback begun", || {
+        closes(&p, &remote, "failback") > 0
+    }));
+    let begun = Instant::now();
+    // ... and the local apiserver turns unready again before the spread is over.
+    local.control.set_ready(false);
+    rt.block_on(poll("local unready again", || {
+        states(&p) == [Unready, Ready]
+    }));
+    let before_call_off = closes(&p, &remote, "failback");
+    assert!(
+        before_call_off < STREAMS,
+        "the whole spread went by before the local backend was unready; nothing left to show"
+    );
+
+    // A negative needs a window: every turn of the failback's spread is past.
+    let spread_over = begun + readyprism::testing::FAILBACK_SPREAD;
+    std::thread::sleep(spread_over.saturating_duration_since(Instant::now()));
+    let closed = closes(&p, &remote, "failback");
+    assert_eq!(
+        closed, before_call_off,
+        "streams closed for failback after the local backend was unready again"
+    );
+    let alive = rt.block_on(async {
+        let mut n = 0;
+        for c in &mut streams {
+            n += usize::from(echoes(c).await);
+        }
+        n
+    });
+    assert_eq!(
+        alive,
+        STREAMS - closed,
+        "the streams not closed still relay"
+    );
+    let called_off = p.wait_log(
+        "no backend in this node's zone is ready; failback called off, the backend's connections not yet closed stay",
+        |v| v["fields"]["backend"] == addr(&remote).as_str(),
+    );
+    assert_eq!(called_off["fields"]["reason"], "failback", "{called_off}");
+    assert!(
+        called_off["fields"]["active"].as_u64() >= Some((STREAMS - closed) as u64),
+        "{called_off}"
+    );
+}
