@@ -264,6 +264,33 @@ mod tests {
         }
     }
 
+    #[tokio::test]
+    async fn the_poll_runs_only_while_the_zone_follows_the_addresses() {
+        let (tasks, background) = (TaskTracker::new(), CancellationToken::new());
+        // A deadline, not a measure: a stopped poll ends at once, one left running never.
+        let ended = |tasks: TaskTracker| async move {
+            tasks.close();
+            let wait = tokio::time::timeout(Duration::from_secs(10), tasks.wait());
+            wait.await.expect("the poll stopped");
+        };
+        let mut poll = AddressPoll::new();
+        let following = running("", &[]);
+        let by_hand = running("zone: dc-z\n", &[]);
+        poll.follow(&by_hand, &tasks, &background);
+        assert_eq!(tasks.len(), 0, "a zone set by hand: no poll");
+        poll.follow(&following, &tasks, &background);
+        poll.follow(&following, &tasks, &background);
+        assert_eq!(tasks.len(), 1, "one poll, kept across a reload");
+        // A reload that sets `zone:` stops it; so does the app's end.
+        poll.follow(&by_hand, &tasks, &background);
+        ended(tasks).await;
+        let mut poll = AddressPoll::new();
+        let tasks = TaskTracker::new();
+        poll.follow(&following, &tasks, &background);
+        background.cancel();
+        ended(tasks).await;
+    }
+
     #[test]
     fn a_tie_that_appears_is_a_change_and_says_both_zones() {
         let config = running("", &["10.0.1.5"]);
