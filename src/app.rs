@@ -1,7 +1,7 @@
 //! The running balancer: [`App::start`] binds the listeners and starts the table writer, the TLS
-//! watcher, one health monitor per backend, discovery, the proxy and the admin server;
-//! [`App::run`] (`run`) is its one control loop, which applies discovery's lists and reloads
-//! (`reload`) until the end, then shuts down in order.
+//! watcher, one health monitor per backend, discovery, the address poll (`zone`), the proxy and
+//! the admin server; [`App::run`] (`run`) is its one control loop, which applies discovery's
+//! lists, this node's addresses and reloads (`reload`) until the end, then shuts down in order.
 //!
 //! Every task is tracked here and cancellable. Does not own installing signal handlers
 //! (`signals`) or any behaviour of the parts it wires together.
@@ -31,6 +31,7 @@ mod error;
 mod handle;
 mod reload;
 mod run;
+mod zone;
 
 pub use error::{ApplyError, Placed};
 pub use handle::Handle;
@@ -61,6 +62,7 @@ pub struct App {
     background: CancellationToken,
     monitors: Vec<MonitorHandle>,
     discovered: Discovered,
+    addresses: zone::AddressPoll,
     listeners: Vec<Listener>,
     admin_listener: Listener,
     admin_tasks: TaskTracker,
@@ -82,7 +84,7 @@ async fn bind(
 }
 
 /// This node's addresses leave its zone unknown (`tie` says which zones and why): one WARN at
-/// start-up, and on a reload that changes it.
+/// start-up, and on a reload or a change of the addresses that changes it.
 fn warn_zone_tie(tie: &str) {
     tracing::warn!(
         reason = tie,
@@ -148,6 +150,7 @@ impl App {
             background,
             monitors: Vec::new(),
             discovered: Discovered::start(&config, parts, &own),
+            addresses: zone::AddressPoll::new(),
             listeners: Vec::new(),
             admin_listener: Listener {
                 configured: config.admin,
@@ -162,6 +165,7 @@ impl App {
             return Err(e);
         }
         app.reconcile_monitors(&config, false);
+        app.addresses.follow(&config, &app.tasks, &app.background);
         for (configured, (listener, bound)) in bound {
             app.spawn_listener(configured, listener, bound);
         }
@@ -269,6 +273,7 @@ impl App {
                 warn_zone_tie(tie);
             }
         }
+        self.addresses.follow(&new, &self.tasks, &self.background);
         self.config = new;
         Ok(())
     }

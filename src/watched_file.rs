@@ -45,11 +45,32 @@ pub enum Kind {
     Socket,
     /// A block or character device.
     Device,
+    /// A symbolic link, as `lstat` reports one (a read follows links and never sees one).
+    Symlink,
     /// Anything else `stat` can report.
     Other,
 }
 
 impl Kind {
+    /// What a file of type `t` is; `None` for a regular file.
+    pub fn of(t: std::fs::FileType) -> Option<Kind> {
+        Some(if t.is_file() {
+            return None;
+        } else if t.is_dir() {
+            Kind::Directory
+        } else if t.is_symlink() {
+            Kind::Symlink
+        } else if t.is_fifo() {
+            Kind::Fifo
+        } else if t.is_socket() {
+            Kind::Socket
+        } else if t.is_block_device() || t.is_char_device() {
+            Kind::Device
+        } else {
+            Kind::Other
+        })
+    }
+
     /// As a sentence names it: `a directory`, `a FIFO`.
     pub fn as_str(self) -> &'static str {
         match self {
@@ -57,6 +78,7 @@ impl Kind {
             Kind::Fifo => "a FIFO",
             Kind::Socket => "a socket",
             Kind::Device => "a device",
+            Kind::Symlink => "a symbolic link",
             Kind::Other => "not a file",
         }
     }
@@ -224,21 +246,10 @@ fn too_large(len: u64, stamp: Stamp) -> Result<(), ReadError> {
 }
 
 fn regular(m: &Metadata) -> Result<(), ReadError> {
-    let t = m.file_type();
-    let kind = if t.is_file() {
-        return Ok(());
-    } else if t.is_dir() {
-        Kind::Directory
-    } else if t.is_fifo() {
-        Kind::Fifo
-    } else if t.is_socket() {
-        Kind::Socket
-    } else if t.is_block_device() || t.is_char_device() {
-        Kind::Device
-    } else {
-        Kind::Other
-    };
-    Err(ReadError::NotRegular(kind))
+    match Kind::of(m.file_type()) {
+        None => Ok(()),
+        Some(kind) => Err(ReadError::NotRegular(kind)),
+    }
 }
 
 #[cfg(test)]

@@ -1,11 +1,13 @@
 //! The node's zone from the `zones:` map on the real binary: from an interface address in a
 //! network namespace of the test's own (a veth end holding 10.0.1.5/24), the precedence of
-//! `--zone`, `READYPRISM_ZONE` and `zone:` over it, a backend's zone from its IP, no match, and an
-//! ambiguous match (a WARN and the zone unknown, never a refusal). Namespaces need root and `ip`; without them these tests say why they are
+//! `--zone`, `READYPRISM_ZONE` and `zone:` over it, a backend's zone from its IP, no match, an
+//! ambiguous match (a WARN and the zone unknown, never a refusal), and the zone following the
+//! addresses while the balancer runs (added late, renumbered, removed). Namespaces need root and `ip`; without them these tests say why they are
 //! skipped, unless `READYPRISM_REQUIRE_NETNS=1`, which makes that a failure.
 
 use std::path::Path;
 use std::process::Output;
+use std::time::Duration;
 
 use readyprism::admin::status::StatusDoc;
 
@@ -240,4 +242,106 @@ fn two_zones_holding_this_node_equally_start_with_a_warning_and_the_zone_unknown
         Some(3),
         "an empty --zone is still an error"
     );
+}
+
+/// This node's zone and its source as `/status` says, read inside `ns`.
+fn status_zone(ns: &Netns, admin: &str) -> (Option<String>, Option<String>) {
+    let o = readyprism(ns, &[], &["status", "--admin", admin, "--json"]);
+    let doc: StatusDoc = serde_json::from_slice(&o.stdout).expect("status JSON");
+    (doc.zone, doc.zone_source.map(|s| s.to_string()))
+}
+
+/// Waits until `/status` says zone `want` (with its source), polling; the deadline is twice the
+/// usual patience, so the balancer's address poll (every 5 s) may come round before the change.
+#[allow(clippy::disallowed_types)] // blocking code on this thread, not tokio's clock
+fn wait_zone(ns: &Netns, admin: &str, want: (Option<&str>, Option<&str>)) {
+    let want = (want.0.map(String::from), want.1.map(String::from));
+    let deadline = std::time::Instant::now() + 2 * patience();
+    loop {
+        let now = status_zone(ns, admin);
+        if now == want {
+            return;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "zone still {now:?}, waiting for {want:?}"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+#[test]
+fn the_node_zone_follows_its_addresses_while_it_runs() {
+    let test = "the_node_zone_follows_its_addresses_while_it_runs";
+    // No address at start-up: DHCP has not answered yet.
+    let Some(ns) = netns(test, &[]) else {
+        return;
+    };
+    let ip = |args: &[&str]| {
+        ns.run("ip", args).expect("ip addr in the namespace");
+    };
+    let lab = Lab::new();
+    let file = config(&lab, "follow.yaml", "", ZONES);
+    let p = Proc::start_under(&ns.exec(), Path::new(&file));
+    let admin = p.admin.to_string();
+    let started = p.wait_log("readyprism started", |_| true);
+    assert_eq!(started["fields"]["zone"], "", "{started}");
+    assert_eq!(status_zone(&ns, &admin), (None, None));
+    let changed = |new: &'static str| move |v: &serde_json::Value| v["fields"]["new_zone"] == new;
+
+    // The address arrives: the zone follows, without a hang-up, and says why.
+    ip(&["addr", "add", "10.0.1.5/24", "dev", "v0"]);
+    wait_zone(&ns, &admin, (Some("dc-a"), Some("address 10.0.1.5")));
+    let line = p.wait_log("this node's zone changed", changed("dc-a"));
+    assert_eq!(line["level"], "INFO", "{line}");
+    assert_eq!(line["fields"]["old_zone"], "", "{line}");
+    assert_eq!(line["fields"]["zone_source"], "address 10.0.1.5", "{line}");
+    let why = line["fields"]["reason"].as_str().unwrap_or_default();
+    assert!(
+        why.contains("10.0.1.5") && why.contains("10.0.1.0/24"),
+        "{line}"
+    );
+
+    // Renumbered into another zone.
+    ip(&["addr", "del", "10.0.1.5/24", "dev", "v0"]);
+    ip(&["addr", "add", "10.0.2.5/24", "dev", "v0"]);
+    wait_zone(&ns, &admin, (Some("dc-b"), Some("address 10.0.2.5")));
+    p.wait_log("this node's zone changed", changed("dc-b"));
+
+    // A second address in another zone, as specific: the tie rule holds while running too.
+    ip(&["addr", "add", "10.0.1.5/24", "dev", "v0"]);
+    wait_zone(&ns, &admin, (None, None));
+    let tie = "this node's addresses are in two zones, neither network more specific; zone unknown";
+    assert_eq!(p.wait_log(tie, |_| true)["level"], "WARN");
+    p.wait_log("this node's zone changed", |v| {
+        v["fields"]["old_zone"] == "dc-b" && v["fields"]["new_zone"] == ""
+    });
+
+    // The tie resolved, then every address gone.
+    ip(&["addr", "del", "10.0.2.5/24", "dev", "v0"]);
+    wait_zone(&ns, &admin, (Some("dc-a"), Some("address 10.0.1.5")));
+    ip(&["addr", "del", "10.0.1.5/24", "dev", "v0"]);
+    wait_zone(&ns, &admin, (None, None));
+    let gone = p.wait_log("this node's zone changed", |v| {
+        v["fields"]["old_zone"] == "dc-a" && v["fields"]["new_zone"] == ""
+    });
+    let why = gone["fields"]["reason"].as_str().unwrap_or_default();
+    assert!(why.contains("no address"), "{gone}");
+
+    // Each change logged once: every line starts where the previous one ended.
+    let changes: Vec<(String, String)> = p
+        .logs()
+        .iter()
+        .filter(|v| v["fields"]["message"] == "this node's zone changed")
+        .map(|v| {
+            let f = |k: &str| v["fields"][k].as_str().unwrap_or_default().to_string();
+            (f("old_zone"), f("new_zone"))
+        })
+        .collect();
+    assert!(changes.len() >= 5, "{changes:?}");
+    assert_eq!(changes[0].0, "", "{changes:?}");
+    for pair in changes.windows(2) {
+        assert_eq!(pair[0].1, pair[1].0, "{changes:?}");
+    }
+    assert!(changes.iter().all(|(old, new)| old != new), "{changes:?}");
 }

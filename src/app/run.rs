@@ -1,6 +1,6 @@
 //! The one control loop of a running balancer: hang-ups, the config file's watch, discovery's
-//! lists and the end of the run, each applied in turn by the one owner of the [`App`], then the
-//! ordered shutdown.
+//! lists, this node's changed addresses and the end of the run, each applied in turn by the one
+//! owner of the [`App`], then the ordered shutdown.
 //!
 //! Owns when the app changes. Does not own how a reload is counted and logged (`reload`), what
 //! the config watch decides (`config::watch`), or installing signal handlers (`signals`).
@@ -73,6 +73,7 @@ enum Wake {
     Hangup,
     Tick,
     Discovered(Vec<crate::discovery::membership::Member>),
+    Addresses(Vec<std::net::IpAddr>),
 }
 
 /// A hang-up, or never when there is no handler.
@@ -88,7 +89,8 @@ async fn hangup(signal: &mut Option<Signal>) {
 }
 
 impl App {
-    /// Runs until `control.end`: applies every list discovery finds, reloads on a hang-up and
+    /// Runs until `control.end`: applies every list discovery finds and every change of this
+    /// node's addresses (when its zone follows them), reloads on a hang-up and
     /// when the config file's content changes, then shuts down within
     /// [`super::shutdown_bound`].
     pub async fn run(mut self, control: Control) {
@@ -106,12 +108,17 @@ impl App {
                 _ = hangup(&mut hup) => Wake::Hangup,
                 _ = tick.tick(), if config.is_some() => Wake::Tick,
                 list = self.discovered.next() => Wake::Discovered(list),
+                addrs = self.addresses.next() => Wake::Addresses(addrs),
             };
             let (source, watch) = match (wake, &config, watch.as_mut()) {
                 (Wake::Discovered(list), _, _) => {
                     if let Err(e) = self.set_discovered(list).await {
                         tracing::warn!(error = %e, "discovered backends not applied");
                     }
+                    continue;
+                }
+                (Wake::Addresses(addrs), _, _) => {
+                    self.rezone(addrs).await;
                     continue;
                 }
                 (wake, Some(file), Some(watch)) => ((wake, &file.source), watch),

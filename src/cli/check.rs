@@ -1,27 +1,28 @@
 //! `readyprism check`: a config validated as `run` would load it, then printed with every default
 //! written out, followed by the NotReady budget and this node's zone as YAML comments (so the
-//! output stays a config). The certificate files are read too, unless told the config is for
-//! another node.
+//! output stays a config). The certificate files are read too, and the discovery cache's path
+//! looked at, unless told the config is for another node.
 //!
-//! Owns the report; does not own validation (`config`), the files' loading (`tls`) or the
-//! budget's arithmetic (`budget`).
+//! Owns the report; does not own validation (`config`), the files' loading (`tls`), what makes a
+//! cache path unfit (`discovery::cache`) or the budget's arithmetic (`budget`).
 
 pub mod budget;
 
 use std::time::Duration;
 
 use crate::app::{check_files, Placed};
-use crate::config::{ConfigError, Node, Source};
+use crate::config::{Config, ConfigError, Node, Source};
+use crate::discovery::cache;
 use budget::Budget;
 
-/// What `check` prints: the report on stdout, and warnings on stderr: the budget is tight, or this
-/// node's addresses leave its zone unknown.
+/// What `check` prints: the report on stdout, and warnings on stderr: the budget is tight, this
+/// node's addresses leave its zone unknown, or the discovery cache cannot be kept where it is.
 #[derive(Debug)]
 pub struct Checked {
     /// The config, the budget and this node's zone.
     pub report: String,
-    /// The zone tie (two zones, neither network more specific), then the budget's worst case
-    /// over half of the node grace period.
+    /// The zone tie (two zones, neither network more specific), the discovery cache's path that
+    /// cannot hold it, then the budget's worst case over half of the node grace period.
     pub warnings: Vec<String>,
 }
 
@@ -71,8 +72,23 @@ pub fn check(source: &Source, node: Node, node_grace: Duration) -> Result<Checke
         .iter()
         .map(|tie| format!("{tie}; the zone is unknown"))
         .collect();
+    if here {
+        warnings.extend(cache_warning(source, &config));
+    }
     if budget.over_half_of(node_grace) {
         warnings.push(budget.warning(node_grace));
     }
     Ok(Checked { report, warnings })
+}
+
+/// The discovery cache's path cannot hold the cache (a directory there, a missing or unwritable
+/// directory): one line placed at `discovery.cache`. Nothing while discovery is off, as then the
+/// cache is neither read nor written. A warning, not a rejection: the balancer runs without it.
+fn cache_warning(source: &Source, config: &Config) -> Option<String> {
+    let path = config.discovery.cache.as_ref()?;
+    if !config.discovery.endpoints {
+        return None;
+    }
+    let unfit = cache::preflight(path).err()?;
+    Some(format!("{}: {unfit}", source.place("discovery.cache")))
 }

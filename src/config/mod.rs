@@ -29,7 +29,7 @@ use parse_error::parse_error;
 pub use place::ListenField;
 pub use raw::DurationValue;
 use raw::{CidrValue, Networks, RawBackend, RawConfig, RawHealth, RawTls, ZoneName};
-use zones::ZoneMap;
+use zones::{Placement, ZoneMap};
 
 /// Default client listener: KubePrism's port, so kubelet config needs no change beyond the switch.
 pub const DEFAULT_LISTEN: &str = "127.0.0.1:7445";
@@ -163,6 +163,25 @@ impl Config {
         resolve::Resolver { src, file }.resolve(raw)
     }
 
+    /// Whether this node's zone follows its interface addresses: a `zones:` map, and no zone set
+    /// by hand (`--zone`, `READYPRISM_ZONE`, `zone:`), which always wins.
+    pub fn zone_follows_addresses(&self) -> bool {
+        !self.zones.is_empty()
+            && self
+                .routing
+                .zone
+                .as_ref()
+                .is_none_or(|z| matches!(z.source, ZoneSource::Address(_)))
+    }
+
+    /// Takes this node's zone from where its addresses place it. The addresses are run-time
+    /// facts, not config: a tie is a WARN and an unknown zone, never a refusal (a VIP or a CNI
+    /// bridge address must not cost the node its API path).
+    pub fn place(&mut self, placement: &Placement) {
+        self.routing.zone = placement.zone();
+        self.zone_ambiguous = placement.tie();
+    }
+
     /// The resolved config as YAML, with every default written out (what `check` prints).
     pub fn to_yaml(&self) -> Result<String, yaml_serde::Error> {
         let d = |d: Duration| Some(DurationValue(d));
@@ -289,19 +308,8 @@ impl Source {
             config.routing.zone = Some(z.clone());
         }
         if config.routing.zone.is_none() && !config.zones.is_empty() && node == Node::Here {
-            let addrs = zones::interface_addresses();
-            // The node's addresses are run-time facts, not config: a tie is a WARN and an
-            // unknown zone, never a refusal (a VIP or a CNI bridge address must not cost the node
-            // its API path).
-            match config.zones.node_zone(&addrs) {
-                Ok(found) => {
-                    config.routing.zone = found.map(|(m, ip)| NodeZone {
-                        name: m.zone.to_string(),
-                        source: ZoneSource::Address(ip),
-                    })
-                }
-                Err(tie) => config.zone_ambiguous = Some(tie.to_string()),
-            }
+            let placement = config.zones.place(&zones::interface_addresses());
+            config.place(&placement);
         }
         Ok(config)
     }

@@ -1,14 +1,17 @@
 //! The `zones:` map (which networks are which zone) and the matching of addresses against it: the
 //! node's zone from its own interface addresses, a backend's zone from its IP.
 //!
-//! The matching is pure ([`ZoneMap::zone_of`], [`ZoneMap::node_zone`]); the one impure step, listing
-//! this node's addresses, is [`interface_addresses`]. Does not own the YAML shape (`raw`) nor the
-//! precedence of `--zone` / `READYPRISM_ZONE` / `zone:` over the map (`Source` in `config`).
+//! The matching is pure ([`ZoneMap::zone_of`], [`ZoneMap::node_zone`], [`ZoneMap::place`]); the one
+//! impure step, listing this node's addresses, is [`interface_addresses`]. Does not own the YAML
+//! shape (`raw`), the precedence of `--zone` / `READYPRISM_ZONE` / `zone:` over the map (`Source`
+//! in `config`), nor when the addresses are read again while running (`app`).
 
 use std::collections::BTreeMap;
 use std::net::IpAddr;
 
 use ipnet::IpNet;
+
+use crate::backend::{NodeZone, ZoneSource};
 
 /// The zones and their networks, validated: no network is in two zones.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -147,6 +150,73 @@ impl ZoneMap {
     }
 }
 
+/// Where this node's interface addresses place it in the map: what its zone is derived from, at
+/// start-up, on a reload and whenever the addresses change while it runs.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Placement {
+    /// In `zone`: the node's address `ip` is in its network `net`, the most specific match.
+    In {
+        /// The zone's name.
+        zone: String,
+        /// The node's address that matched.
+        ip: IpAddr,
+        /// The network that holds it.
+        net: IpNet,
+    },
+    /// No address of the node (loopback aside) is in a network of the map: the zone is unknown.
+    Nowhere,
+    /// Two zones, neither network more specific: the zone is unknown, with a WARN saying why.
+    Tie(Ambiguous),
+}
+
+impl Placement {
+    /// The node's zone it gives, its source the address that matched; `None`: unknown.
+    pub fn zone(&self) -> Option<NodeZone> {
+        match self {
+            Placement::In { zone, ip, .. } => Some(NodeZone {
+                name: zone.clone(),
+                source: ZoneSource::Address(*ip),
+            }),
+            Placement::Nowhere | Placement::Tie(_) => None,
+        }
+    }
+
+    /// The tie in words, when it is one (what the config keeps as `zone_ambiguous`).
+    pub fn tie(&self) -> Option<String> {
+        match self {
+            Placement::Tie(tie) => Some(tie.to_string()),
+            Placement::In { .. } | Placement::Nowhere => None,
+        }
+    }
+
+    /// Why the node is where it is, for the log line of a change.
+    pub fn why(&self) -> String {
+        match self {
+            Placement::In { zone, ip, net } => format!("address {ip} is in {net} of zone {zone}"),
+            Placement::Nowhere => "no address of this node is in a network of zones:".to_string(),
+            Placement::Tie(tie) => tie.to_string(),
+        }
+    }
+}
+
+impl ZoneMap {
+    /// [`ZoneMap::node_zone`] as a [`Placement`], of the addresses as a set: the same addresses
+    /// in another order place the node alike, a tie in the same words.
+    pub fn place(&self, addrs: &[IpAddr]) -> Placement {
+        let mut addrs = addrs.to_vec();
+        addrs.sort_unstable();
+        match self.node_zone(&addrs) {
+            Ok(Some((m, ip))) => Placement::In {
+                zone: m.zone.to_string(),
+                ip,
+                net: m.net,
+            },
+            Ok(None) => Placement::Nowhere,
+            Err(tie) => Placement::Tie(tie),
+        }
+    }
+}
+
 impl Ambiguous {
     fn of((a, a_ip): (ZoneMatch<'_>, IpAddr), (b, b_ip): (ZoneMatch<'_>, IpAddr)) -> Ambiguous {
         Ambiguous {
@@ -161,11 +231,20 @@ impl Ambiguous {
 }
 
 /// This node's interface addresses (every interface, loopback included: [`ZoneMap::node_zone`]
-/// leaves it out). A failure to list them is logged and yields none, so the zone is unknown:
-/// the balancer never refuses to serve over its zone.
+/// leaves it out), sorted, each once: one `getifaddrs(3)` (a netlink dump of the links and the
+/// addresses, so its cost grows with the node's interfaces, pod veths included). Blocks.
+pub fn list_interface_addresses() -> std::io::Result<Vec<IpAddr>> {
+    let mut addrs: Vec<IpAddr> = if_addrs::get_if_addrs()?.iter().map(|i| i.ip()).collect();
+    addrs.sort_unstable();
+    addrs.dedup();
+    Ok(addrs)
+}
+
+/// [`list_interface_addresses`] at start-up and on a reload. A failure to list them is logged and
+/// yields none, so the zone is unknown: the balancer never refuses to serve over its zone.
 pub fn interface_addresses() -> Vec<IpAddr> {
-    match if_addrs::get_if_addrs() {
-        Ok(ifs) => ifs.iter().map(|i| i.ip()).collect(),
+    match list_interface_addresses() {
+        Ok(addrs) => addrs,
         Err(e) => {
             tracing::warn!(error = %e, "cannot list this node's interface addresses; zone unknown");
             Vec::new()

@@ -3,8 +3,9 @@
 //!
 //! Owns the file's format (one type for writer and reader), the atomic write (a temporary file in
 //! the same directory, fsync, rename, fsync of the directory) and the start-up read with the safe
-//! reads of `watched_file`. A missing, unreadable or corrupt cache never stops the balancer: it is
-//! said once and ignored. Does not own when it is written (`discovery`).
+//! reads of `watched_file`, and the look before a run at whether the path can hold a cache at all
+//! ([`preflight`], for `readyprism check`). A missing, unreadable or corrupt cache never stops the
+//! balancer: it is said once and ignored. Does not own when it is written (`discovery`).
 
 use std::io::Write;
 use std::net::SocketAddr;
@@ -13,7 +14,7 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
-use crate::watched_file::{self, FileError, ReadError};
+use crate::watched_file::{self, FileError, Kind, ReadError};
 
 /// The cache file's content. `version` lets a later format be told apart.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -70,6 +71,99 @@ pub enum LoadError {
     Corrupt(String),
 }
 
+/// Why a path cannot hold the discovery cache, seen before a run (`readyprism check`): the write
+/// after each change would fail or be refused, so the next start-up would find no list. Names
+/// the cache path first, as every cache message does.
+#[derive(Debug, thiserror::Error)]
+pub enum Unfit {
+    /// Something other than a regular file is at the path: never read as a cache nor written over.
+    #[error("{} is {}, not a regular file: the discovery cache is neither read nor written there", path.display(), kind.as_str())]
+    NotRegular {
+        /// The cache path.
+        path: PathBuf,
+        /// What is there.
+        kind: Kind,
+    },
+    /// A regular file that is not a readyprism cache (a mistyped path): left alone, never written.
+    #[error("{}: not a readyprism discovery cache ({why}); it is left alone and the cache is never written", path.display())]
+    NotACache {
+        /// The cache path.
+        path: PathBuf,
+        /// What is there instead.
+        why: String,
+    },
+    /// The directory the cache (and its temporary file) would be written in does not exist.
+    #[error("{}: its directory {} does not exist: the discovery cache cannot be written", path.display(), dir.display())]
+    NoDirectory {
+        /// The cache path.
+        path: PathBuf,
+        /// Its directory.
+        dir: PathBuf,
+    },
+    /// The directory is something else, or cannot be written in (permissions, a read-only
+    /// filesystem).
+    #[error("{}: its directory {} {why}: the discovery cache cannot be written", path.display(), dir.display())]
+    Unwritable {
+        /// The cache path.
+        path: PathBuf,
+        /// Its directory.
+        dir: PathBuf,
+        /// Why, as a predicate: `is a regular file, not a directory`, `is not writable: …`.
+        why: String,
+    },
+}
+
+/// Whether `path` can hold the discovery cache (blocks; a few `stat`s and an `access(2)`, nothing
+/// created): nothing but a readyprism cache or nothing at all at the path, in a directory that
+/// exists and this process may write in.
+pub fn preflight(path: &Path) -> Result<(), Unfit> {
+    // Nothing there (a first start) is fine; a failed look is the directory's fault: see below.
+    if let Ok(m) = std::fs::symlink_metadata(path) {
+        if let Some(kind) = Kind::of(m.file_type()) {
+            return Err(Unfit::NotRegular {
+                path: path.to_path_buf(),
+                kind,
+            });
+        }
+        if let Some(why) = not_a_cache(path) {
+            return Err(Unfit::NotACache {
+                path: path.to_path_buf(),
+                why,
+            });
+        }
+    }
+    let dir = directory(path);
+    let unwritable = |why: String| Unfit::Unwritable {
+        path: path.to_path_buf(),
+        dir: dir.to_path_buf(),
+        why,
+    };
+    match std::fs::metadata(dir) {
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Err(Unfit::NoDirectory {
+            path: path.to_path_buf(),
+            dir: dir.to_path_buf(),
+        }),
+        Err(e) => Err(unwritable(format!("cannot be looked at: {e}"))),
+        Ok(m) => match Kind::of(m.file_type()) {
+            Some(Kind::Directory) => {
+                use rustix::fs::Access;
+                rustix::fs::access(dir, Access::WRITE_OK | Access::EXEC_OK)
+                    .map_err(|e| unwritable(format!("is not writable: {e}")))
+            }
+            Some(kind) => Err(unwritable(format!("is {}, not a directory", kind.as_str()))),
+            None => Err(unwritable("is a regular file, not a directory".into())),
+        },
+    }
+}
+
+/// The directory the cache at `path` is written in (with its temporary file).
+fn directory(path: &Path) -> &Path {
+    match path.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d,
+        _ => Path::new("."),
+    }
+}
+
 /// Reads the cache at `path` (blocks; a small file read once at start-up).
 pub fn load(path: &Path) -> Result<Vec<SocketAddr>, LoadError> {
     let contents = watched_file::read(path).map_err(|e| match &e.error {
@@ -109,10 +203,7 @@ pub fn store(path: &Path, backends: &[SocketAddr]) -> Result<(), WriteError> {
     };
     let mut text = serde_json::to_string_pretty(&file).map_err(|e| io(std::io::Error::other(e)))?;
     text.push('\n');
-    let dir = match path.parent() {
-        Some(d) if !d.as_os_str().is_empty() => d,
-        _ => Path::new("."),
-    };
+    let dir = directory(path);
     let name = path.file_name().unwrap_or_default().to_string_lossy();
     let tmp = dir.join(format!(".{name}.tmp-{:016x}", random()));
     let written = std::fs::OpenOptions::new()
