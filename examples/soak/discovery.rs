@@ -1,5 +1,5 @@
-//! The soak's discovery answers: the `default/kubernetes` Endpoints object that the two static
-//! backends serve changes every [`ANSWER_EVERY`]: simulated apiservers of a pool join and leave,
+//! The soak's discovery answers: the `default/kubernetes` Endpoints object that every simulated
+//! apiserver serves (as every apiserver of a cluster does) changes every [`ANSWER_EVERY`]: simulated apiservers of a pool join and leave,
 //! and every fourth answer is a bad one (cut off mid-body, HTTP 500, not JSON) that must change
 //! nothing. After the last answer, the balancer's list must settle on the static backends plus
 //! the last good answer's.
@@ -38,7 +38,7 @@ pub struct Answers {
     pub most_listed: AtomicU64,
 }
 
-/// Serves a new Endpoints answer on every static backend (`servers`) until `end`; answers the
+/// Serves a new Endpoints answer on every simulated apiserver (`servers`) until `end`; answers the
 /// pool addresses of the last good answer.
 pub async fn run(
     servers: Vec<Arc<Control>>,

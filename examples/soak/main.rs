@@ -165,7 +165,11 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     admin::spawn(&tasks, admin_addr, end, &flood);
     let answers = Arc::new(discovery::Answers::default());
     let answering = tasks.spawn(discovery::run(
-        vec![flapping.control.clone(), steady.control.clone()],
+        [&flapping, &steady]
+            .into_iter()
+            .chain(&pool)
+            .map(|s| s.control.clone())
+            .collect(),
         pool.iter().map(|p| p.addr).collect(),
         admin_addr,
         end,
