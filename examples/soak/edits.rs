@@ -21,9 +21,10 @@ const EDIT_EVERY: Duration = Duration::from_millis(2500);
 /// An edit must show in `/status` within this: the watch's 1 s tick plus a rejected config's
 /// 5 s retry (after a missing CA file lands), with room for a loaded machine.
 const APPLY_DEADLINE: Duration = Duration::from_secs(12);
-/// How long a config naming a CA file that does not exist yet stays so before the file lands
-/// (long enough for the watch to see and reject it).
-const CA_LANDS_AFTER: Duration = Duration::from_millis(1500);
+/// How long a config naming a CA file that does not exist yet stays so before the file lands:
+/// long enough for the watch to see and reject it, which it does only once the file has been
+/// still for `watched_file::RACY` (2 s), at its next 1 s tick.
+const CA_LANDS_AFTER: Duration = Duration::from_millis(4000);
 /// How often `/status` is read while waiting for an edit.
 const POLL_EVERY: Duration = Duration::from_millis(100);
 /// One `/status` or `/metrics` read (they compete with the admin flood).

@@ -256,7 +256,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     println!("discovery: {} good answers, {} bad ones; at most {} backends listed at once; polls by result {:?}; the list {}",
         e(&answers.good), e(&answers.bad), e(&answers.most_listed), polled,
         match &followed { Ok(()) => "followed the last good answer".to_string(), Err(why) => why.clone() });
-    let polled_ok = polled.iter().any(|(r, n)| r == "ok" && *n > 0);
+    let polled_ok = polled.iter().any(|(r, n)| r == "changed" && *n > 0);
     let discovery_ok =
         followed.is_ok() && polled_ok && e(&answers.most_listed) <= (2 + discovery::POOL) as u64;
     let edits_ok = e(&edited.lost) == 0
