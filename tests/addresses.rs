@@ -43,7 +43,7 @@ fn a_black_holed_first_address_of_a_name_is_remembered_and_tried_last() {
             .expect("bind");
         let port = l.local_addr().expect("addr").port();
         if let Ok(hole) = BlackHole::at(SocketAddr::from(([127, 0, 0, 1], port))) {
-            break (rt.block_on(async { lab.fake_on("good", l) }), hole);
+            break (rt.block_on(async { lab.cluster.fake_on("good", l) }), hole);
         }
     };
     let port = good.addr.port();

@@ -236,7 +236,7 @@ async fn kubectl_reaches_an_apiserver_through_the_balancer_with_a_kubelet_style_
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sim_apiserver_runs_as_its_own_process_and_its_readyz_can_follow_etcd() {
     let lab = Lab::new();
-    let server = lab.ca.server(&["127.0.0.1"]).expect("cert");
+    let server = lab.cluster.ca.server(&["127.0.0.1"]).expect("cert");
     let cert = lab.write("server.crt", &server.cert_pem);
     let key = lab.write("server.key", &server.key_pem);
     let ca = lab.path("ca.crt").display().to_string();

@@ -124,11 +124,11 @@ fn unreadable_files_and_busy_ports_are_one_clear_line_each() {
     let garbage = lab.write("garbage.pem", "this is not PEM\n");
     let ca = lab.path("ca.crt").display().to_string();
     // A certificate and a key that do not belong together.
-    let cert = lab.write("cert.pem", &lab.client.cert_pem);
-    let key = lab.write("key.pem", &lab.client.key_pem);
+    let cert = lab.write("cert.pem", &lab.cluster.client.cert_pem);
+    let key = lab.write("key.pem", &lab.cluster.client.key_pem);
     let other_key = lab.write(
         "other-key.pem",
-        &lab.ca.client("other").expect("cert").key_pem,
+        &lab.cluster.ca.client("other").expect("cert").key_pem,
     );
     let base = |tls: &str, listen: &str| {
         format!("listen: [\"{listen}\"]\nadmin: \"127.0.0.1:0\"\nbackends:\n  - address: 127.0.0.1:1\ntls:\n{tls}")

@@ -39,7 +39,7 @@ impl Node {
 
     /// Starts `readyprism sim-apiserver` named `name` on `ip:PORT` with the lab's CA.
     fn apiserver(&mut self, lab: &Lab, name: &str, ip: &str) {
-        let cert = lab.ca.server(&[DEAD, GOOD]).expect("server cert");
+        let cert = lab.cluster.ca.server(&[DEAD, GOOD]).expect("server cert");
         let (crt, key) = (
             lab.write(&format!("{name}.crt"), &cert.cert_pem),
             lab.write(&format!("{name}.key"), &cert.key_pem),
