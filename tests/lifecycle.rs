@@ -4,6 +4,7 @@ use std::time::Duration;
 
 use readyprism::app::App;
 use readyprism::config::Config;
+use readyprism::sim::apiserver::FakeApiserver;
 use readyprism::verdict::State::{Ready, Unknown};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
@@ -21,82 +22,171 @@ async fn echo_ok(conn: &mut tokio::io::BufReader<tokio::net::TcpStream>, msg: &[
     ) && buf == msg
 }
 
-#[tokio::test]
-async fn reload_adds_removes_keeps_backends_and_rebinds_listeners() {
-    let lab = Lab::new();
-    let (a, b, c) = (
-        lab.fake("a").await,
-        lab.fake("b").await,
-        lab.fake("c").await,
-    );
-    let file = lab.path("reload.yaml");
-    std::fs::write(
-        &file,
-        lab.yaml("dc-a", &[(addr(&a), "dc-a"), (addr(&b), "dc-b")], ""),
-    )
-    .expect("write");
-    let mut app = App::start(Config::load(&file).expect("config"))
-        .await
-        .expect("start");
-    wait_states(&app, &[Ready, Ready]).await;
-    let old_listener = app.listen_addrs()[0];
+/// The listener lines a reloaded config may have: the first, both, the second alone.
+const FIRST: &str = "listen: [\"127.0.0.1:0\"]\n";
+const BOTH: &str = "listen: [\"127.0.0.1:0\", \"127.0.0.2:0\"]\n";
+const SECOND: &str = "listen: [\"127.0.0.2:0\"]\n";
 
-    // One connection on each: a is local first; then the node's zone moves to b's (a reload that
-    // changes no backend), and new connections go to b while a's stay.
-    let (mut on_a, name) = raw(old_listener).await.expect("relayed");
+/// A balancer started from a config file, reloaded by rewriting it; three fakes `a`, `b`, `c`
+/// to list in it.
+struct Reloading {
+    lab: Lab,
+    file: std::path::PathBuf,
+    app: App,
+    a: FakeApiserver,
+    b: FakeApiserver,
+    c: FakeApiserver,
+}
+
+impl Reloading {
+    /// A balancer in the node's zone `zone`, on the listeners of `listen`, in front of what
+    /// `backends` lists of the fakes `[a, b, c]` as (address, zone); every listed backend ready.
+    async fn start(
+        zone: &str,
+        listen: &str,
+        backends: impl Fn([&FakeApiserver; 3]) -> Vec<(String, &'static str)>,
+    ) -> Reloading {
+        let lab = Lab::new();
+        let (a, b, c) = (
+            lab.fake("a").await,
+            lab.fake("b").await,
+            lab.fake("c").await,
+        );
+        let file = lab.path("reload.yaml");
+        write(&lab, &file, zone, listen, &backends([&a, &b, &c]));
+        let app = App::start(Config::load(&file).expect("config"))
+            .await
+            .expect("start");
+        let listed = app.status().backends.len();
+        wait_states(&app, &vec![Ready; listed]).await;
+        Reloading {
+            lab,
+            file,
+            app,
+            a,
+            b,
+            c,
+        }
+    }
+
+    /// Rewrites the file (zone, listeners, backends) and reloads it.
+    async fn reload(&mut self, zone: &str, listen: &str, backends: &[(String, &str)]) {
+        write(&self.lab, &self.file, zone, listen, backends);
+        self.app.reload_from(&source(&self.file)).await;
+    }
+}
+
+/// Writes a config with the node's zone `zone`, the listeners of `listen` and `backends`.
+fn write(lab: &Lab, file: &std::path::Path, zone: &str, listen: &str, backends: &[(String, &str)]) {
+    let yaml = lab.yaml(zone, backends, "").replace(FIRST, listen);
+    std::fs::write(file, yaml).expect("write");
+}
+
+#[tokio::test]
+async fn a_reload_moving_the_nodes_zone_sends_only_new_connections_to_the_new_zone() {
+    let mut r = Reloading::start("dc-a", FIRST, |[a, b, _]| {
+        vec![(addr(a), "dc-a"), (addr(b), "dc-b")]
+    })
+    .await;
+    let listener = r.app.listen_addrs()[0];
+    let (mut on_a, name) = raw(listener).await.expect("relayed");
     assert_eq!(name, "a");
-    std::fs::write(
-        &file,
-        lab.yaml("dc-b", &[(addr(&a), "dc-a"), (addr(&b), "dc-b")], ""),
-    )
-    .expect("write");
-    app.reload_from(&source(&file)).await;
-    let (mut on_b, name) = raw(old_listener).await.expect("relayed");
+    let same = [(addr(&r.a), "dc-a"), (addr(&r.b), "dc-b")];
+    r.reload("dc-b", FIRST, &same).await;
+    let (_on_b, name) = raw(listener).await.expect("relayed");
     assert_eq!(name, "b");
     assert!(echo_ok(&mut on_a, b"zone change moves nothing").await);
-    let b_changes = state_changes(&app, &addr(&b), "ready");
+    r.app.shutdown().await;
+}
 
-    // Remove a, keep b, add c, add a second listener.
-    let both = "listen: [\"127.0.0.1:0\", \"127.0.0.2:0\"]\n";
-    let yaml = lab
-        .yaml("dc-b", &[(addr(&b), "dc-b"), (addr(&c), "dc-c")], "")
-        .replace("listen: [\"127.0.0.1:0\"]\n", both);
-    std::fs::write(&file, yaml).expect("write");
-    app.reload_from(&source(&file)).await;
-    let snap = app.status();
+#[tokio::test]
+async fn a_reload_leaves_an_unchanged_backend_untouched() {
+    let mut r = Reloading::start("dc-b", FIRST, |[a, b, _]| {
+        vec![(addr(a), "dc-a"), (addr(b), "dc-b")]
+    })
+    .await;
+    let (mut on_b, name) = raw(r.app.listen_addrs()[0]).await.expect("relayed");
+    assert_eq!(name, "b");
+    let b_changes = state_changes(&r.app, &addr(&r.b), "ready");
+    let (b, c) = (addr(&r.b), addr(&r.c));
+    r.reload("dc-b", FIRST, &[(b.clone(), "dc-b"), (c, "dc-c")])
+        .await;
+    let snap = r.app.status();
     assert_eq!(snap.backends.len(), 2);
-    assert_eq!(snap.backends[0].address, addr(&b));
+    assert_eq!(snap.backends[0].address, b);
     assert_eq!(
         snap.backends[0].state, Ready,
         "unchanged backend keeps its state"
     );
-    assert_eq!(snap.backends[1].state, Unknown);
-    wait_states(&app, &[Ready, Ready]).await; // the new backend is probed at once
+    wait_states(&r.app, &[Ready, Ready]).await;
     assert_eq!(
-        state_changes(&app, &app.status().backends[0].address, "ready"),
+        state_changes(&r.app, &r.app.status().backends[0].address, "ready"),
         b_changes,
         "no re-decision for b"
-    );
-    assert!(
-        read_to_end(&mut on_a).await.is_empty(),
-        "connection to the removed backend is closed"
     );
     assert!(
         echo_ok(&mut on_b, b"kept").await,
         "connection to the unchanged backend survives"
     );
-    let listeners = app.listen_addrs();
+    r.app.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_backend_added_by_reload_is_probed_at_once() {
+    let mut r = Reloading::start("dc-b", FIRST, |[_, b, _]| vec![(addr(b), "dc-b")]).await;
+    let (b, c) = (addr(&r.b), addr(&r.c));
+    r.reload("dc-b", FIRST, &[(b, "dc-b"), (c, "dc-c")]).await;
+    assert_eq!(r.app.status().backends[1].state, Unknown);
+    wait_states(&r.app, &[Ready, Ready]).await; // the new backend is probed at once
+    r.app.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_reload_closes_the_connections_of_a_removed_backend() {
+    let mut r = Reloading::start("dc-a", FIRST, |[a, b, _]| {
+        vec![(addr(a), "dc-a"), (addr(b), "dc-b")]
+    })
+    .await;
+    let (mut on_a, name) = raw(r.app.listen_addrs()[0]).await.expect("relayed");
+    assert_eq!(name, "a");
+    let (b, c) = (addr(&r.b), addr(&r.c));
+    r.reload("dc-b", FIRST, &[(b, "dc-b"), (c, "dc-c")]).await;
+    assert!(
+        read_to_end(&mut on_a).await.is_empty(),
+        "connection to the removed backend is closed"
+    );
+    r.app.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_reload_adds_a_listener() {
+    let mut r = Reloading::start("dc-b", FIRST, |[a, b, _]| {
+        vec![(addr(a), "dc-a"), (addr(b), "dc-b")]
+    })
+    .await;
+    let (b, c) = (addr(&r.b), addr(&r.c));
+    r.reload("dc-b", BOTH, &[(b, "dc-b"), (c, "dc-c")]).await;
+    wait_states(&r.app, &[Ready, Ready]).await;
+    let listeners = r.app.listen_addrs();
     assert_eq!(listeners.len(), 2);
     assert!(["b", "c"].contains(&landed(listeners[1]).await.as_str()));
+    r.app.shutdown().await;
+}
 
-    // A backend's zone changes: same address, so its health and connections stay.
-    let b_ready_changes = state_changes(&app, &app.status().backends[0].address, "ready");
-    let moved = lab
-        .yaml("dc-b", &[(addr(&b), "dc-x"), (addr(&c), "dc-c")], "")
-        .replace("listen: [\"127.0.0.1:0\"]\n", both);
-    std::fs::write(&file, moved).expect("write");
-    app.reload_from(&source(&file)).await;
-    let snap = app.status();
+#[tokio::test]
+async fn a_backend_whose_zone_changes_stays_the_same_backend() {
+    let mut r = Reloading::start("dc-b", FIRST, |[_, b, c]| {
+        vec![(addr(b), "dc-b"), (addr(c), "dc-c")]
+    })
+    .await;
+    let (mut on_b, name) = raw(r.app.listen_addrs()[0]).await.expect("relayed");
+    assert_eq!(name, "b");
+    // Same address, so its health and connections stay.
+    let b_ready_changes = state_changes(&r.app, &r.app.status().backends[0].address, "ready");
+    let (b, c) = (addr(&r.b), addr(&r.c));
+    r.reload("dc-b", FIRST, &[(b.clone(), "dc-x"), (c, "dc-c")])
+        .await;
+    let snap = r.app.status();
     assert_eq!(
         (snap.backends[0].zone.as_deref(), snap.backends[0].state),
         (Some("dc-x"), Ready)
@@ -105,12 +195,12 @@ async fn reload_adds_removes_keeps_backends_and_rebinds_listeners() {
         echo_ok(&mut on_b, b"zone changed").await,
         "connection survives a zone change"
     );
-    let t = admin_get(app.admin_addr(), "/metrics").await.1;
+    let t = admin_get(r.app.admin_addr(), "/metrics").await.1;
     assert_eq!(
         metric(
             &t,
             "readyprism_backend_ready",
-            &format!("backend=\"{}\",zone=\"dc-x\"", addr(&b))
+            &format!("backend=\"{b}\",zone=\"dc-x\"")
         ),
         Some(1.0)
     );
@@ -118,20 +208,33 @@ async fn reload_adds_removes_keeps_backends_and_rebinds_listeners() {
         metric(
             &t,
             "readyprism_backend_ready",
-            &format!("backend=\"{}\",zone=\"dc-b\"", addr(&b))
+            &format!("backend=\"{b}\",zone=\"dc-b\"")
         ),
         None
     );
     assert_eq!(
-        state_changes(&app, &app.status().backends[0].address, "ready"),
+        state_changes(&r.app, &r.app.status().backends[0].address, "ready"),
         b_ready_changes
     );
+    r.app.shutdown().await;
+}
 
-    // An invalid config is rejected and counted; the running one stays.
-    std::fs::write(&file, "backends: [\n").expect("write");
-    app.reload_from(&source(&file)).await;
-    assert_eq!(app.config().backends.len(), 2);
-    let t = admin_get(app.admin_addr(), "/metrics").await.1;
+#[tokio::test]
+async fn an_invalid_config_on_reload_is_counted_as_a_failure_leaving_the_running_one() {
+    let mut r = Reloading::start("dc-b", FIRST, |[_, b, c]| {
+        vec![(addr(b), "dc-b"), (addr(c), "dc-c")]
+    })
+    .await;
+    // Three good reloads, then a bad one.
+    let (b, c) = (addr(&r.b), addr(&r.c));
+    for zone in ["dc-b", "dc-x", "dc-b"] {
+        r.reload("dc-b", FIRST, &[(b.clone(), zone), (c.clone(), "dc-c")])
+            .await;
+    }
+    std::fs::write(&r.file, "backends: [\n").expect("write");
+    r.app.reload_from(&source(&r.file)).await;
+    assert_eq!(r.app.config().backends.len(), 2);
+    let t = admin_get(r.app.admin_addr(), "/metrics").await.1;
     assert_eq!(
         metric(&t, "readyprism_config_reloads_total", "result=\"success\""),
         Some(3.0)
@@ -140,20 +243,26 @@ async fn reload_adds_removes_keeps_backends_and_rebinds_listeners() {
         metric(&t, "readyprism_config_reloads_total", "result=\"failure\""),
         Some(1.0)
     );
+    r.app.shutdown().await;
+}
 
-    // Dropping the first listener keeps the connections it accepted.
-    let only_second = lab
-        .yaml("dc-b", &[(addr(&b), "dc-x"), (addr(&c), "dc-c")], "")
-        .replace("listen: [\"127.0.0.1:0\"]\n", "listen: [\"127.0.0.2:0\"]\n");
-    std::fs::write(&file, only_second).expect("write");
-    app.reload_from(&source(&file)).await;
-    assert_eq!(app.listen_addrs(), vec![listeners[1]]);
-    poll_refused(old_listener).await;
+#[tokio::test]
+async fn dropping_a_listener_by_reload_keeps_the_connections_it_accepted() {
+    let mut r = Reloading::start("dc-b", BOTH, |[_, b, c]| {
+        vec![(addr(b), "dc-x"), (addr(c), "dc-c")]
+    })
+    .await;
+    let listeners = r.app.listen_addrs();
+    let (mut on_first, _) = raw(listeners[0]).await.expect("relayed");
+    let (b, c) = (addr(&r.b), addr(&r.c));
+    r.reload("dc-b", SECOND, &[(b, "dc-x"), (c, "dc-c")]).await;
+    assert_eq!(r.app.listen_addrs(), vec![listeners[1]]);
+    poll_refused(listeners[0]).await;
     assert!(
-        echo_ok(&mut on_b, b"still").await,
+        echo_ok(&mut on_first, b"still").await,
         "established connection survives the listener change"
     );
-    app.shutdown().await;
+    r.app.shutdown().await;
 }
 
 fn source(file: &std::path::Path) -> readyprism::config::Source {
