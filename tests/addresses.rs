@@ -32,7 +32,7 @@ fn private_hosts_work(hosts: &str) -> bool {
 }
 
 #[test]
-fn a_black_holed_first_address_of_a_name_is_remembered_and_tried_last() {
+fn a_black_holed_first_address_of_a_name_is_remembered_to_be_tried_last() {
     let rt = tokio::runtime::Runtime::new().expect("runtime");
     let lab = Lab::new();
     // The good address 127.0.0.9:P and a black hole on 127.0.0.1:P, the address the resolver

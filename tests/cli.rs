@@ -8,7 +8,7 @@ use readyprism::verdict::State::{Ready, Unready};
 use crate::support::*;
 
 #[test]
-fn check_prints_the_resolved_config_with_defaults_and_zone_override() {
+fn check_prints_the_config_as_resolved() {
     let lab = Lab::new();
     let file = lab.write(
         "c.yaml",
@@ -88,7 +88,7 @@ fn status(admin: &str, json: bool) -> (i32, String, String) {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn status_command_exit_codes_follow_readiness_and_reachability() {
+async fn status_command_exit_code_says_ready_unready_or_unreachable() {
     let lab = Lab::new();
     let (a, app) = lab.one_ready("").await;
     let admin = app.admin_addr().to_string();
@@ -158,7 +158,7 @@ fn run_demo(duration: &str) -> String {
 }
 
 #[test]
-fn demo_with_duration_runs_and_exits_zero() {
+fn demo_with_a_duration_exits_zero_when_it_ends() {
     let out = run_demo("3s");
     assert!(
         out.contains("dc-a") && out.contains("dc-b") && out.contains("witness"),
@@ -170,7 +170,7 @@ fn demo_with_duration_runs_and_exits_zero() {
 /// The demo's fourth apiserver, `new-cp`, joins the simulated cluster's Endpoints object at 10 s;
 /// discovery adds it, and once dc-a loses quorum again (12 s) the demo's clients land on it.
 #[test]
-fn demo_shows_a_fourth_apiserver_joining_through_discovery_and_taking_traffic() {
+fn demo_shows_a_fourth_apiserver_joining_through_discovery_to_take_traffic() {
     let out = run_demo("22s");
     let summary = out
         .lines()
@@ -366,7 +366,7 @@ fn check_warns_when_a_slow_config_takes_over_half_the_node_grace_period() {
 }
 
 #[test]
-fn check_refuses_counts_and_grace_periods_beyond_their_bounds() {
+fn check_refuses_counts_or_grace_periods_beyond_their_bounds() {
     let lab = Lab::new();
     let file = lab.write(
         "c.yaml",

@@ -5,7 +5,7 @@
 use crate::support::*;
 
 #[test]
-fn each_kind_of_config_error_names_file_field_and_line() {
+fn each_kind_of_config_error_names_where_it_is() {
     let lab = Lab::new();
     let ca = lab.path("ca.crt").display().to_string();
     let cases = [
@@ -49,7 +49,7 @@ fn each_kind_of_config_error_names_file_field_and_line() {
 }
 
 #[test]
-fn each_zones_error_names_file_line_and_field() {
+fn each_zones_error_names_where_it_is() {
     let lab = Lab::new();
     let ca = lab.path("ca.crt").display().to_string();
     let base = format!("backends:\n  - address: 10.0.1.10:6443\ntls:\n  ca: {ca}\nzones:\n");
@@ -117,7 +117,7 @@ fn each_zones_error_names_file_line_and_field() {
 }
 
 #[test]
-fn unreadable_files_and_busy_ports_are_one_clear_line_each() {
+fn an_unreadable_file_or_busy_port_is_one_clear_line() {
     let lab = Lab::new();
     let busy = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
     let busy_addr = busy.local_addr().expect("addr").to_string();

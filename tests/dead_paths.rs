@@ -138,8 +138,8 @@ print(json.dumps({"closed_after": time.monotonic() - start, "error": error}), fl
 "#;
 
 #[test]
-fn a_backend_that_stops_acknowledging_is_cut_by_tcp_and_counted_as_a_failed_check() {
-    let test = "a_backend_that_stops_acknowledging_is_cut_by_tcp_and_counted_as_a_failed_check";
+fn a_backend_that_stops_acknowledging_is_cut_by_tcp_as_a_failed_check() {
+    let test = "a_backend_that_stops_acknowledging_is_cut_by_tcp_as_a_failed_check";
     let Some(mut node) = node(test) else {
         return;
     };

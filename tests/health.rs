@@ -20,8 +20,7 @@ async fn wait_presented(a: &FakeApiserver, what: &str, cert: &[u8]) {
 }
 
 #[tokio::test]
-async fn backend_that_accepts_tcp_but_never_answers_tls_is_unready_by_timeout_and_gets_no_clients()
-{
+async fn backend_that_accepts_tcp_but_never_answers_tls_is_unready_by_timeout_with_no_clients() {
     let lab = Lab::new();
     let hung = lab.fake("hung").await;
     hung.control.set_mode(Behaviour::Hang);
@@ -74,7 +73,7 @@ async fn failure_reasons_name_the_cause() {
 }
 
 #[tokio::test]
-async fn one_failed_probe_does_not_flip_ready_and_one_pass_does_not_flip_unready() {
+async fn a_single_probe_result_never_flips_the_state() {
     let lab = Lab::new();
     let a = lab.fake("a").await;
     // fall: 2 and rise: 2 (defaults).
@@ -169,7 +168,7 @@ async fn a_healthy_probe_connection_is_redialled_after_five_minutes() {
 }
 
 #[tokio::test]
-async fn probes_are_anonymous_until_the_client_cert_appears_and_follow_its_rotation() {
+async fn probes_present_the_client_cert_from_when_it_appears_through_its_rotation() {
     let lab = Lab::new();
     let a = lab.fake("a").await;
     let cert_path = lab.path("kubelet-client-current.pem");

@@ -283,7 +283,7 @@ async fn poll_refused(addr: std::net::SocketAddr) {
 }
 
 #[test]
-fn sighup_reloads_and_an_invalid_file_keeps_the_running_config() {
+fn a_sighup_reloads_the_file_unless_it_is_invalid() {
     let rt = tokio::runtime::Runtime::new().expect("runtime");
     let lab = Lab::new();
     let (a, b) = (rt.block_on(lab.fake("a")), rt.block_on(lab.fake("b")));
@@ -339,7 +339,7 @@ fn sighup_reloads_and_an_invalid_file_keeps_the_running_config() {
 #[test]
 // Times a real child process from a blocking thread, outside tokio's clock: std's Instant.
 #[allow(clippy::disallowed_types)]
-fn sigterm_drains_within_the_grace_period_and_exits_zero() {
+fn sigterm_drains_within_the_grace_period_to_exit_zero() {
     use std::time::Instant;
     let rt = tokio::runtime::Runtime::new().expect("runtime");
     let lab = Lab::new();
@@ -387,7 +387,7 @@ fn sigterm_without_connections_exits_at_once() {
 }
 
 #[test]
-fn the_config_file_is_watched_and_reloaded_on_change_without_a_signal() {
+fn the_config_file_is_reloaded_on_change_without_a_signal() {
     let rt = tokio::runtime::Runtime::new().expect("runtime");
     let lab = Lab::new();
     let (a, b) = (rt.block_on(lab.fake("a")), rt.block_on(lab.fake("b")));
@@ -448,7 +448,7 @@ fn the_config_file_is_watched_and_reloaded_on_change_without_a_signal() {
 }
 
 #[test]
-fn signals_right_after_start_reload_or_drain_and_never_kill() {
+fn signals_right_after_start_reload_or_drain_never_kill() {
     let rt = tokio::runtime::Runtime::new().expect("runtime");
     let lab = Lab::new();
     let (_a, file) = lab.fake_and_config(&rt, "early.yaml", "");

@@ -300,7 +300,7 @@ async fn latency_is_the_readyz_answer_time_not_the_connect_or_tls_time() {
 }
 
 #[tokio::test]
-async fn ipv4_and_ipv6_listeners_both_relay() {
+async fn listeners_of_both_address_families_relay() {
     let lab = Lab::new();
     let a = lab.fake("a").await;
     let yaml = lab.yaml("dc-a", &[(addr(&a), "dc-a")], "").replace(

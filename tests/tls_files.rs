@@ -13,7 +13,7 @@ fn mkfifo(path: &std::path::Path) {
 }
 
 #[test]
-fn a_ca_path_that_becomes_a_fifo_keeps_livez_answering_and_is_warned_about_once() {
+fn a_ca_path_that_becomes_a_fifo_is_warned_about_once_with_livez_answering() {
     let rt = tokio::runtime::Runtime::new().expect("runtime");
     let lab = Lab::new();
     let (_a, file) = lab.fake_and_config(&rt, "fifo.yaml", "");
@@ -56,7 +56,7 @@ fn a_ca_path_that_becomes_a_fifo_keeps_livez_answering_and_is_warned_about_once(
 }
 
 #[test]
-fn a_ca_file_over_a_mebibyte_or_a_fifo_is_refused_at_check_and_run_naming_file_and_field() {
+fn a_ca_file_over_a_mebibyte_or_a_fifo_is_refused_by_check_or_run_naming_where_it_is() {
     let lab = Lab::new();
     let ca = lab.path("ca.crt");
     let file = lab.write(

@@ -160,7 +160,7 @@ mod tests {
     use crate::testing::answers;
 
     #[tokio::test]
-    async fn an_endpoint_that_accepts_and_never_answers_is_not_called_unreachable() {
+    async fn an_endpoint_that_accepts_but_never_answers_is_not_called_unreachable() {
         let addr = crate::testing::holds().to_string();
         let err = get(&addr, "/status").await.expect_err("no answer");
         assert_eq!(
