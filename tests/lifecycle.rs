@@ -33,87 +33,93 @@ struct Reloading {
     lab: Lab,
     file: std::path::PathBuf,
     app: App,
-    a: FakeApiserver,
-    b: FakeApiserver,
-    c: FakeApiserver,
+    fakes: [FakeApiserver; 3],
 }
 
 impl Reloading {
-    /// A balancer in the node's zone `zone`, on the listeners of `listen`, in front of what
-    /// `backends` lists of the fakes `[a, b, c]` as (address, zone); every listed backend ready.
-    async fn start(
-        zone: &str,
-        listen: &str,
-        backends: impl Fn([&FakeApiserver; 3]) -> Vec<(String, &'static str)>,
-    ) -> Reloading {
+    /// A balancer in the node's zone `zone`, on the listeners of `listen`, in front of `listed`
+    /// (as [`Reloading::write`] takes it), every listed backend ready.
+    async fn start(zone: &str, listen: &str, listed: &str) -> Reloading {
         let lab = Lab::new();
-        let (a, b, c) = (
+        let fakes = [
             lab.fake("a").await,
             lab.fake("b").await,
             lab.fake("c").await,
-        );
+        ];
         let file = lab.path("reload.yaml");
-        write(&lab, &file, zone, listen, &backends([&a, &b, &c]));
+        Reloading::write(&lab, &fakes, &file, zone, listen, listed);
         let app = App::start(Config::load(&file).expect("config"))
             .await
             .expect("start");
-        let listed = app.status().backends.len();
-        wait_states(&app, &vec![Ready; listed]).await;
+        wait_states(&app, &vec![Ready; listed.split(' ').count()]).await;
         Reloading {
             lab,
             file,
             app,
-            a,
-            b,
-            c,
+            fakes,
         }
     }
 
-    /// Rewrites the file (zone, listeners, backends) and reloads it.
-    async fn reload(&mut self, zone: &str, listen: &str, backends: &[(String, &str)]) {
-        write(&self.lab, &self.file, zone, listen, backends);
+    /// Writes a config with the node's zone `zone`, the listeners of `listen` and the backends
+    /// of `listed`: `name:zone` of fakes, space-separated (`"a:dc-a b:dc-b"`).
+    fn write(
+        lab: &Lab,
+        fakes: &[FakeApiserver; 3],
+        file: &std::path::Path,
+        zone: &str,
+        listen: &str,
+        listed: &str,
+    ) {
+        let backends: Vec<(String, &str)> = listed
+            .split(' ')
+            .map(|b| {
+                let (name, zone) = b.split_once(':').expect("name:zone");
+                let fake = fakes.iter().find(|f| f.control.name == name);
+                (addr(fake.expect("a, b or c")), zone)
+            })
+            .collect();
+        let yaml = lab.yaml(zone, &backends, "").replace(FIRST, listen);
+        std::fs::write(file, yaml).expect("write");
+    }
+
+    /// Rewrites the file (zone, listeners, backends as in [`Reloading::write`]) and reloads it.
+    async fn reload(&mut self, zone: &str, listen: &str, listed: &str) {
+        Reloading::write(&self.lab, &self.fakes, &self.file, zone, listen, listed);
         self.app.reload_from(&source(&self.file)).await;
     }
-}
 
-/// Writes a config with the node's zone `zone`, the listeners of `listen` and `backends`.
-fn write(lab: &Lab, file: &std::path::Path, zone: &str, listen: &str, backends: &[(String, &str)]) {
-    let yaml = lab.yaml(zone, backends, "").replace(FIRST, listen);
-    std::fs::write(file, yaml).expect("write");
+    /// A raw connection through the first listener, which lands on `on`.
+    async fn connect(&self, on: &str) -> tokio::io::BufReader<tokio::net::TcpStream> {
+        let (conn, name) = raw(self.app.listen_addrs()[0]).await.expect("relayed");
+        assert_eq!(name, on);
+        conn
+    }
+
+    /// The address of fake `b`, the backend every test keeps.
+    fn b(&self) -> String {
+        addr(&self.fakes[1])
+    }
 }
 
 #[tokio::test]
 async fn a_reload_moving_the_nodes_zone_sends_only_new_connections_to_the_new_zone() {
-    let mut r = Reloading::start("dc-a", FIRST, |[a, b, _]| {
-        vec![(addr(a), "dc-a"), (addr(b), "dc-b")]
-    })
-    .await;
-    let listener = r.app.listen_addrs()[0];
-    let (mut on_a, name) = raw(listener).await.expect("relayed");
-    assert_eq!(name, "a");
-    let same = [(addr(&r.a), "dc-a"), (addr(&r.b), "dc-b")];
-    r.reload("dc-b", FIRST, &same).await;
-    let (_on_b, name) = raw(listener).await.expect("relayed");
-    assert_eq!(name, "b");
+    let mut r = Reloading::start("dc-a", FIRST, "a:dc-a b:dc-b").await;
+    let mut on_a = r.connect("a").await;
+    r.reload("dc-b", FIRST, "a:dc-a b:dc-b").await;
+    r.connect("b").await;
     assert!(echo_ok(&mut on_a, b"zone change moves nothing").await);
     r.app.shutdown().await;
 }
 
 #[tokio::test]
 async fn a_reload_leaves_an_unchanged_backend_untouched() {
-    let mut r = Reloading::start("dc-b", FIRST, |[a, b, _]| {
-        vec![(addr(a), "dc-a"), (addr(b), "dc-b")]
-    })
-    .await;
-    let (mut on_b, name) = raw(r.app.listen_addrs()[0]).await.expect("relayed");
-    assert_eq!(name, "b");
-    let b_changes = state_changes(&r.app, &addr(&r.b), "ready");
-    let (b, c) = (addr(&r.b), addr(&r.c));
-    r.reload("dc-b", FIRST, &[(b.clone(), "dc-b"), (c, "dc-c")])
-        .await;
+    let mut r = Reloading::start("dc-b", FIRST, "a:dc-a b:dc-b").await;
+    let mut on_b = r.connect("b").await;
+    let b_changes = state_changes(&r.app, &r.b(), "ready");
+    r.reload("dc-b", FIRST, "b:dc-b c:dc-c").await;
     let snap = r.app.status();
     assert_eq!(snap.backends.len(), 2);
-    assert_eq!(snap.backends[0].address, b);
+    assert_eq!(snap.backends[0].address, r.b());
     assert_eq!(
         snap.backends[0].state, Ready,
         "unchanged backend keeps its state"
@@ -133,9 +139,8 @@ async fn a_reload_leaves_an_unchanged_backend_untouched() {
 
 #[tokio::test]
 async fn a_backend_added_by_reload_is_probed_at_once() {
-    let mut r = Reloading::start("dc-b", FIRST, |[_, b, _]| vec![(addr(b), "dc-b")]).await;
-    let (b, c) = (addr(&r.b), addr(&r.c));
-    r.reload("dc-b", FIRST, &[(b, "dc-b"), (c, "dc-c")]).await;
+    let mut r = Reloading::start("dc-b", FIRST, "b:dc-b").await;
+    r.reload("dc-b", FIRST, "b:dc-b c:dc-c").await;
     assert_eq!(r.app.status().backends[1].state, Unknown);
     wait_states(&r.app, &[Ready, Ready]).await; // the new backend is probed at once
     r.app.shutdown().await;
@@ -143,14 +148,9 @@ async fn a_backend_added_by_reload_is_probed_at_once() {
 
 #[tokio::test]
 async fn a_reload_closes_the_connections_of_a_removed_backend() {
-    let mut r = Reloading::start("dc-a", FIRST, |[a, b, _]| {
-        vec![(addr(a), "dc-a"), (addr(b), "dc-b")]
-    })
-    .await;
-    let (mut on_a, name) = raw(r.app.listen_addrs()[0]).await.expect("relayed");
-    assert_eq!(name, "a");
-    let (b, c) = (addr(&r.b), addr(&r.c));
-    r.reload("dc-b", FIRST, &[(b, "dc-b"), (c, "dc-c")]).await;
+    let mut r = Reloading::start("dc-a", FIRST, "a:dc-a b:dc-b").await;
+    let mut on_a = r.connect("a").await;
+    r.reload("dc-b", FIRST, "b:dc-b c:dc-c").await;
     assert!(
         read_to_end(&mut on_a).await.is_empty(),
         "connection to the removed backend is closed"
@@ -160,12 +160,8 @@ async fn a_reload_closes_the_connections_of_a_removed_backend() {
 
 #[tokio::test]
 async fn a_reload_adds_a_listener() {
-    let mut r = Reloading::start("dc-b", FIRST, |[a, b, _]| {
-        vec![(addr(a), "dc-a"), (addr(b), "dc-b")]
-    })
-    .await;
-    let (b, c) = (addr(&r.b), addr(&r.c));
-    r.reload("dc-b", BOTH, &[(b, "dc-b"), (c, "dc-c")]).await;
+    let mut r = Reloading::start("dc-b", FIRST, "a:dc-a b:dc-b").await;
+    r.reload("dc-b", BOTH, "b:dc-b c:dc-c").await;
     wait_states(&r.app, &[Ready, Ready]).await;
     let listeners = r.app.listen_addrs();
     assert_eq!(listeners.len(), 2);
@@ -175,17 +171,11 @@ async fn a_reload_adds_a_listener() {
 
 #[tokio::test]
 async fn a_backend_whose_zone_changes_stays_the_same_backend() {
-    let mut r = Reloading::start("dc-b", FIRST, |[_, b, c]| {
-        vec![(addr(b), "dc-b"), (addr(c), "dc-c")]
-    })
-    .await;
-    let (mut on_b, name) = raw(r.app.listen_addrs()[0]).await.expect("relayed");
-    assert_eq!(name, "b");
+    let mut r = Reloading::start("dc-b", FIRST, "b:dc-b c:dc-c").await;
+    let mut on_b = r.connect("b").await;
     // Same address, so its health and connections stay.
     let b_ready_changes = state_changes(&r.app, &r.app.status().backends[0].address, "ready");
-    let (b, c) = (addr(&r.b), addr(&r.c));
-    r.reload("dc-b", FIRST, &[(b.clone(), "dc-x"), (c, "dc-c")])
-        .await;
+    r.reload("dc-b", FIRST, "b:dc-x c:dc-c").await;
     let snap = r.app.status();
     assert_eq!(
         (snap.backends[0].zone.as_deref(), snap.backends[0].state),
@@ -196,22 +186,12 @@ async fn a_backend_whose_zone_changes_stays_the_same_backend() {
         "connection survives a zone change"
     );
     let t = admin_get(r.app.admin_addr(), "/metrics").await.1;
-    assert_eq!(
-        metric(
-            &t,
-            "readyprism_backend_ready",
-            &format!("backend=\"{b}\",zone=\"dc-x\"")
-        ),
-        Some(1.0)
-    );
-    assert_eq!(
-        metric(
-            &t,
-            "readyprism_backend_ready",
-            &format!("backend=\"{b}\",zone=\"dc-b\"")
-        ),
-        None
-    );
+    let ready_in = |zone: &str| {
+        let labels = format!("backend=\"{}\",zone=\"{zone}\"", r.b());
+        metric(&t, "readyprism_backend_ready", &labels)
+    };
+    assert_eq!(ready_in("dc-x"), Some(1.0));
+    assert_eq!(ready_in("dc-b"), None);
     assert_eq!(
         state_changes(&r.app, &r.app.status().backends[0].address, "ready"),
         b_ready_changes
@@ -221,15 +201,10 @@ async fn a_backend_whose_zone_changes_stays_the_same_backend() {
 
 #[tokio::test]
 async fn an_invalid_config_on_reload_is_counted_as_a_failure_leaving_the_running_one() {
-    let mut r = Reloading::start("dc-b", FIRST, |[_, b, c]| {
-        vec![(addr(b), "dc-b"), (addr(c), "dc-c")]
-    })
-    .await;
+    let mut r = Reloading::start("dc-b", FIRST, "b:dc-b c:dc-c").await;
     // Three good reloads, then a bad one.
-    let (b, c) = (addr(&r.b), addr(&r.c));
-    for zone in ["dc-b", "dc-x", "dc-b"] {
-        r.reload("dc-b", FIRST, &[(b.clone(), zone), (c.clone(), "dc-c")])
-            .await;
+    for listed in ["b:dc-b c:dc-c", "b:dc-x c:dc-c", "b:dc-b c:dc-c"] {
+        r.reload("dc-b", FIRST, listed).await;
     }
     std::fs::write(&r.file, "backends: [\n").expect("write");
     r.app.reload_from(&source(&r.file)).await;
@@ -248,14 +223,10 @@ async fn an_invalid_config_on_reload_is_counted_as_a_failure_leaving_the_running
 
 #[tokio::test]
 async fn dropping_a_listener_by_reload_keeps_the_connections_it_accepted() {
-    let mut r = Reloading::start("dc-b", BOTH, |[_, b, c]| {
-        vec![(addr(b), "dc-x"), (addr(c), "dc-c")]
-    })
-    .await;
+    let mut r = Reloading::start("dc-b", BOTH, "b:dc-x c:dc-c").await;
     let listeners = r.app.listen_addrs();
     let (mut on_first, _) = raw(listeners[0]).await.expect("relayed");
-    let (b, c) = (addr(&r.b), addr(&r.c));
-    r.reload("dc-b", SECOND, &[(b, "dc-x"), (c, "dc-c")]).await;
+    r.reload("dc-b", SECOND, "b:dc-x c:dc-c").await;
     assert_eq!(r.app.listen_addrs(), vec![listeners[1]]);
     poll_refused(listeners[0]).await;
     assert!(
