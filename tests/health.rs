@@ -243,7 +243,7 @@ async fn an_apiserver_rejecting_our_client_certificate_says_so() {
 }
 
 #[tokio::test]
-async fn redirects_fail_and_huge_answers_are_read_only_up_to_a_bound() {
+async fn a_redirecting_readyz_fails_naming_the_redirect() {
     let lab = Lab::new();
     let redirecting = lab.fake("redirecting").await;
     redirecting
@@ -253,22 +253,24 @@ async fn redirects_fail_and_huge_answers_are_read_only_up_to_a_bound() {
             302,
             "see /elsewhere".to_string(),
         ))));
-    let huge = lab.fake("huge").await;
-    huge.control
-        .readyz_answer
-        .store(Some(std::sync::Arc::new((200, "x".repeat(4 << 20)))));
-    let app = lab
-        .start(&lab.yaml(
-            "dc-a",
-            &[(addr(&redirecting), "dc-a"), (addr(&huge), "dc-b")],
-            "",
-        ))
-        .await;
-    let snap = wait_states(&app, &[Unready, Ready]).await;
+    let app = lab.alone_behind_balancer(&redirecting, "").await;
+    let snap = wait_states(&app, &[Unready]).await;
     assert_eq!(
         snap.backends[0].last_error.as_deref(),
         Some("HTTP 302: see /elsewhere")
     );
+    app.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_huge_readyz_answer_is_read_only_up_to_a_bound() {
+    let lab = Lab::new();
+    let huge = lab.fake("huge").await;
+    huge.control
+        .readyz_answer
+        .store(Some(std::sync::Arc::new((200, "x".repeat(4 << 20)))));
+    let app = lab.alone_behind_balancer(&huge, "").await;
+    wait_states(&app, &[Ready]).await;
     // A body past the bound is not read to the end: that connection is dropped, the next probe redials.
     poll("a few probes", || {
         huge.control.readyz_hits.load(SeqCst) >= 3

@@ -241,20 +241,52 @@ async fn a_refused_dial_to_a_backend_still_marked_ready_is_counted() {
     two.app.shutdown().await;
 }
 
+/// The real binary in front of one fake `a`, ready (its start-up change logged).
+struct Logging {
+    _rt: tokio::runtime::Runtime,
+    _lab: Lab,
+    a: FakeApiserver,
+    p: Proc,
+}
+
+impl Logging {
+    fn start() -> Logging {
+        let rt = tokio::runtime::Runtime::new().expect("runtime");
+        let lab = Lab::new();
+        let (a, file) = lab.fake_and_config(&rt, "run.yaml", "");
+        let p = Proc::start(&file);
+        let logging = Logging {
+            _rt: rt,
+            _lab: lab,
+            a,
+            p,
+        };
+        logging.wait_change("ready");
+        logging
+    }
+
+    /// Waits for `a`'s state change to `to` in the log; the log line.
+    fn wait_change(&self, to: &str) -> serde_json::Value {
+        let a = addr(&self.a);
+        self.p.wait_log("backend state changed", |v| {
+            v["fields"]["backend"] == a.as_str() && v["fields"]["to"] == to
+        })
+    }
+
+    /// Waits for the WARN that the no-ready-backend state ended.
+    fn wait_leaving_none_ready(&self) {
+        self.p.wait_log(
+            "a backend is ready again; leaving the no-ready-backend state",
+            |v| v["level"] == "WARN",
+        );
+    }
+}
+
 #[test]
-fn state_changes_are_logged_once_with_reason_and_no_ready_is_a_warning() {
-    let rt = tokio::runtime::Runtime::new().expect("runtime");
-    let lab = Lab::new();
-    let (a, file) = lab.fake_and_config(&rt, "run.yaml", "");
-    let p = Proc::start(&file);
-    let is_a = |v: &serde_json::Value| v["fields"]["backend"] == addr(&a);
-    p.wait_log("backend state changed", |v| {
-        is_a(v) && v["fields"]["to"] == "ready"
-    });
-    a.control.set_ready(false);
-    let down = p.wait_log("backend state changed", |v| {
-        is_a(v) && v["fields"]["to"] == "unready"
-    });
+fn each_state_change_is_logged_once_as_a_warning_with_its_reason() {
+    let l = Logging::start();
+    l.a.control.set_ready(false);
+    let down = l.wait_change("unready");
     assert_eq!(down["level"], "WARN");
     assert_eq!(down["fields"]["from"], "ready");
     assert_eq!(down["fields"]["zone"], "dc-a");
@@ -262,25 +294,30 @@ fn state_changes_are_logged_once_with_reason_and_no_ready_is_a_warning() {
         down["fields"]["reason"],
         "HTTP 500: [-]etcd failed: reason withheld"
     );
-    let entering = p.wait_log(
-        "no backend is ready; failing open: routing to all backends",
-        |_| true,
-    );
-    assert_eq!(entering["level"], "WARN");
-    a.control.set_ready(true);
-    p.wait_log(
-        "a backend is ready again; leaving the no-ready-backend state",
-        |v| v["level"] == "WARN",
-    );
-    let changes = p
-        .logs()
-        .into_iter()
-        .filter(|v| v["fields"]["message"] == "backend state changed")
-        .count();
+    l.a.control.set_ready(true);
+    l.wait_leaving_none_ready();
+    let changes =
+        l.p.logs()
+            .into_iter()
+            .filter(|v| v["fields"]["message"] == "backend state changed")
+            .count();
     assert_eq!(
         changes, 3,
         "start-up ready, unready, ready again: each exactly once"
     );
+}
+
+#[test]
+fn no_ready_backends_is_warned_about_on_entering_as_on_leaving() {
+    let l = Logging::start();
+    l.a.control.set_ready(false);
+    let entering = l.p.wait_log(
+        "no backend is ready; failing open: routing to all backends",
+        |_| true,
+    );
+    assert_eq!(entering["level"], "WARN");
+    l.a.control.set_ready(true);
+    l.wait_leaving_none_ready();
 }
 
 #[test]
