@@ -21,7 +21,8 @@
 //! [`tls`], [`discovery`] (the backend list following the cluster's Endpoints object), [`app`]
 //! (wiring and the one loop), [`signals`], [`watched_file`] (reading a config or certificate file
 //! safely). Operator tools: [`cli`] (`check`, `status`, `demo`). Simulation for the demo and
-//! tests: `sim`; sockets that fail as networks do, for every test: `testing`.
+//! tests: `sim`; the test toolkit (failing sockets, plain backends, a CA with fake apiservers),
+//! for every test: `testing`.
 //!
 //! Layers, lowest first. A module imports only from layers below its own; the test
 //! `architecture::no_module_imports_its_own_layer_or_one_above` reads this list and fails naming
@@ -29,7 +30,7 @@
 //!
 //! ```text
 //! layer 0: accept eviction jitter relay signals verdict watched_file
-//! layer 1: dial pick testing
+//! layer 1: dial pick
 //! layer 2: backend
 //! layer 3: config metrics
 //! layer 4: tls
@@ -37,7 +38,7 @@
 //! layer 6: admin discovery health proxy
 //! layer 7: app
 //! layer 8: sim
-//! layer 9: bench_support cli
+//! layer 9: bench_support cli testing
 //! ```
 //!
 //! Nothing below `metrics` holds a Prometheus handle: the domain keeps plain atomics, which

@@ -32,7 +32,7 @@ fn private_hosts_work(hosts: &str) -> bool {
 }
 
 #[test]
-fn a_black_holed_first_address_of_a_name_is_remembered_and_tried_last() {
+fn a_black_holed_first_address_of_a_name_is_remembered_to_be_tried_last() {
     let rt = tokio::runtime::Runtime::new().expect("runtime");
     let lab = Lab::new();
     // The good address 127.0.0.9:P and a black hole on 127.0.0.1:P, the address the resolver
@@ -43,7 +43,7 @@ fn a_black_holed_first_address_of_a_name_is_remembered_and_tried_last() {
             .expect("bind");
         let port = l.local_addr().expect("addr").port();
         if let Ok(hole) = BlackHole::at(SocketAddr::from(([127, 0, 0, 1], port))) {
-            break (rt.block_on(async { lab.fake_on("good", l) }), hole);
+            break (rt.block_on(async { lab.cluster.fake_on("good", l) }), hole);
         }
     };
     let port = good.addr.port();

@@ -34,29 +34,16 @@ fn terminal_controls(out: &[u8]) -> Vec<char> {
         .collect()
 }
 
-/// An endpoint on 127.0.0.1:0 that reads a request and answers `response` on every connection,
-/// on a thread of its own for the rest of the test run.
-fn canned(response: Vec<u8>) -> String {
-    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
-    let addr = listener.local_addr().expect("addr").to_string();
-    std::thread::spawn(move || {
-        for mut s in listener.incoming().map_while(Result::ok) {
-            let _ = s.read(&mut [0u8; 4096]);
-            let _ = s.write_all(&response);
-        }
-    });
-    addr
-}
-
-/// `canned` with a 200 JSON answer.
+/// An endpoint ([`readyprism::testing::answers`]) with a 200 JSON answer, as text.
 fn canned_json(body: &str) -> String {
-    canned(
+    readyprism::testing::answers(
         format!(
             "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
             body.len()
         )
         .into_bytes(),
     )
+    .to_string()
 }
 
 #[test]
@@ -186,7 +173,7 @@ fn status_says_when_the_endpoint_answered_but_not_with_http_or_with_too_much() {
         r.resize(r.len() + (2 << 20), b' ');
         r
     };
-    let admin = canned(big);
+    let admin = readyprism::testing::answers(big).to_string();
     let (code, _, err) = status(&admin, &[]);
     assert_eq!(code, 2, "{err}");
     assert_eq!(
@@ -194,7 +181,7 @@ fn status_says_when_the_endpoint_answered_but_not_with_http_or_with_too_much() {
         format!("readyprism status: admin endpoint {admin} answered with more than 1 MiB")
     );
 
-    let admin = canned(b"SSH-2.0-OpenSSH_9.6\r\n".to_vec());
+    let admin = readyprism::testing::answers(b"SSH-2.0-OpenSSH_9.6\r\n".to_vec()).to_string();
     let (code, _, err) = status(&admin, &[]);
     assert_eq!(code, 2, "{err}");
     assert!(

@@ -16,7 +16,7 @@ const RULES: &str = concat!(
 );
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_real_prometheus_scrapes_every_metric_the_alerts_use_and_finds_the_unready_backend() {
+async fn a_real_prometheus_finds_the_unready_backend_through_every_metric_the_alerts_use() {
     if !prometheus_available() {
         return;
     }

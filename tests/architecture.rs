@@ -221,7 +221,7 @@ fn no_module_imports_its_own_layer_or_one_above() {
 }
 
 #[test]
-fn the_layer_check_names_an_import_from_above_and_a_module_in_no_layer() {
+fn the_layer_check_names_what_breaks_it() {
     let layers = layers("//! layer 0: verdict\n//! layer 1: pick\n//! layer 2: health\n");
     let file = |path: &str, text: &str| (path.to_string(), text.to_string());
     let files = [

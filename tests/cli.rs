@@ -10,7 +10,7 @@ use readyprism::verdict::State::{Ready, Unready};
 use crate::support::*;
 
 #[test]
-fn check_prints_the_resolved_config_with_defaults_and_zone_override() {
+fn check_prints_the_config_as_resolved() {
     let lab = Lab::new();
     let file = lab.write(
         "c.yaml",
@@ -90,7 +90,7 @@ fn status(admin: &str, json: bool) -> (i32, String, String) {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn status_command_exit_codes_follow_readiness_and_reachability() {
+async fn status_command_exit_code_says_ready_unready_or_unreachable() {
     let lab = Lab::new();
     let (a, app) = lab.one_ready("").await;
     let admin = app.admin_addr().to_string();
@@ -160,7 +160,7 @@ fn run_demo(duration: &str) -> String {
 }
 
 #[test]
-fn demo_with_duration_runs_and_exits_zero() {
+fn demo_with_a_duration_exits_zero_when_it_ends() {
     let out = run_demo("3s");
     assert!(
         out.contains("dc-a") && out.contains("dc-b") && out.contains("witness"),
@@ -172,7 +172,7 @@ fn demo_with_duration_runs_and_exits_zero() {
 /// The demo's fourth apiserver, `new-cp`, joins the simulated cluster's Endpoints object at 10 s;
 /// discovery adds it, and once dc-a loses quorum again (12 s) the demo's clients land on it.
 #[test]
-fn demo_shows_a_fourth_apiserver_joining_through_discovery_and_taking_traffic() {
+fn demo_shows_a_fourth_apiserver_joining_through_discovery_to_take_traffic() {
     let out = run_demo("22s");
     let summary = out
         .lines()
@@ -238,7 +238,7 @@ async fn kubectl_reaches_an_apiserver_through_the_balancer_with_a_kubelet_style_
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sim_apiserver_runs_as_its_own_process_and_its_readyz_can_follow_etcd() {
     let lab = Lab::new();
-    let server = lab.ca.server(&["127.0.0.1"]).expect("cert");
+    let server = lab.cluster.ca.server(&["127.0.0.1"]).expect("cert");
     let cert = lab.write("server.crt", &server.cert_pem);
     let key = lab.write("server.key", &server.key_pem);
     let ca = lab.path("ca.crt").display().to_string();
@@ -368,7 +368,7 @@ fn check_warns_when_a_slow_config_takes_over_half_the_node_grace_period() {
 }
 
 #[test]
-fn check_refuses_counts_and_grace_periods_beyond_their_bounds() {
+fn check_refuses_counts_or_grace_periods_beyond_their_bounds() {
     let lab = Lab::new();
     let file = lab.write(
         "c.yaml",

@@ -5,7 +5,7 @@
 use crate::support::*;
 
 #[test]
-fn each_kind_of_config_error_names_file_field_and_line() {
+fn each_kind_of_config_error_names_where_it_is() {
     let lab = Lab::new();
     let ca = lab.path("ca.crt").display().to_string();
     let cases = [
@@ -49,7 +49,7 @@ fn each_kind_of_config_error_names_file_field_and_line() {
 }
 
 #[test]
-fn each_zones_error_names_file_line_and_field() {
+fn each_zones_error_names_where_it_is() {
     let lab = Lab::new();
     let ca = lab.path("ca.crt").display().to_string();
     let base = format!("backends:\n  - address: 10.0.1.10:6443\ntls:\n  ca: {ca}\nzones:\n");
@@ -116,81 +116,102 @@ fn each_zones_error_names_file_line_and_field() {
     }
 }
 
+/// `readyprism run --config file` fails with exit `code` and says `want` in one line, starting
+/// nothing and panicking nowhere.
+fn run_says_in_one_line(file: &str, want: &str, code: i32) {
+    let o = readyprism(&["run", "--config", file]);
+    let err = stderr(&o);
+    assert_eq!(o.status.code(), Some(code), "{want}: {err}");
+    assert!(err.contains(want), "{err:?} lacks {want:?}");
+    assert_eq!(
+        err.lines().filter(|l| l.contains("readyprism:")).count(),
+        1,
+        "{err}"
+    );
+    assert!(!err.contains("panicked"), "{err}");
+    assert!(!err.contains("readyprism started"), "nothing starts: {err}");
+}
+
+/// A config listening on `listen` with the `tls` section's lines.
+fn tls_config(tls: &str, listen: &str) -> String {
+    format!("listen: [\"{listen}\"]\nadmin: \"127.0.0.1:0\"\nbackends:\n  - address: 127.0.0.1:1\ntls:\n{tls}")
+}
+
 #[test]
-fn unreadable_files_and_busy_ports_are_one_clear_line_each() {
+fn a_busy_listen_port_is_one_clear_line() {
     let lab = Lab::new();
     let busy = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
     let busy_addr = busy.local_addr().expect("addr").to_string();
+    let ca = lab.path("ca.crt").display().to_string();
+    let file = lab.write("c.yaml", &tls_config(&format!("  ca: {ca}\n"), &busy_addr));
+    run_says_in_one_line(
+        &file,
+        &format!("{file}:1:1: listen[0]: cannot listen on {busy_addr}"),
+        1,
+    );
+    drop(busy);
+}
+
+#[test]
+fn an_unusable_tls_file_is_one_clear_line_from_check_as_from_run() {
+    let lab = Lab::new();
     let garbage = lab.write("garbage.pem", "this is not PEM\n");
     let ca = lab.path("ca.crt").display().to_string();
     // A certificate and a key that do not belong together.
-    let cert = lab.write("cert.pem", &lab.client.cert_pem);
-    let key = lab.write("key.pem", &lab.client.key_pem);
+    let cert = lab.write("cert.pem", &lab.cluster.client.cert_pem);
+    let key = lab.write("key.pem", &lab.cluster.client.key_pem);
     let other_key = lab.write(
         "other-key.pem",
-        &lab.ca.client("other").expect("cert").key_pem,
+        &lab.cluster.ca.client("other").expect("cert").key_pem,
     );
-    let base = |tls: &str, listen: &str| {
-        format!("listen: [\"{listen}\"]\nadmin: \"127.0.0.1:0\"\nbackends:\n  - address: 127.0.0.1:1\ntls:\n{tls}")
-    };
+    let base = |tls: &str| tls_config(tls, "127.0.0.1:0");
     let dir = lab.path("").display().to_string();
     let dir = dir.trim_end_matches('/').to_string();
     // (config, the field and its line:column, what is said about it)
     let cases = [
         (
-            base(&format!("  ca: {ca}\n"), &busy_addr),
-            "1:1: listen[0]",
-            format!("cannot listen on {busy_addr}"),
-        ),
-        (
-            base("  ca: /nonexistent/ca.crt\n", "127.0.0.1:0"),
+            base("  ca: /nonexistent/ca.crt\n"),
             "6:3: tls.ca",
             "/nonexistent/ca.crt: cannot read".to_string(),
         ),
         (
-            base(&format!("  ca: {dir}\n"), "127.0.0.1:0"),
+            base(&format!("  ca: {dir}\n")),
             "6:3: tls.ca",
             format!("{dir}: cannot read: not a regular file (a directory)"),
         ),
         (
-            base(&format!("  ca: {garbage}\n"), "127.0.0.1:0"),
+            base(&format!("  ca: {garbage}\n")),
             "6:3: tls.ca",
             format!("{garbage}: no CERTIFICATE"),
         ),
         (
-            base(&format!("  ca: {ca}\n  client_cert: {ca}\n"), "127.0.0.1:0"),
+            base(&format!("  ca: {ca}\n  client_cert: {ca}\n")),
             "7:3: tls.client_cert",
             format!("{ca}: no usable private key"),
         ),
         (
-            base(
-                &format!("  ca: {ca}\n  client_cert: {dir}\n"),
-                "127.0.0.1:0",
-            ),
+            base(&format!("  ca: {ca}\n  client_cert: {dir}\n")),
             "7:3: tls.client_cert",
             format!("{dir}: cannot read: not a regular file (a directory)"),
         ),
         (
-            base(
-                &format!("  ca: {ca}\n  client_cert: {garbage}\n  client_key: {key}\n"),
-                "127.0.0.1:0",
-            ),
+            base(&format!(
+                "  ca: {ca}\n  client_cert: {garbage}\n  client_key: {key}\n"
+            )),
             "7:3: tls.client_cert",
             format!("{garbage}: no CERTIFICATE"),
         ),
         (
-            base(
-                &format!("  ca: {ca}\n  client_cert: {cert}\n  client_key: {other_key}\n"),
-                "127.0.0.1:0",
-            ),
+            base(&format!(
+                "  ca: {ca}\n  client_cert: {cert}\n  client_key: {other_key}\n"
+            )),
             "8:3: tls.client_key",
             other_key.clone(),
         ),
         (
-            base(
-                &format!("  ca: {ca}\n  client_cert: {cert}\n  client_key: /nonexistent/key.pem\n"),
-                "127.0.0.1:0",
-            ),
+            base(&format!(
+                "  ca: {ca}\n  client_cert: {cert}\n  client_key: /nonexistent/key.pem\n"
+            )),
             "8:3: tls.client_key",
             "/nonexistent/key.pem: cannot read".to_string(),
         ),
@@ -200,36 +221,18 @@ fn unreadable_files_and_busy_ports_are_one_clear_line_each() {
         let want = format!("{file}:{at}: {what}");
         // `check` loads and verifies the files exactly as `run` does (but binds nothing).
         let checked = readyprism(&["check", "--config", &file]);
-        if !what.starts_with("cannot listen") {
-            assert_eq!(
-                checked.status.code(),
-                Some(3),
-                "check rejects what run rejects: {want}"
-            );
-            assert!(
-                stderr(&checked).contains(&want),
-                "{:?} lacks {want:?}",
-                stderr(&checked)
-            );
-        }
-        let o = readyprism(&["run", "--config", &file]);
-        let err = stderr(&o);
-        let code = if what.starts_with("cannot listen") {
-            1
-        } else {
-            3
-        };
-        assert_eq!(o.status.code(), Some(code), "{want}: {err}");
-        assert!(err.contains(&want), "{err:?} lacks {want:?}");
         assert_eq!(
-            err.lines().filter(|l| l.contains("readyprism:")).count(),
-            1,
-            "{err}"
+            checked.status.code(),
+            Some(3),
+            "check rejects what run rejects: {want}"
         );
-        assert!(!err.contains("panicked"), "{err}");
-        assert!(!err.contains("readyprism started"), "nothing starts: {err}");
+        assert!(
+            stderr(&checked).contains(&want),
+            "{:?} lacks {want:?}",
+            stderr(&checked)
+        );
+        run_says_in_one_line(&file, &want, 3);
     }
-    drop(busy);
 }
 
 /// Binds `127.0.0.N:7445` for the first loopback address `N` where the port is free (a test may not

@@ -204,7 +204,7 @@ fn an_edit_during_start_up_is_applied() {
 }
 
 #[test]
-fn a_fifo_at_the_config_path_warns_and_never_stops_the_proxy_or_admin() {
+fn a_fifo_at_the_config_path_is_warned_about_without_stopping_the_proxy_or_admin() {
     let rt = tokio::runtime::Runtime::new().expect("runtime");
     let lab = Lab::new();
     let (a, file) = lab.fake_and_config(&rt, "fifo.yaml", "");
@@ -228,7 +228,7 @@ fn a_fifo_at_the_config_path_warns_and_never_stops_the_proxy_or_admin() {
 }
 
 #[test]
-fn a_config_over_1_mib_is_refused_at_start_up_and_at_reload() {
+fn a_config_over_1_mib_is_refused_whenever_it_is_read() {
     let rt = tokio::runtime::Runtime::new().expect("runtime");
     let lab = Lab::new();
     let (a, file) = lab.fake_and_config(&rt, "big.yaml", "");
@@ -284,7 +284,7 @@ fn a_same_size_edit_that_keeps_the_mtime_is_applied() {
 }
 
 #[test]
-fn a_slow_in_place_write_is_applied_whole_and_never_counted_as_a_rejection() {
+fn a_slow_in_place_write_is_applied_whole_never_as_a_rejection() {
     use std::io::Write;
     let rt = tokio::runtime::Runtime::new().expect("runtime");
     let lab = Lab::new();
@@ -314,7 +314,7 @@ fn a_slow_in_place_write_is_applied_whole_and_never_counted_as_a_rejection() {
 }
 
 #[test]
-fn a_rejected_config_is_retried_until_the_ca_it_names_appears_and_counted_once() {
+fn a_rejected_config_is_retried_until_the_ca_it_names_appears_counted_once() {
     let rt = tokio::runtime::Runtime::new().expect("runtime");
     let lab = Lab::new();
     let (a, b) = (rt.block_on(lab.fake("a")), rt.block_on(lab.fake("b")));
@@ -345,7 +345,7 @@ fn a_rejected_config_is_retried_until_the_ca_it_names_appears_and_counted_once()
 }
 
 #[test]
-fn a_directory_at_the_config_path_warns_and_reloads_nothing() {
+fn a_directory_at_the_config_path_is_warned_about_reloading_nothing() {
     let rt = tokio::runtime::Runtime::new().expect("runtime");
     let lab = Lab::new();
     let (a, file) = lab.fake_and_config(&rt, "dir.yaml", "");

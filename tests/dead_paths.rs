@@ -39,7 +39,7 @@ impl Node {
 
     /// Starts `readyprism sim-apiserver` named `name` on `ip:PORT` with the lab's CA.
     fn apiserver(&mut self, lab: &Lab, name: &str, ip: &str) {
-        let cert = lab.ca.server(&[DEAD, GOOD]).expect("server cert");
+        let cert = lab.cluster.ca.server(&[DEAD, GOOD]).expect("server cert");
         let (crt, key) = (
             lab.write(&format!("{name}.crt"), &cert.cert_pem),
             lab.write(&format!("{name}.key"), &cert.key_pem),
@@ -138,8 +138,8 @@ print(json.dumps({"closed_after": time.monotonic() - start, "error": error}), fl
 "#;
 
 #[test]
-fn a_backend_that_stops_acknowledging_is_cut_by_tcp_and_counted_as_a_failed_check() {
-    let test = "a_backend_that_stops_acknowledging_is_cut_by_tcp_and_counted_as_a_failed_check";
+fn a_backend_that_stops_acknowledging_is_cut_by_tcp_as_a_failed_check() {
+    let test = "a_backend_that_stops_acknowledging_is_cut_by_tcp_as_a_failed_check";
     let Some(mut node) = node(test) else {
         return;
     };

@@ -104,7 +104,7 @@ fn discovered() -> Discovered {
 }
 
 #[test]
-fn discovery_adds_a_backend_and_removes_it_after_three_good_answers_without_it() {
+fn a_discovered_backend_is_listed_until_three_good_answers_without_it() {
     let Discovered {
         rt,
         lab: _lab,
@@ -244,7 +244,7 @@ fn a_backend_discovery_removes_leaves_no_series_in_metrics() {
 }
 
 #[test]
-fn every_bad_answer_leaves_the_list_alone_and_is_counted() {
+fn every_bad_answer_is_counted_leaving_the_list_alone() {
     let rt = tokio::runtime::Runtime::new().expect("runtime");
     let lab = Lab::new();
     let (a, file) = lab.fake_and_config(&rt, "bad-answers.yaml", DISCOVERY);
@@ -361,7 +361,7 @@ fn the_cache_serves_a_discovered_backend_after_a_restart_with_every_static_backe
 }
 
 #[test]
-fn a_reload_keeps_discovered_backends_and_their_connections() {
+fn a_reload_keeps_discovered_backends_with_their_connections() {
     let Discovered {
         rt,
         lab: _lab,

@@ -110,7 +110,7 @@ fn a_cache_listing_an_address_twice_gives_one_probed_backend_each() {
 }
 
 #[test]
-fn a_cache_of_5000_entries_gives_at_most_64_backends_and_the_static_one_is_ready() {
+fn a_cache_of_5000_entries_gives_at_most_64_backends_beside_a_ready_static_one() {
     let Cached {
         rt,
         lab: _lab,
@@ -208,7 +208,7 @@ fn a_file_that_is_not_a_cache_is_never_written_over() {
 }
 
 #[test]
-fn a_failed_cache_write_is_tried_again_and_names_the_cache() {
+fn a_failed_cache_write_names_the_cache_then_is_tried_again() {
     let c = cached();
     std::fs::remove_dir(c.cache.parent().expect("dir")).expect("rmdir");
     let (b, p) = discover_b(&c, |_| {});

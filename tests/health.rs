@@ -20,8 +20,7 @@ async fn wait_presented(a: &FakeApiserver, what: &str, cert: &[u8]) {
 }
 
 #[tokio::test]
-async fn backend_that_accepts_tcp_but_never_answers_tls_is_unready_by_timeout_and_gets_no_clients()
-{
+async fn backend_that_accepts_tcp_but_never_answers_tls_is_unready_by_timeout_with_no_clients() {
     let lab = Lab::new();
     let hung = lab.fake("hung").await;
     hung.control.set_mode(Behaviour::Hang);
@@ -53,7 +52,7 @@ async fn failure_reasons_name_the_cause() {
     let other = readyprism::sim::pki::Ca::new("other-ca").expect("ca");
     let other_server = other.server(&["127.0.0.1"]).expect("cert");
     let tls = readyprism::sim::apiserver::server_tls(&other, &other_server).expect("tls");
-    let stranger = lab.fake_serving("stranger", tls).await;
+    let stranger = readyprism::testing::fake_serving("stranger", tls);
     let app = lab
         .start(&lab.yaml(
             "dc-a",
@@ -74,7 +73,7 @@ async fn failure_reasons_name_the_cause() {
 }
 
 #[tokio::test]
-async fn one_failed_probe_does_not_flip_ready_and_one_pass_does_not_flip_unready() {
+async fn a_single_probe_result_never_flips_the_state() {
     let lab = Lab::new();
     let a = lab.fake("a").await;
     // fall: 2 and rise: 2 (defaults).
@@ -169,7 +168,7 @@ async fn a_healthy_probe_connection_is_redialled_after_five_minutes() {
 }
 
 #[tokio::test]
-async fn probes_are_anonymous_until_the_client_cert_appears_and_follow_its_rotation() {
+async fn probes_present_the_client_cert_from_when_it_appears_through_its_rotation() {
     let lab = Lab::new();
     let a = lab.fake("a").await;
     let cert_path = lab.path("kubelet-client-current.pem");
@@ -182,13 +181,13 @@ async fn probes_are_anonymous_until_the_client_cert_appears_and_follow_its_rotat
     assert_eq!(app.status().client_cert, CertStatus::Absent);
 
     // Kubelet finishes its TLS bootstrap: the certificate appears.
-    std::fs::write(&cert_path, lab.client.combined_pem()).expect("write cert");
-    let first = lab.client.cert_der.clone();
+    std::fs::write(&cert_path, lab.cluster.client.combined_pem()).expect("write cert");
+    let first = lab.cluster.client.cert_der.clone();
     wait_presented(&a, "probe presents the new cert", first.as_slice()).await;
     assert_eq!(app.status().client_cert, CertStatus::Loaded);
 
     // Kubelet rotates it: a new file swapped in by rename, as kubelet does with its symlink.
-    let rotated = lab.ca.client("test-node").expect("cert");
+    let rotated = lab.cluster.ca.client("test-node").expect("cert");
     let tmp = lab.path("kubelet-client-new.pem");
     std::fs::write(&tmp, rotated.combined_pem()).expect("write");
     std::fs::rename(&tmp, &cert_path).expect("rename");
@@ -207,8 +206,8 @@ async fn a_new_ca_file_is_picked_up_without_reload() {
     let other = readyprism::sim::pki::Ca::new("rotated-cluster-ca").expect("ca");
     let server = other.server(&["127.0.0.1"]).expect("cert");
     // Served with a certificate from the new CA; still accepts kubelet certs from the old one.
-    let tls = readyprism::sim::apiserver::server_tls(&lab.ca, &server).expect("tls");
-    let a = lab.fake_serving("a", tls).await;
+    let tls = readyprism::sim::apiserver::server_tls(&lab.cluster.ca, &server).expect("tls");
+    let a = readyprism::testing::fake_serving("a", tls);
     let app = lab.alone_behind_balancer(&a, "").await;
     let snap = wait_states(&app, &[Unready]).await;
     assert_eq!(
@@ -218,7 +217,7 @@ async fn a_new_ca_file_is_picked_up_without_reload() {
     // The operator installs the new CA bundle (old + new), no SIGHUP.
     std::fs::write(
         lab.path("ca.crt"),
-        format!("{}{}", lab.ca.cert_pem, other.cert_pem),
+        format!("{}{}", lab.cluster.ca.cert_pem, other.cert_pem),
     )
     .expect("write ca");
     wait_states(&app, &[Ready]).await;
@@ -230,9 +229,9 @@ async fn an_apiserver_rejecting_our_client_certificate_says_so() {
     let lab = Lab::new();
     // Trusts only another CA for clients: our kubelet certificate is refused after the handshake.
     let other = readyprism::sim::pki::Ca::new("other-client-ca").expect("ca");
-    let server = lab.ca.server(&["127.0.0.1"]).expect("cert");
+    let server = lab.cluster.ca.server(&["127.0.0.1"]).expect("cert");
     let strict = readyprism::sim::apiserver::strict_server_tls(&other, &server).expect("tls");
-    let a = lab.fake_serving("a", strict).await;
+    let a = readyprism::testing::fake_serving("a", strict);
     let app = lab.alone_behind_balancer(&a, "").await;
     let snap = wait_states(&app, &[Unready]).await;
     let reason = snap.backends[0].last_error.clone().unwrap_or_default();
@@ -244,7 +243,7 @@ async fn an_apiserver_rejecting_our_client_certificate_says_so() {
 }
 
 #[tokio::test]
-async fn redirects_fail_and_huge_answers_are_read_only_up_to_a_bound() {
+async fn a_redirecting_readyz_fails_naming_the_redirect() {
     let lab = Lab::new();
     let redirecting = lab.fake("redirecting").await;
     redirecting
@@ -254,22 +253,24 @@ async fn redirects_fail_and_huge_answers_are_read_only_up_to_a_bound() {
             302,
             "see /elsewhere".to_string(),
         ))));
-    let huge = lab.fake("huge").await;
-    huge.control
-        .readyz_answer
-        .store(Some(std::sync::Arc::new((200, "x".repeat(4 << 20)))));
-    let app = lab
-        .start(&lab.yaml(
-            "dc-a",
-            &[(addr(&redirecting), "dc-a"), (addr(&huge), "dc-b")],
-            "",
-        ))
-        .await;
-    let snap = wait_states(&app, &[Unready, Ready]).await;
+    let app = lab.alone_behind_balancer(&redirecting, "").await;
+    let snap = wait_states(&app, &[Unready]).await;
     assert_eq!(
         snap.backends[0].last_error.as_deref(),
         Some("HTTP 302: see /elsewhere")
     );
+    app.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_huge_readyz_answer_is_read_only_up_to_a_bound() {
+    let lab = Lab::new();
+    let huge = lab.fake("huge").await;
+    huge.control
+        .readyz_answer
+        .store(Some(std::sync::Arc::new((200, "x".repeat(4 << 20)))));
+    let app = lab.alone_behind_balancer(&huge, "").await;
+    wait_states(&app, &[Ready]).await;
     // A body past the bound is not read to the end: that connection is dropped, the next probe redials.
     poll("a few probes", || {
         huge.control.readyz_hits.load(SeqCst) >= 3
@@ -308,13 +309,13 @@ async fn a_client_certificate_that_disappears_stays_in_use_until_a_valid_one_app
     .await;
     assert_eq!(
         presented(&a).as_deref(),
-        Some(lab.client.cert_der.as_slice()),
+        Some(lab.cluster.client.cert_der.as_slice()),
         "still presents the certificate it had"
     );
     assert_eq!(app.status().client_cert, CertStatus::Loaded);
     assert_eq!(expiry(), Some(before), "and still exports its expiry");
     // A valid one appears: it is used.
-    let rotated = lab.ca.client("test-node").expect("cert");
+    let rotated = lab.cluster.ca.client("test-node").expect("cert");
     std::fs::write(&cert_path, rotated.combined_pem()).expect("write");
     wait_presented(
         &a,

@@ -207,7 +207,7 @@ async fn a_backend_that_stalls_mid_response_holds_only_its_own_connections() {
 }
 
 #[test]
-fn running_out_of_descriptors_is_logged_once_per_burst_and_recovers() {
+fn running_out_of_descriptors_is_logged_once_per_burst_then_recovers() {
     let rt = tokio::runtime::Runtime::new().expect("runtime");
     let lab = Lab::new();
     let (_a, file) = lab.fake_and_config(&rt, "fds.yaml", "");
@@ -312,7 +312,7 @@ async fn a_backend_that_sends_after_the_client_left_frees_the_connection() {
 }
 
 #[tokio::test]
-async fn a_readyz_that_trickles_its_answer_is_a_timeout_and_the_others_serve() {
+async fn a_readyz_that_trickles_its_answer_is_a_timeout_while_the_others_serve() {
     let lab = Lab::new();
     let (local, _remote, app) = lab.local_and_remote("").await;
     // Status and headers at once, then one byte every 100 ms: the probe's budget covers it all.
@@ -331,7 +331,7 @@ async fn a_readyz_that_trickles_its_answer_is_a_timeout_and_the_others_serve() {
 
 #[test]
 #[allow(clippy::disallowed_types)] // blocking code on this thread, not tokio's clock
-fn client_dials_that_meet_this_nodes_shortage_blame_no_backend_and_try_no_other() {
+fn client_dials_that_meet_this_nodes_shortage_blame_no_backend_nor_try_another() {
     use std::io::{Read, Write};
     let rt = tokio::runtime::Runtime::new().expect("runtime");
     let lab = Lab::new();

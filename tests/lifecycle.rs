@@ -4,6 +4,7 @@ use std::time::Duration;
 
 use readyprism::app::App;
 use readyprism::config::Config;
+use readyprism::sim::apiserver::FakeApiserver;
 use readyprism::verdict::State::{Ready, Unknown};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
@@ -21,82 +22,161 @@ async fn echo_ok(conn: &mut tokio::io::BufReader<tokio::net::TcpStream>, msg: &[
     ) && buf == msg
 }
 
+/// The listener lines a reloaded config may have: the first, both, the second alone.
+const FIRST: &str = "listen: [\"127.0.0.1:0\"]\n";
+const BOTH: &str = "listen: [\"127.0.0.1:0\", \"127.0.0.2:0\"]\n";
+const SECOND: &str = "listen: [\"127.0.0.2:0\"]\n";
+
+/// A balancer started from a config file, reloaded by rewriting it; three fakes `a`, `b`, `c`
+/// to list in it.
+struct Reloading {
+    lab: Lab,
+    file: std::path::PathBuf,
+    app: App,
+    fakes: [FakeApiserver; 3],
+}
+
+impl Reloading {
+    /// A balancer in the node's zone `zone`, on the listeners of `listen`, in front of `listed`
+    /// (as [`Reloading::write`] takes it), every listed backend ready.
+    async fn start(zone: &str, listen: &str, listed: &str) -> Reloading {
+        let lab = Lab::new();
+        let fakes = [
+            lab.fake("a").await,
+            lab.fake("b").await,
+            lab.fake("c").await,
+        ];
+        let file = lab.path("reload.yaml");
+        Reloading::write(&lab, &fakes, &file, zone, listen, listed);
+        let app = App::start(Config::load(&file).expect("config"))
+            .await
+            .expect("start");
+        wait_states(&app, &vec![Ready; listed.split(' ').count()]).await;
+        Reloading {
+            lab,
+            file,
+            app,
+            fakes,
+        }
+    }
+
+    /// Writes a config with the node's zone `zone`, the listeners of `listen` and the backends
+    /// of `listed`: `name:zone` of fakes, space-separated (`"a:dc-a b:dc-b"`).
+    fn write(
+        lab: &Lab,
+        fakes: &[FakeApiserver; 3],
+        file: &std::path::Path,
+        zone: &str,
+        listen: &str,
+        listed: &str,
+    ) {
+        let backends: Vec<(String, &str)> = listed
+            .split(' ')
+            .map(|b| {
+                let (name, zone) = b.split_once(':').expect("name:zone");
+                let fake = fakes.iter().find(|f| f.control.name == name);
+                (addr(fake.expect("a, b or c")), zone)
+            })
+            .collect();
+        let yaml = lab.yaml(zone, &backends, "").replace(FIRST, listen);
+        std::fs::write(file, yaml).expect("write");
+    }
+
+    /// Rewrites the file (zone, listeners, backends as in [`Reloading::write`]) and reloads it.
+    async fn reload(&mut self, zone: &str, listen: &str, listed: &str) {
+        Reloading::write(&self.lab, &self.fakes, &self.file, zone, listen, listed);
+        self.app.reload_from(&source(&self.file)).await;
+    }
+
+    /// A raw connection through the first listener, which lands on `on`.
+    async fn connect(&self, on: &str) -> tokio::io::BufReader<tokio::net::TcpStream> {
+        let (conn, name) = raw(self.app.listen_addrs()[0]).await.expect("relayed");
+        assert_eq!(name, on);
+        conn
+    }
+
+    /// The address of fake `b`, the backend every test keeps.
+    fn b(&self) -> String {
+        addr(&self.fakes[1])
+    }
+}
+
 #[tokio::test]
-async fn reload_adds_removes_keeps_backends_and_rebinds_listeners() {
-    let lab = Lab::new();
-    let (a, b, c) = (
-        lab.fake("a").await,
-        lab.fake("b").await,
-        lab.fake("c").await,
-    );
-    let file = lab.path("reload.yaml");
-    std::fs::write(
-        &file,
-        lab.yaml("dc-a", &[(addr(&a), "dc-a"), (addr(&b), "dc-b")], ""),
-    )
-    .expect("write");
-    let mut app = App::start(Config::load(&file).expect("config"))
-        .await
-        .expect("start");
-    wait_states(&app, &[Ready, Ready]).await;
-    let old_listener = app.listen_addrs()[0];
-
-    // One connection on each: a is local first; then the node's zone moves to b's (a reload that
-    // changes no backend), and new connections go to b while a's stay.
-    let (mut on_a, name) = raw(old_listener).await.expect("relayed");
-    assert_eq!(name, "a");
-    std::fs::write(
-        &file,
-        lab.yaml("dc-b", &[(addr(&a), "dc-a"), (addr(&b), "dc-b")], ""),
-    )
-    .expect("write");
-    app.reload_from(&source(&file)).await;
-    let (mut on_b, name) = raw(old_listener).await.expect("relayed");
-    assert_eq!(name, "b");
+async fn a_reload_moving_the_nodes_zone_sends_only_new_connections_to_the_new_zone() {
+    let mut r = Reloading::start("dc-a", FIRST, "a:dc-a b:dc-b").await;
+    let mut on_a = r.connect("a").await;
+    r.reload("dc-b", FIRST, "a:dc-a b:dc-b").await;
+    r.connect("b").await;
     assert!(echo_ok(&mut on_a, b"zone change moves nothing").await);
-    let b_changes = state_changes(&app, &addr(&b), "ready");
+    r.app.shutdown().await;
+}
 
-    // Remove a, keep b, add c, add a second listener.
-    let both = "listen: [\"127.0.0.1:0\", \"127.0.0.2:0\"]\n";
-    let yaml = lab
-        .yaml("dc-b", &[(addr(&b), "dc-b"), (addr(&c), "dc-c")], "")
-        .replace("listen: [\"127.0.0.1:0\"]\n", both);
-    std::fs::write(&file, yaml).expect("write");
-    app.reload_from(&source(&file)).await;
-    let snap = app.status();
+#[tokio::test]
+async fn a_reload_leaves_an_unchanged_backend_untouched() {
+    let mut r = Reloading::start("dc-b", FIRST, "a:dc-a b:dc-b").await;
+    let mut on_b = r.connect("b").await;
+    let b_changes = state_changes(&r.app, &r.b(), "ready");
+    r.reload("dc-b", FIRST, "b:dc-b c:dc-c").await;
+    let snap = r.app.status();
     assert_eq!(snap.backends.len(), 2);
-    assert_eq!(snap.backends[0].address, addr(&b));
+    assert_eq!(snap.backends[0].address, r.b());
     assert_eq!(
         snap.backends[0].state, Ready,
         "unchanged backend keeps its state"
     );
-    assert_eq!(snap.backends[1].state, Unknown);
-    wait_states(&app, &[Ready, Ready]).await; // the new backend is probed at once
+    wait_states(&r.app, &[Ready, Ready]).await;
     assert_eq!(
-        state_changes(&app, &app.status().backends[0].address, "ready"),
+        state_changes(&r.app, &r.app.status().backends[0].address, "ready"),
         b_changes,
         "no re-decision for b"
-    );
-    assert!(
-        read_to_end(&mut on_a).await.is_empty(),
-        "connection to the removed backend is closed"
     );
     assert!(
         echo_ok(&mut on_b, b"kept").await,
         "connection to the unchanged backend survives"
     );
-    let listeners = app.listen_addrs();
+    r.app.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_backend_added_by_reload_is_probed_at_once() {
+    let mut r = Reloading::start("dc-b", FIRST, "b:dc-b").await;
+    r.reload("dc-b", FIRST, "b:dc-b c:dc-c").await;
+    assert_eq!(r.app.status().backends[1].state, Unknown);
+    wait_states(&r.app, &[Ready, Ready]).await; // the new backend is probed at once
+    r.app.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_reload_closes_the_connections_of_a_removed_backend() {
+    let mut r = Reloading::start("dc-a", FIRST, "a:dc-a b:dc-b").await;
+    let mut on_a = r.connect("a").await;
+    r.reload("dc-b", FIRST, "b:dc-b c:dc-c").await;
+    assert!(
+        read_to_end(&mut on_a).await.is_empty(),
+        "connection to the removed backend is closed"
+    );
+    r.app.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_reload_adds_a_listener() {
+    let mut r = Reloading::start("dc-b", FIRST, "a:dc-a b:dc-b").await;
+    r.reload("dc-b", BOTH, "b:dc-b c:dc-c").await;
+    wait_states(&r.app, &[Ready, Ready]).await;
+    let listeners = r.app.listen_addrs();
     assert_eq!(listeners.len(), 2);
     assert!(["b", "c"].contains(&landed(listeners[1]).await.as_str()));
+    r.app.shutdown().await;
+}
 
-    // A backend's zone changes: same address, so its health and connections stay.
-    let b_ready_changes = state_changes(&app, &app.status().backends[0].address, "ready");
-    let moved = lab
-        .yaml("dc-b", &[(addr(&b), "dc-x"), (addr(&c), "dc-c")], "")
-        .replace("listen: [\"127.0.0.1:0\"]\n", both);
-    std::fs::write(&file, moved).expect("write");
-    app.reload_from(&source(&file)).await;
-    let snap = app.status();
+#[tokio::test]
+async fn a_backend_whose_zone_changes_stays_the_same_backend() {
+    let mut r = Reloading::start("dc-b", FIRST, "b:dc-b c:dc-c").await;
+    let mut on_b = r.connect("b").await;
+    // Same address, so its health and connections stay.
+    let b_ready_changes = state_changes(&r.app, &r.app.status().backends[0].address, "ready");
+    r.reload("dc-b", FIRST, "b:dc-x c:dc-c").await;
+    let snap = r.app.status();
     assert_eq!(
         (snap.backends[0].zone.as_deref(), snap.backends[0].state),
         (Some("dc-x"), Ready)
@@ -105,33 +185,31 @@ async fn reload_adds_removes_keeps_backends_and_rebinds_listeners() {
         echo_ok(&mut on_b, b"zone changed").await,
         "connection survives a zone change"
     );
-    let t = admin_get(app.admin_addr(), "/metrics").await.1;
+    let t = admin_get(r.app.admin_addr(), "/metrics").await.1;
+    let ready_in = |zone: &str| {
+        let labels = format!("backend=\"{}\",zone=\"{zone}\"", r.b());
+        metric(&t, "readyprism_backend_ready", &labels)
+    };
+    assert_eq!(ready_in("dc-x"), Some(1.0));
+    assert_eq!(ready_in("dc-b"), None);
     assert_eq!(
-        metric(
-            &t,
-            "readyprism_backend_ready",
-            &format!("backend=\"{}\",zone=\"dc-x\"", addr(&b))
-        ),
-        Some(1.0)
-    );
-    assert_eq!(
-        metric(
-            &t,
-            "readyprism_backend_ready",
-            &format!("backend=\"{}\",zone=\"dc-b\"", addr(&b))
-        ),
-        None
-    );
-    assert_eq!(
-        state_changes(&app, &app.status().backends[0].address, "ready"),
+        state_changes(&r.app, &r.app.status().backends[0].address, "ready"),
         b_ready_changes
     );
+    r.app.shutdown().await;
+}
 
-    // An invalid config is rejected and counted; the running one stays.
-    std::fs::write(&file, "backends: [\n").expect("write");
-    app.reload_from(&source(&file)).await;
-    assert_eq!(app.config().backends.len(), 2);
-    let t = admin_get(app.admin_addr(), "/metrics").await.1;
+#[tokio::test]
+async fn an_invalid_config_on_reload_is_counted_as_a_failure_leaving_the_running_one() {
+    let mut r = Reloading::start("dc-b", FIRST, "b:dc-b c:dc-c").await;
+    // Three good reloads, then a bad one.
+    for listed in ["b:dc-b c:dc-c", "b:dc-x c:dc-c", "b:dc-b c:dc-c"] {
+        r.reload("dc-b", FIRST, listed).await;
+    }
+    std::fs::write(&r.file, "backends: [\n").expect("write");
+    r.app.reload_from(&source(&r.file)).await;
+    assert_eq!(r.app.config().backends.len(), 2);
+    let t = admin_get(r.app.admin_addr(), "/metrics").await.1;
     assert_eq!(
         metric(&t, "readyprism_config_reloads_total", "result=\"success\""),
         Some(3.0)
@@ -140,20 +218,22 @@ async fn reload_adds_removes_keeps_backends_and_rebinds_listeners() {
         metric(&t, "readyprism_config_reloads_total", "result=\"failure\""),
         Some(1.0)
     );
+    r.app.shutdown().await;
+}
 
-    // Dropping the first listener keeps the connections it accepted.
-    let only_second = lab
-        .yaml("dc-b", &[(addr(&b), "dc-x"), (addr(&c), "dc-c")], "")
-        .replace("listen: [\"127.0.0.1:0\"]\n", "listen: [\"127.0.0.2:0\"]\n");
-    std::fs::write(&file, only_second).expect("write");
-    app.reload_from(&source(&file)).await;
-    assert_eq!(app.listen_addrs(), vec![listeners[1]]);
-    poll_refused(old_listener).await;
+#[tokio::test]
+async fn dropping_a_listener_by_reload_keeps_the_connections_it_accepted() {
+    let mut r = Reloading::start("dc-b", BOTH, "b:dc-x c:dc-c").await;
+    let listeners = r.app.listen_addrs();
+    let (mut on_first, _) = raw(listeners[0]).await.expect("relayed");
+    r.reload("dc-b", SECOND, "b:dc-x c:dc-c").await;
+    assert_eq!(r.app.listen_addrs(), vec![listeners[1]]);
+    poll_refused(listeners[0]).await;
     assert!(
-        echo_ok(&mut on_b, b"still").await,
+        echo_ok(&mut on_first, b"still").await,
         "established connection survives the listener change"
     );
-    app.shutdown().await;
+    r.app.shutdown().await;
 }
 
 fn source(file: &std::path::Path) -> readyprism::config::Source {
@@ -174,7 +254,7 @@ async fn poll_refused(addr: std::net::SocketAddr) {
 }
 
 #[test]
-fn sighup_reloads_and_an_invalid_file_keeps_the_running_config() {
+fn a_sighup_reloads_the_file_unless_it_is_invalid() {
     let rt = tokio::runtime::Runtime::new().expect("runtime");
     let lab = Lab::new();
     let (a, b) = (rt.block_on(lab.fake("a")), rt.block_on(lab.fake("b")));
@@ -230,7 +310,7 @@ fn sighup_reloads_and_an_invalid_file_keeps_the_running_config() {
 #[test]
 // Times a real child process from a blocking thread, outside tokio's clock: std's Instant.
 #[allow(clippy::disallowed_types)]
-fn sigterm_drains_within_the_grace_period_and_exits_zero() {
+fn sigterm_drains_within_the_grace_period_to_exit_zero() {
     use std::time::Instant;
     let rt = tokio::runtime::Runtime::new().expect("runtime");
     let lab = Lab::new();
@@ -278,7 +358,7 @@ fn sigterm_without_connections_exits_at_once() {
 }
 
 #[test]
-fn the_config_file_is_watched_and_reloaded_on_change_without_a_signal() {
+fn the_config_file_is_reloaded_on_change_without_a_signal() {
     let rt = tokio::runtime::Runtime::new().expect("runtime");
     let lab = Lab::new();
     let (a, b) = (rt.block_on(lab.fake("a")), rt.block_on(lab.fake("b")));
@@ -339,7 +419,7 @@ fn the_config_file_is_watched_and_reloaded_on_change_without_a_signal() {
 }
 
 #[test]
-fn signals_right_after_start_reload_or_drain_and_never_kill() {
+fn signals_right_after_start_reload_or_drain_never_kill() {
     let rt = tokio::runtime::Runtime::new().expect("runtime");
     let lab = Lab::new();
     let (_a, file) = lab.fake_and_config(&rt, "early.yaml", "");

@@ -1,7 +1,9 @@
-//! Operations: every metric present and moving, and the logs an operator alerts on.
+//! Operations: every metric present and moving (one test per thing that moves them), and the logs an operator alerts on.
 
 use std::time::Duration;
 
+use readyprism::app::App;
+use readyprism::sim::apiserver::FakeApiserver;
 use readyprism::verdict::State::{Ready, Unready};
 use tokio::io::AsyncWriteExt;
 
@@ -13,24 +15,51 @@ fn m(text: &str, name: &str, labels: &str) -> f64 {
         .unwrap_or_else(|| panic!("metric {name}{{{labels}}} missing in:\n{text}"))
 }
 
-#[tokio::test]
-async fn every_metric_is_exported_and_moves() {
-    let lab = Lab::new();
-    let a = lab.fake("a").await;
-    let b = lab.fake("b").await;
-    b.control.set_readyz_delay(Duration::from_millis(20));
-    let (aa, ba) = (addr(&a), addr(&b));
-    let app = lab
-        .start(&lab.yaml("dc-a", &[(aa.clone(), "dc-a"), (ba.clone(), "dc-b")], ""))
-        .await;
-    wait_states(&app, &[Ready, Ready]).await;
-    wait_probed(&app, 2).await;
-    let admin = app.admin_addr();
-    let scrape = || async move { admin_get(admin, "/metrics").await.1 };
-    let ba_l = format!("backend=\"{ba}\"");
-    let aa_l = format!("backend=\"{aa}\"");
+/// Two fakes behind a balancer, both ready and probed twice: `a` (dc-a, the node's zone) and `b`
+/// (dc-b, answering `/readyz` 20 ms late).
+struct Two {
+    _lab: Lab,
+    a: FakeApiserver,
+    b: FakeApiserver,
+    app: App,
+    /// `backend="<a's address>"`.
+    aa_l: String,
+    /// `backend="<b's address>"`.
+    ba_l: String,
+}
 
-    let t = scrape().await;
+impl Two {
+    async fn start() -> Two {
+        let lab = Lab::new();
+        let a = lab.fake("a").await;
+        let b = lab.fake("b").await;
+        b.control.set_readyz_delay(Duration::from_millis(20));
+        let (aa, ba) = (addr(&a), addr(&b));
+        let app = lab
+            .start(&lab.yaml("dc-a", &[(aa.clone(), "dc-a"), (ba.clone(), "dc-b")], ""))
+            .await;
+        wait_states(&app, &[Ready, Ready]).await;
+        wait_probed(&app, 2).await;
+        Two {
+            _lab: lab,
+            a,
+            b,
+            app,
+            aa_l: format!("backend=\"{aa}\""),
+            ba_l: format!("backend=\"{ba}\""),
+        }
+    }
+
+    async fn scrape(&self) -> String {
+        admin_get(self.app.admin_addr(), "/metrics").await.1
+    }
+}
+
+#[tokio::test]
+async fn every_start_up_metric_is_exported_with_its_first_values() {
+    let two = Two::start().await;
+    let (aa_l, ba_l) = (&two.aa_l, &two.ba_l);
+    let t = two.scrape().await;
     assert_eq!(
         m(
             &t,
@@ -62,8 +91,8 @@ async fn every_metric_is_exported_and_moves() {
             &format!("{aa_l},result=\"pass\"")
         ) >= 2.0
     );
-    assert!(m(&t, "readyprism_health_check_duration_seconds_count", &ba_l) >= 2.0);
-    assert!(m(&t, "readyprism_health_check_duration_seconds_sum", &ba_l) >= 0.04);
+    assert!(m(&t, "readyprism_health_check_duration_seconds_count", ba_l) >= 2.0);
+    assert!(m(&t, "readyprism_health_check_duration_seconds_sum", ba_l) >= 0.04);
     assert_eq!(m(&t, "readyprism_no_ready_backends", ""), 0.0);
     assert_eq!(
         m(
@@ -76,18 +105,25 @@ async fn every_metric_is_exported_and_moves() {
     let not_after = m(&t, "readyprism_client_cert_expiry_timestamp_seconds", "");
     assert!(not_after > 1.7e9, "{not_after}");
 
+    two.app.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_relayed_connection_is_counted_with_its_bytes() {
+    let two = Two::start().await;
+    let (app, aa_l) = (&two.app, &two.aa_l);
     // A connection: counted, active while open, bytes both ways.
     let (mut conn, name) = raw(app.listen_addrs()[0]).await.expect("relayed");
     assert_eq!(name, "a");
-    let t = scrape().await;
-    assert_eq!(m(&t, "readyprism_connections_total", &aa_l), 1.0);
-    assert_eq!(m(&t, "readyprism_connections_active", &aa_l), 1.0);
+    let t = two.scrape().await;
+    assert_eq!(m(&t, "readyprism_connections_total", aa_l), 1.0);
+    assert_eq!(m(&t, "readyprism_connections_active", aa_l), 1.0);
     conn.get_mut().write_all(b"12345").await.expect("write");
     conn.get_mut().shutdown().await.expect("shutdown");
     read_to_end(&mut conn).await;
     let t = eventually("active back to 0", || async {
-        let t = scrape().await;
-        (metric(&t, "readyprism_connections_active", &aa_l) == Some(0.0)).then_some(t)
+        let t = two.scrape().await;
+        (metric(&t, "readyprism_connections_active", aa_l) == Some(0.0)).then_some(t)
     })
     .await;
     assert_eq!(
@@ -107,18 +143,25 @@ async fn every_metric_is_exported_and_moves() {
         11.0
     ); // "a\n" + echo "12345" + "bye\n"
        // Small exchanges are copied, not spliced.
-    assert_eq!(m(&t, "readyprism_spliced_bytes_total", &aa_l), 0.0);
+    assert_eq!(m(&t, "readyprism_spliced_bytes_total", aa_l), 0.0);
 
+    two.app.shutdown().await;
+}
+
+#[tokio::test]
+async fn turning_unready_with_a_connection_open_moves_its_counters() {
+    let two = Two::start().await;
+    let (app, a, aa_l) = (&two.app, &two.a, &two.aa_l);
     // Unready with a connection open: state change, failure count, closed-unready count.
     let (_held, _) = raw(app.listen_addrs()[0]).await.expect("relayed");
     a.control.set_ready(false);
-    wait_states(&app, &[Unready, Ready]).await;
+    wait_states(app, &[Unready, Ready]).await;
     poll("connection closed as unready", || {
-        unready_closes(&app, &addr(&a), Some("turned_unready")) == 1
+        unready_closes(app, &addr(a), Some("turned_unready")) == 1
     })
     .await;
-    let t = scrape().await;
-    assert_eq!(m(&t, "readyprism_backend_ready", &aa_l), 0.0);
+    let t = two.scrape().await;
+    assert_eq!(m(&t, "readyprism_backend_ready", aa_l), 0.0);
     assert_eq!(
         m(
             &t,
@@ -161,37 +204,89 @@ async fn every_metric_is_exported_and_moves() {
         assert_eq!(m(&t, "readyprism_local_dial_failures_total", &labels), 0.0);
     }
 
+    two.app.shutdown().await;
+}
+
+#[tokio::test]
+async fn the_no_ready_gauge_is_up_while_nothing_is_ready() {
+    let two = Two::start().await;
+    let (app, a, b) = (&two.app, &two.a, &two.b);
+    a.control.set_ready(false);
+    wait_states(app, &[Unready, Ready]).await;
     // Nothing ready: the no-ready gauge.
     b.control.set_ready(false);
-    wait_states(&app, &[Unready, Unready]).await;
-    assert_eq!(m(&scrape().await, "readyprism_no_ready_backends", ""), 1.0);
+    wait_states(app, &[Unready, Unready]).await;
+    assert_eq!(
+        m(&two.scrape().await, "readyprism_no_ready_backends", ""),
+        1.0
+    );
     a.control.set_ready(true);
-    wait_states(&app, &[Ready, Unready]).await;
-    assert_eq!(m(&scrape().await, "readyprism_no_ready_backends", ""), 0.0);
+    wait_states(app, &[Ready, Unready]).await;
+    assert_eq!(
+        m(&two.scrape().await, "readyprism_no_ready_backends", ""),
+        0.0
+    );
 
+    two.app.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_refused_dial_to_a_backend_still_marked_ready_is_counted() {
+    let two = Two::start().await;
+    let (app, a, aa_l) = (&two.app, &two.a, &two.aa_l);
     // A refused dial while still marked ready.
-    b.control.set_ready(true);
-    wait_states(&app, &[Ready, Ready]).await;
     a.stop().await;
     assert_eq!(landed(app.listen_addrs()[0]).await, "b");
-    assert!(m(&scrape().await, "readyprism_dial_failures_total", &aa_l) >= 1.0);
-    app.shutdown().await;
+    assert!(m(&two.scrape().await, "readyprism_dial_failures_total", aa_l) >= 1.0);
+    two.app.shutdown().await;
+}
+
+/// The real binary in front of one fake `a`, ready (its start-up change logged).
+struct Logging {
+    _rt: tokio::runtime::Runtime,
+    _lab: Lab,
+    a: FakeApiserver,
+    p: Proc,
+}
+
+impl Logging {
+    fn start() -> Logging {
+        let rt = tokio::runtime::Runtime::new().expect("runtime");
+        let lab = Lab::new();
+        let (a, file) = lab.fake_and_config(&rt, "run.yaml", "");
+        let p = Proc::start(&file);
+        let logging = Logging {
+            _rt: rt,
+            _lab: lab,
+            a,
+            p,
+        };
+        logging.wait_change("ready");
+        logging
+    }
+
+    /// Waits for `a`'s state change to `to` in the log; the log line.
+    fn wait_change(&self, to: &str) -> serde_json::Value {
+        let a = addr(&self.a);
+        self.p.wait_log("backend state changed", |v| {
+            v["fields"]["backend"] == a.as_str() && v["fields"]["to"] == to
+        })
+    }
+
+    /// Waits for the WARN that the no-ready-backend state ended.
+    fn wait_leaving_none_ready(&self) {
+        self.p.wait_log(
+            "a backend is ready again; leaving the no-ready-backend state",
+            |v| v["level"] == "WARN",
+        );
+    }
 }
 
 #[test]
-fn state_changes_are_logged_once_with_reason_and_no_ready_is_a_warning() {
-    let rt = tokio::runtime::Runtime::new().expect("runtime");
-    let lab = Lab::new();
-    let (a, file) = lab.fake_and_config(&rt, "run.yaml", "");
-    let p = Proc::start(&file);
-    let is_a = |v: &serde_json::Value| v["fields"]["backend"] == addr(&a);
-    p.wait_log("backend state changed", |v| {
-        is_a(v) && v["fields"]["to"] == "ready"
-    });
-    a.control.set_ready(false);
-    let down = p.wait_log("backend state changed", |v| {
-        is_a(v) && v["fields"]["to"] == "unready"
-    });
+fn each_state_change_is_logged_once_as_a_warning_with_its_reason() {
+    let l = Logging::start();
+    l.a.control.set_ready(false);
+    let down = l.wait_change("unready");
     assert_eq!(down["level"], "WARN");
     assert_eq!(down["fields"]["from"], "ready");
     assert_eq!(down["fields"]["zone"], "dc-a");
@@ -199,25 +294,30 @@ fn state_changes_are_logged_once_with_reason_and_no_ready_is_a_warning() {
         down["fields"]["reason"],
         "HTTP 500: [-]etcd failed: reason withheld"
     );
-    let entering = p.wait_log(
-        "no backend is ready; failing open: routing to all backends",
-        |_| true,
-    );
-    assert_eq!(entering["level"], "WARN");
-    a.control.set_ready(true);
-    p.wait_log(
-        "a backend is ready again; leaving the no-ready-backend state",
-        |v| v["level"] == "WARN",
-    );
-    let changes = p
-        .logs()
-        .into_iter()
-        .filter(|v| v["fields"]["message"] == "backend state changed")
-        .count();
+    l.a.control.set_ready(true);
+    l.wait_leaving_none_ready();
+    let changes =
+        l.p.logs()
+            .into_iter()
+            .filter(|v| v["fields"]["message"] == "backend state changed")
+            .count();
     assert_eq!(
         changes, 3,
         "start-up ready, unready, ready again: each exactly once"
     );
+}
+
+#[test]
+fn no_ready_backends_is_warned_about_on_entering_as_on_leaving() {
+    let l = Logging::start();
+    l.a.control.set_ready(false);
+    let entering = l.p.wait_log(
+        "no backend is ready; failing open: routing to all backends",
+        |_| true,
+    );
+    assert_eq!(entering["level"], "WARN");
+    l.a.control.set_ready(true);
+    l.wait_leaving_none_ready();
 }
 
 #[test]

@@ -67,7 +67,7 @@ async fn failing_open_a_connection_whose_ready_candidates_all_fail_goes_on_to_th
 }
 
 #[tokio::test]
-async fn failing_open_prefers_answering_backends_and_closes_connections_to_silent_ones() {
+async fn failing_open_prefers_answering_backends_closing_connections_to_silent_ones() {
     let lab = Lab::new();
     let local = lab.fake("local").await;
     local.control.set_ready(false);

@@ -220,21 +220,9 @@ async fn status_reports_every_backend_with_rank() {
 #[tokio::test]
 async fn dial_that_times_out_goes_to_the_next_backend() {
     let lab = Lab::new();
-    // A listener with a one-slot accept queue: once it stops accepting and the queue is full, new
-    // SYNs are dropped and dials hang, as towards a black-holed site.
-    let sock =
-        socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).expect("socket");
-    sock.bind(
-        &"127.0.0.1:0"
-            .parse::<std::net::SocketAddr>()
-            .expect("addr")
-            .into(),
-    )
-    .expect("bind");
-    sock.listen(1).expect("listen");
-    sock.set_nonblocking(true).expect("nonblocking");
-    let listener = tokio::net::TcpListener::from_std(sock.into()).expect("tokio listener");
-    let holed = lab.fake_on("holed", listener);
+    // Once it stops accepting and its one-slot queue is full, dials to it hang.
+    let listener = readyprism::testing::short_queue().expect("short queue");
+    let holed = lab.cluster.fake_on("holed", listener);
     let other = lab.fake("other").await;
     let extra = &format!("{SLOW_PROBES}connect_timeout: 300ms\n");
     let app = lab
@@ -312,7 +300,7 @@ async fn latency_is_the_readyz_answer_time_not_the_connect_or_tls_time() {
 }
 
 #[tokio::test]
-async fn ipv4_and_ipv6_listeners_both_relay() {
+async fn listeners_of_both_address_families_relay() {
     let lab = Lab::new();
     let a = lab.fake("a").await;
     let yaml = lab.yaml("dc-a", &[(addr(&a), "dc-a")], "").replace(

@@ -13,7 +13,7 @@ fn record(p: &Proc, reason: &str) -> serde_json::Value {
 }
 
 #[test]
-fn every_connection_ends_with_one_record_naming_who_ended_it_and_why() {
+fn every_connection_ends_with_one_record_naming_its_ender_with_a_reason() {
     let lab = Lab::new();
     let rt = tokio::runtime::Runtime::new().expect("runtime");
     let (local, remote) =

@@ -9,7 +9,7 @@ use tokio::io::AsyncWriteExt;
 use crate::support::*;
 
 #[tokio::test]
-async fn half_close_reaches_the_backend_and_the_response_still_flows_back() {
+async fn half_close_reaches_the_backend_while_the_response_still_flows_back() {
     let lab = Lab::new();
     let (_a, app) = lab.one_ready("").await;
     let (mut conn, name) = raw(app.listen_addrs()[0]).await.expect("relayed");
@@ -102,7 +102,7 @@ async fn connections_to_a_backend_are_closed_within_a_second_of_it_turning_unrea
 }
 
 #[tokio::test]
-async fn while_nothing_is_ready_connections_stay_and_move_once_a_backend_is_ready() {
+async fn while_nothing_is_ready_connections_stay_until_a_backend_is_ready() {
     let lab = Lab::new();
     let (local, remote, app) = lab.local_and_remote("").await;
     let (mut on_local, name) = raw(app.listen_addrs()[0]).await.expect("relayed");

@@ -13,7 +13,7 @@ fn mkfifo(path: &std::path::Path) {
 }
 
 #[test]
-fn a_ca_path_that_becomes_a_fifo_keeps_livez_answering_and_is_warned_about_once() {
+fn a_ca_path_that_becomes_a_fifo_is_warned_about_once_with_livez_answering() {
     let rt = tokio::runtime::Runtime::new().expect("runtime");
     let lab = Lab::new();
     let (_a, file) = lab.fake_and_config(&rt, "fifo.yaml", "");
@@ -48,7 +48,7 @@ fn a_ca_path_that_becomes_a_fifo_keeps_livez_answering_and_is_warned_about_once(
     assert_eq!(warnings, 1, "warned once, not at every retry");
     // The CA comes back as it was: said so, and nothing else changes.
     std::fs::remove_file(&ca).expect("remove fifo");
-    std::fs::write(&ca, &lab.ca.cert_pem).expect("write ca");
+    std::fs::write(&ca, &lab.cluster.ca.cert_pem).expect("write ca");
     p.wait_log(
         "TLS files can be loaded again; the ones in use are unchanged",
         |_| true,
@@ -56,7 +56,7 @@ fn a_ca_path_that_becomes_a_fifo_keeps_livez_answering_and_is_warned_about_once(
 }
 
 #[test]
-fn a_ca_file_over_a_mebibyte_or_a_fifo_is_refused_at_check_and_run_naming_file_and_field() {
+fn a_ca_file_over_a_mebibyte_or_a_fifo_is_refused_by_check_or_run_naming_where_it_is() {
     let lab = Lab::new();
     let ca = lab.path("ca.crt");
     let file = lab.write(
@@ -64,8 +64,8 @@ fn a_ca_file_over_a_mebibyte_or_a_fifo_is_refused_at_check_and_run_naming_file_a
         &lab.yaml("dc-a", &[("127.0.0.1:1".to_string(), "dc-a")], ""),
     );
     // Valid certificates all the way: only the size is wrong.
-    let copies = (1 << 20) / lab.ca.cert_pem.len() + 1;
-    std::fs::write(&ca, lab.ca.cert_pem.repeat(copies)).expect("write big ca");
+    let copies = (1 << 20) / lab.cluster.ca.cert_pem.len() + 1;
+    std::fs::write(&ca, lab.cluster.ca.cert_pem.repeat(copies)).expect("write big ca");
     let big = format!("{file}:5:3: tls.ca: {}: larger than 1 MiB", ca.display());
     for command in ["check", "run"] {
         let o = readyprism(&[command, "--config", &file]);

@@ -44,8 +44,8 @@ fn config(lab: &Lab, name: &str, zone_line: &str, zones: &str) -> String {
 const ZONES: &str = "  dc-a: [\"10.0.1.0/24\"]\n  dc-b: [\"10.0.2.0/24\", \"fd00:2::/64\"]\n  wide: [\"10.0.0.0/16\"]\n";
 
 #[test]
-fn the_node_zone_comes_from_an_interface_address_and_backends_from_their_ip() {
-    let test = "the_node_zone_comes_from_an_interface_address_and_backends_from_their_ip";
+fn zones_come_from_addresses_for_the_node_as_for_backends() {
+    let test = "zones_come_from_addresses_for_the_node_as_for_backends";
     let Some(ns) = netns(test, &["10.0.1.5/24"]) else {
         return;
     };
@@ -191,8 +191,8 @@ fn no_zone_matching_this_node_starts_anyway_with_one_warning() {
 }
 
 #[test]
-fn two_zones_holding_this_node_equally_start_with_a_warning_and_the_zone_unknown() {
-    let test = "two_zones_holding_this_node_equally_start_with_a_warning_and_the_zone_unknown";
+fn two_zones_holding_this_node_equally_start_with_a_warning_leaving_the_zone_unknown() {
+    let test = "two_zones_holding_this_node_equally_start_with_a_warning_leaving_the_zone_unknown";
     // A node address in dc-a and a VIP (kube-vip, keepalived) in dc-b's network.
     let Some(ns) = netns(test, &["10.0.1.5/24", "10.0.2.100/32"]) else {
         return;

@@ -155,44 +155,23 @@ fn io_reason(e: &std::io::Error) -> String {
 }
 
 #[cfg(test)]
-pub(crate) mod tests {
+mod tests {
     use super::*;
-
-    /// Serves one canned answer (after reading the request) on a fresh port; returns the address.
-    /// Also used by `status`'s tests.
-    pub(crate) async fn answer_once(response: Vec<u8>) -> String {
-        use tokio::io::{AsyncReadExt, AsyncWriteExt};
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-            .await
-            .expect("bind");
-        let addr = listener.local_addr().expect("addr").to_string();
-        tokio::spawn(async move {
-            let (mut s, _) = listener.accept().await.expect("accept");
-            let mut buf = [0u8; 1024];
-            let _ = s.read(&mut buf).await.expect("read request");
-            let _ = s.write_all(&response).await;
-        });
-        addr
-    }
+    use crate::testing::answers;
 
     #[tokio::test]
-    async fn an_endpoint_that_accepts_and_never_answers_is_not_called_unreachable() {
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-            .await
-            .expect("bind");
-        let addr = listener.local_addr().expect("addr").to_string();
-        let held = tokio::spawn(async move { listener.accept().await });
+    async fn an_endpoint_that_accepts_but_never_answers_is_not_called_unreachable() {
+        let addr = crate::testing::holds().to_string();
         let err = get(&addr, "/status").await.expect_err("no answer");
         assert_eq!(
             err.to_string(),
             format!("admin endpoint {addr} accepted the connection but did not answer within 3s")
         );
-        held.abort();
     }
 
     #[tokio::test]
     async fn an_endpoint_that_answers_but_not_http_or_too_much_is_not_called_unreachable() {
-        let addr = answer_once(b"SSH-2.0-OpenSSH_9.6\r\n".to_vec()).await;
+        let addr = answers(b"SSH-2.0-OpenSSH_9.6\r\n".to_vec()).to_string();
         let err = get(&addr, "/status").await.expect_err("not HTTP");
         assert!(matches!(err, GetError::NotHttp { .. }), "{err}");
         assert!(
@@ -207,7 +186,7 @@ pub(crate) mod tests {
         )
         .into_bytes();
         big.resize(big.len() + MAX_BODY + 1, b'x');
-        let addr = answer_once(big).await;
+        let addr = answers(big).to_string();
         let err = get(&addr, "/status").await.expect_err("too large");
         assert_eq!(
             err.to_string(),

@@ -264,10 +264,10 @@ pub(crate) fn sample() -> StatusDoc {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::cli::http::tests::answer_once;
+    use crate::testing::answers;
 
     #[test]
-    fn table_shows_summary_and_one_aligned_row_per_backend() {
+    fn table_shows_a_summary_over_one_aligned_row_per_backend() {
         let want = "\
 node zone dc-a (address 10.0.1.5)  ready yes  mode normal  client cert loaded
 BACKEND         ZONE  SOURCE      STATE    LATENCY  ACTIVE  RANK  LAST ERROR
@@ -279,7 +279,7 @@ BACKEND         ZONE  SOURCE      STATE    LATENCY  ACTIVE  RANK  LAST ERROR
     }
 
     #[test]
-    fn table_flags_not_ready_and_shutting_down() {
+    fn table_flags_not_ready_or_shutting_down() {
         let doc = StatusDoc {
             zone: None,
             zone_source: None,
@@ -357,7 +357,7 @@ BACKEND         ZONE  SOURCE      STATE    LATENCY  ACTIVE  RANK  LAST ERROR
                 "HTTP/1.1 200 OK\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
                 body.len()
             );
-            let addr = answer_once(response.into_bytes()).await;
+            let addr = answers(response.into_bytes()).to_string();
             let err = fetch(&addr).await.expect_err("not a document");
             assert!(
                 matches!(err, StatusError::NotAStatusDocument { .. }),

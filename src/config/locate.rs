@@ -107,7 +107,7 @@ mod tests {
     }
 
     #[test]
-    fn values_are_found_in_block_and_flow_style() {
+    fn values_are_found_in_either_yaml_style() {
         assert_eq!(value_line(SRC, "a:1", 0), Some(7));
         assert_eq!(value_line(SRC, "a:1", 1), Some(8));
     }
@@ -123,7 +123,7 @@ mod tests {
     }
 
     #[test]
-    fn a_dotted_path_is_found_under_its_parent_in_block_and_flow_style() {
+    fn a_dotted_path_is_found_under_its_parent_in_either_yaml_style() {
         let src = "ca: nope\nlisten: [\"127.0.0.1:1\"]\ntls:\n  client_cert: /c\n  ca: /ca\nx: { tls: { ca: /y } }\n";
         assert_eq!(path_line(src, "tls.ca"), Some((5, 3)));
         assert_eq!(path_line(src, "tls.client_cert"), Some((4, 3)));

@@ -209,7 +209,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn durations_parse_with_units_and_print_back() {
+    fn durations_round_trip_through_their_units() {
         for (text, want) in [
             ("250ms", Duration::from_millis(250)),
             ("5s", Duration::from_secs(5)),

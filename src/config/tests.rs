@@ -45,7 +45,7 @@ fn resolved_form_parses_back_to_the_same_config() {
 }
 
 #[test]
-fn errors_name_file_field_and_line() {
+fn errors_name_where_they_are() {
     let cases = [
         // (config, expected substrings)
         ("backends:\n  - address: 10.0.1.10:6443\ntls:\n  ca: /ca\nlisen: []\n", vec!["node.yaml:5:1", "unknown field `lisen`"]),

@@ -310,7 +310,7 @@ mod tests {
     }
 
     #[test]
-    fn two_zones_at_the_same_longest_prefix_are_ambiguous_and_both_are_named() {
+    fn two_zones_at_the_same_longest_prefix_are_an_ambiguity_naming_both() {
         let zones = map(&[
             ("dc-a", &["10.0.1.0/24"]),
             ("dc-b", &["10.0.2.0/24", "fd00::/24"]),

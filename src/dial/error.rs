@@ -178,7 +178,7 @@ mod tests {
     /// Every errno connect(2) and socket(2) can return on Linux (their man pages), plus the
     /// asynchronous errors a non-blocking connect reports through SO_ERROR.
     #[test]
-    fn every_errno_of_connect_is_classified_and_worded_once() {
+    fn every_errno_of_connect_has_one_class_with_one_wording() {
         use Blame::*;
         let table: &[(i32, Blame, &str)] = &[
             // The backend, or the path to it.

@@ -3,7 +3,7 @@
 use std::sync::atomic::Ordering;
 
 use super::*;
-use crate::testing::BlackHole;
+use crate::testing::{holds, refusing, BlackHole};
 
 #[test]
 fn families_alternate_starting_with_the_resolvers_first() {
@@ -44,14 +44,12 @@ async fn dial_ip(addr: SocketAddr, tally: &Tally, memory: &Memory) -> Result<Tcp
     .await
 }
 
-/// A black hole and a listener, and their addresses in that order (both held by the caller).
-async fn black_hole_then_listener() -> (BlackHole, tokio::net::TcpListener, [SocketAddr; 2]) {
+/// A black hole (held by the caller) and a backend that holds what it accepts, and their
+/// addresses in that order.
+fn black_hole_then_listener() -> (BlackHole, [SocketAddr; 2]) {
     let black = BlackHole::new().expect("black hole");
-    let good = tokio::net::TcpListener::bind("127.0.0.1:0")
-        .await
-        .expect("bind");
-    let addrs = [black.addr, good.local_addr().expect("addr")];
-    (black, good, addrs)
+    let addrs = [black.addr, holds()];
+    (black, addrs)
 }
 
 /// [`race`] over `addrs` with `budget` from now and no socket options, learning in `memory`.
@@ -169,7 +167,7 @@ async fn a_lost_syn_costs_an_attempt_delay_not_the_kernels_retransmission() {
 
 #[tokio::test]
 async fn a_black_holed_first_address_does_not_take_the_budget_of_the_next() {
-    let (_black, _good, [hole, good_addr]) = black_hole_then_listener().await;
+    let (_black, [hole, good_addr]) = black_hole_then_listener();
     // Sequentially, the first attempt would hang until the caller's budget is gone.
     let n = Tally::default();
     let addrs = [hole, good_addr];
@@ -185,20 +183,8 @@ async fn a_black_holed_first_address_does_not_take_the_budget_of_the_next() {
 
 #[tokio::test]
 async fn a_refused_address_moves_on_at_once_and_all_failing_is_the_last_error() {
-    let refusing =
-        socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).expect("socket");
-    refusing
-        .bind(&"127.0.0.1:0".parse::<SocketAddr>().expect("literal").into())
-        .expect("bind");
-    let refused = refusing
-        .local_addr()
-        .expect("addr")
-        .as_socket()
-        .expect("ip");
-    let good = tokio::net::TcpListener::bind("127.0.0.1:0")
-        .await
-        .expect("bind");
-    let good_addr = good.local_addr().expect("addr");
+    let (_held, refused) = refusing().expect("refusing");
+    let good_addr = holds();
     let n = Tally::default();
     let won = race_alone(&[refused, good_addr], Duration::from_secs(1), &n)
         .await
@@ -218,7 +204,7 @@ async fn a_refused_address_moves_on_at_once_and_all_failing_is_the_last_error() 
 
 #[tokio::test]
 async fn an_address_that_lost_the_race_is_tried_last_by_the_next_dial() {
-    let (_black, _good, [hole, good_addr]) = black_hole_then_listener().await;
+    let (_black, [hole, good_addr]) = black_hole_then_listener();
     let memory = Memory::default();
     let budget = Duration::from_secs(1);
     let addrs = [hole, good_addr];
@@ -245,10 +231,7 @@ async fn an_address_that_lost_the_race_is_tried_last_by_the_next_dial() {
 
 #[tokio::test]
 async fn a_dialed_connection_has_the_callers_options_before_any_byte() {
-    let good = tokio::net::TcpListener::bind("127.0.0.1:0")
-        .await
-        .expect("bind");
-    let addr = good.local_addr().expect("addr");
+    let addr = holds();
     let keepalive = Keepalive {
         idle: Duration::from_secs(30),
         interval: Duration::from_secs(10),

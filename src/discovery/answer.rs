@@ -288,7 +288,7 @@ mod tests {
 
     proptest::proptest! {
         #[test]
-        fn any_listed_set_reads_back_sorted_and_deduplicated(
+        fn any_listed_set_reads_back_as_a_sorted_set(
             raw in proptest::collection::vec((proptest::prelude::any::<[u8; 4]>(), 1u16..), 1..MAX_ADDRESSES)
         ) {
             let addrs: Vec<SocketAddr> = raw.iter().map(|(ip, port)| SocketAddr::from((*ip, *port))).collect();

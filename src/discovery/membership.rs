@@ -114,7 +114,7 @@ mod tests {
     }
 
     #[test]
-    fn a_listed_address_joins_at_once_and_leaves_after_three_good_answers_without_it() {
+    fn a_listed_address_joins_at_once_but_leaves_only_after_three_good_answers_without_it() {
         let (a, b) = (sa("10.0.1.10:6443"), sa("10.0.2.10:6443"));
         let mut m = Membership::default();
         assert!(m.observe(&[a, b], &[]));
@@ -189,7 +189,7 @@ mod tests {
     }
 
     #[test]
-    fn a_cache_with_duplicates_or_too_many_entries_starts_capped_and_distinct() {
+    fn a_cache_with_duplicates_or_too_many_entries_starts_as_a_capped_set() {
         let b = sa("10.0.2.10:6443");
         let cached = |addr| Member {
             addr,

@@ -209,7 +209,7 @@ mod tests {
     }
 
     #[test]
-    fn fall_needs_consecutive_failures_and_a_pass_resets_it() {
+    fn fall_needs_consecutive_failures() {
         let mut c = RiseFall::new(2, 3, Health::UNKNOWN);
         c.observe(&pass(1));
         assert_eq!(c.observe(&fail()), PENDING);
@@ -239,7 +239,7 @@ mod tests {
     }
 
     #[test]
-    fn a_working_connection_calls_off_a_fall_under_way_and_nothing_else() {
+    fn a_working_connection_calls_off_only_a_fall_under_way() {
         let mut c = RiseFall::new(2, 2, Health::UNKNOWN);
         assert!(!c.call_off_fall(), "unknown: nothing under way");
         c.observe(&pass(1));

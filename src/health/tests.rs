@@ -87,7 +87,7 @@ async fn next_health(rx: &mut mpsc::Receiver<TableCmd>) -> Health {
 }
 
 #[tokio::test(start_paused = true)]
-async fn first_probe_at_once_then_interval_with_jitter_and_fast_interval_while_pending() {
+async fn the_first_probe_is_at_once_then_the_jittered_interval_or_fast_while_pending() {
     let (tx, mut rx) = mpsc::channel(64);
     let task = monitor(tx);
     let calls = Arc::new(Mutex::new(Vec::new()));

@@ -331,7 +331,7 @@ mod tests {
     }
 
     #[test]
-    fn a_record_dropped_unlogged_logs_itself_as_dropped_and_a_logged_one_logs_once() {
+    fn a_record_logs_exactly_once_as_dropped_if_dropped_unlogged() {
         let client: SocketAddr = "10.0.0.7:40000".parse().expect("address");
         let dropped = logged(|| drop(Record::new(client)));
         assert_eq!(dropped.len(), 1, "{dropped:?}");

@@ -79,7 +79,7 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn an_accepted_connection_inherits_nodelay_and_keepalive_from_the_listener() {
+    async fn an_accepted_connection_inherits_the_listeners_socket_options() {
         let l = listen("127.0.0.1:0".parse().expect("literal")).expect("listen");
         let dialer = TcpStream::connect(l.local_addr().expect("addr"))
             .await

@@ -3,35 +3,11 @@
 
 use super::*;
 use crate::backend::{Backend, BackendId, BackendLive, BackendSpec, Routing};
+use crate::testing::{holds, says};
 use crate::verdict::Health;
 use std::net::SocketAddr;
 use std::sync::atomic::Ordering;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-
-/// A plain TCP backend that writes `name` to every connection.
-async fn named(name: &'static str) -> SocketAddr {
-    let l = TcpListener::bind("127.0.0.1:0").await.expect("bind");
-    let addr = l.local_addr().expect("addr");
-    tokio::spawn(async move {
-        while let Ok((mut s, _)) = l.accept().await {
-            let _ = s.write_all(name.as_bytes()).await;
-        }
-    });
-    addr
-}
-
-/// A plain TCP backend that accepts and holds every connection, silent.
-async fn holding() -> SocketAddr {
-    let l = TcpListener::bind("127.0.0.1:0").await.expect("bind");
-    let addr = l.local_addr().expect("addr");
-    tokio::spawn(async move {
-        let mut held = Vec::new();
-        while let Ok((s, _)) = l.accept().await {
-            held.push(s);
-        }
-    });
-    addr
-}
+use tokio::io::AsyncReadExt;
 
 /// A snapshot entry for a backend at `addr` in `state`.
 fn backend(addr: SocketAddr, state: State) -> Backend {
@@ -89,7 +65,7 @@ async fn rest(c: &mut TcpStream) -> String {
 
 #[tokio::test]
 async fn a_backend_evicted_after_the_snapshot_was_read_is_not_connected() {
-    let (first, second) = (named("first").await, named("second").await);
+    let (first, second) = (says("first"), says("second"));
     let backends = vec![backend(first, State::Ready), backend(second, State::Ready)];
     // The eviction fires, but the snapshot new connections read still offers `first`: the
     // window between reading a snapshot and watching for evictions.
@@ -106,7 +82,7 @@ async fn when_every_ready_backend_fails_to_dial_the_connection_fails_open_to_the
     let (_held, refused) = crate::testing::refusing().expect("refusing");
     let backends = vec![
         backend(refused, State::Ready),
-        backend(named("unready").await, State::Unready),
+        backend(says("unready"), State::Unready),
     ];
     let (proxy, at, stop) = serving(backends).await;
     let mut c = TcpStream::connect(at).await.expect("connect");
@@ -118,7 +94,7 @@ async fn when_every_ready_backend_fails_to_dial_the_connection_fails_open_to_the
 
 #[tokio::test]
 async fn the_shutdown_cut_closes_an_idle_connection_as_shutdown_not_as_an_eviction() {
-    let b = backend(holding().await, State::Ready);
+    let b = backend(holds(), State::Ready);
     let live = b.live.clone();
     let (proxy, at, stop) = serving(vec![b]).await;
     let mut c = TcpStream::connect(at).await.expect("connect");
@@ -143,7 +119,7 @@ async fn the_shutdown_cut_closes_an_idle_connection_as_shutdown_not_as_an_evicti
 
 #[tokio::test]
 async fn the_shutdown_cut_does_not_wait_for_an_evicted_connections_turn_to_close() {
-    let b = backend(holding().await, State::Ready);
+    let b = backend(holds(), State::Ready);
     let live = b.live.clone();
     let (proxy, at, stop) = serving(vec![b]).await;
     // Connection 0's turn comes at once (no spread), connection 1's 62 % into the failback

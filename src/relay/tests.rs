@@ -51,7 +51,7 @@ async fn relayed() -> Relayed {
 }
 
 #[tokio::test]
-async fn bulk_both_ways_with_half_close_arrives_whole_and_counted() {
+async fn bulk_both_ways_with_half_close_is_counted_arriving_whole() {
     let r = relayed().await;
     let (mut client, mut backend) = (r.client, r.backend);
     let up: Vec<u8> = (0..3_000_000u32).map(|i| (i % 251) as u8).collect();
@@ -95,7 +95,7 @@ async fn bulk_both_ways_with_half_close_arrives_whole_and_counted() {
 }
 
 #[tokio::test]
-async fn small_exchanges_echo_in_order_and_never_open_a_pipe() {
+async fn small_exchanges_echo_in_order_without_opening_a_pipe() {
     let r = relayed().await;
     let (mut client, mut backend) = (r.client, r.backend);
     for i in 0..50u8 {
@@ -114,7 +114,7 @@ async fn small_exchanges_echo_in_order_and_never_open_a_pipe() {
 }
 
 #[tokio::test(start_paused = true)]
-async fn half_closed_and_silent_is_given_up_but_half_closed_and_moving_is_not() {
+async fn a_half_closed_connection_is_given_up_only_when_silent() {
     // The client sent its request and closed; the backend answers a byte every 50 s, then
     // stalls: the answer arrives whole, and the stall ends the connection.
     let r = relayed().await;
@@ -171,7 +171,7 @@ async fn a_failed_relay_names_its_leg_and_only_the_backends_timeout_is_a_dead_pa
 /// A short read clears readiness without the EAGAIN read: data followed at once by a FIN
 /// must still bring the EOF, also with the driver on another thread.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn data_and_fin_together_arrive_with_the_eof() {
+async fn data_with_its_fin_arrives_with_the_eof() {
     for i in 0..100usize {
         let r = relayed().await;
         let (mut client, mut backend, task) = (r.client, r.backend, r.task);
@@ -251,7 +251,7 @@ async fn both_ways(len: usize) -> (Arc<Moved>, Result<Ended, RelayError>) {
 }
 
 #[tokio::test]
-async fn tens_of_mib_each_way_at_once_arrive_byte_identical_and_spliced() {
+async fn tens_of_mib_each_way_at_once_arrive_byte_identical_through_splice() {
     let len = 32 << 20;
     let (moved, ended) = both_ways(len).await;
     ended.expect("relay ends cleanly");
@@ -298,7 +298,7 @@ async fn eventually(what: &str, mut cond: impl FnMut() -> bool) {
 }
 
 #[tokio::test]
-async fn a_spliced_connection_gone_idle_closes_its_pipes_and_splices_again_at_the_next_burst() {
+async fn a_spliced_connection_gone_idle_closes_its_pipes_until_the_next_burst() {
     let r = relayed().await;
     let (mut client, backend) = (r.client, r.backend);
     let (mut backend_r, mut backend_w) = backend.into_split();

@@ -158,7 +158,7 @@ mod tests {
     const AFTER: Option<Duration> = Some(Duration::from_secs(60));
 
     #[test]
-    fn due_once_a_same_zone_backend_has_been_ready_for_failback_after_and_only_once() {
+    fn due_only_once_after_a_same_zone_backend_has_been_ready_for_failback_after() {
         let t0 = Instant::now();
         let s = |secs| t0 + Duration::from_secs(secs);
         let mut f = Failback::default();

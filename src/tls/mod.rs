@@ -281,7 +281,7 @@ mod tests {
     }
 
     #[test]
-    fn a_vanished_client_certificate_is_kept_and_anything_else_new_replaces() {
+    fn new_tls_material_replaces_the_old_unless_the_client_certificate_vanished() {
         let with = [Some(1), Some(2), Some(2)];
         let cert = "/kubelet.pem";
         let had = state(files(cert), loaded(cert), with);

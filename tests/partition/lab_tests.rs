@@ -47,13 +47,22 @@ fn reachable(lab: &NetLab, from: Host, to: Host) -> bool {
     !ok.is_empty()
 }
 
+/// No host keeps a fault's rules once it is healed.
+fn assert_no_fault_rules(lab: &NetLab) {
+    for host in Host::ALL {
+        assert!(
+            !lab.rules(host).contains("rpf"),
+            "fault rules left in {}",
+            host.name()
+        );
+    }
+}
+
 #[test]
 fn partition_lab_links_have_the_field_report_delays() {
-    let name = "partition_lab_links_have_the_field_report_delays";
-    let Some(lab) = NetLab::start(name) else {
+    let Some(lab) = NetLab::start("partition_lab_links_have_the_field_report_delays") else {
         return;
     };
-    let started = Instant::now();
     let pairs = [
         (Host::Node, Host::DcB),
         (Host::Node, Host::Witness),
@@ -101,7 +110,15 @@ fn partition_lab_links_have_the_field_report_delays() {
             get(a)
         );
     }
+}
 
+#[test]
+fn partition_lab_a_cut_link_passes_nothing_either_way_until_healed() {
+    let Some(lab) =
+        NetLab::start("partition_lab_a_cut_link_passes_nothing_either_way_until_healed")
+    else {
+        return;
+    };
     // Cut both ways: nothing passes either way, other links unaffected, heal restores.
     let cut = lab.cut(Host::DcA, Host::DcB);
     assert!(
@@ -126,7 +143,16 @@ fn partition_lab_links_have_the_field_report_delays() {
     );
     lab.heal(&cut);
     assert!(reachable(&lab, Host::DcA, Host::DcB), "healed {}", cut.what);
+    assert_no_fault_rules(&lab);
+}
 
+#[test]
+fn partition_lab_a_one_way_drop_loses_only_the_replies_until_healed() {
+    let Some(lab) =
+        NetLab::start("partition_lab_a_one_way_drop_loses_only_the_replies_until_healed")
+    else {
+        return;
+    };
     // One way: node -> dc-a dropped; dc-a's echo requests still reach the node (its replies die).
     let one_way = lab.drop_one_way(Host::Node, Host::DcA);
     assert!(!reachable(&lab, Host::Node, Host::DcA), "{}", one_way.what);
@@ -145,7 +171,17 @@ fn partition_lab_links_have_the_field_report_delays() {
         "healed {}",
         one_way.what
     );
+    assert_no_fault_rules(&lab);
+}
 
+#[test]
+fn partition_lab_a_syn_black_hole_spares_established_connections_until_healed() {
+    let Some(lab) =
+        NetLab::start("partition_lab_a_syn_black_hole_spares_established_connections_until_healed")
+    else {
+        return;
+    };
+    lab.ensure_probe_listener(Host::DcA);
     // SYN black hole: an established connection lives on, new ones time out, heal restores.
     let mut hold_cmd = lab.command(Host::Node, "python3");
     hold_cmd
@@ -199,7 +235,16 @@ fn partition_lab_links_have_the_field_report_delays() {
         Duration::from_secs(1),
     );
     assert_eq!(ok.len(), 2, "healed {}", syn.what);
+    assert_no_fault_rules(&lab);
+}
 
+#[test]
+fn partition_lab_random_loss_drops_about_half_the_echoes_until_healed() {
+    let Some(lab) =
+        NetLab::start("partition_lab_random_loss_drops_about_half_the_echoes_until_healed")
+    else {
+        return;
+    };
     // Random loss, 30 % each way: about half the echoes fail; heal restores.
     let loss = lab.loss(Host::Node, Host::Witness, 30.0);
     let (replies, lost) = lab.ping(Host::Node, Host::Witness, 60, Duration::from_millis(150));
@@ -218,17 +263,7 @@ fn partition_lab_links_have_the_field_report_delays() {
     lab.heal_all();
     let (_, lost) = lab.ping(Host::Node, Host::Witness, 10, Duration::from_millis(500));
     assert!(lost <= 1, "healed {}: {lost}/10 lost", loss.what);
-    for host in Host::ALL {
-        assert!(
-            !lab.rules(host).contains("rpf"),
-            "fault rules left in {}",
-            host.name()
-        );
-    }
-    lab_print(&format!(
-        "{name}: faults checked, {:.1} s",
-        started.elapsed().as_secs_f64()
-    ));
+    assert_no_fault_rules(&lab);
 }
 
 /// Polls a member's linearizable read until it gives `want`; returns how long that took.

@@ -4,12 +4,13 @@
 //! control-plane node joins in dc-b (`dc-b2`, 10.77.2.2), then dc-b's first apiserver leaves the
 //! Endpoints object (its process keeps answering, as a node being drained does).
 //!
-//! Asserted: the join moves nothing (the stream stays where it is); the leave moves only the
+//! The scenario runs once; each test judges one thing of its record. Asserted: the join moves nothing (the stream stays where it is); the leave moves only the
 //! leaving backend's connections (the stream, closed with the reason `removed`, re-dials to
 //! dc-b2 in the same zone) within the bound of 3 good answers; no client-visible error; the config
 //! file never changes.
 
 use std::net::Ipv4Addr;
+use std::sync::OnceLock;
 use std::time::Duration;
 
 use super::cast::{poll, wall, Cast, ClientEvent, Exchange, Members, Readyz, APISERVER_PORT};
@@ -56,12 +57,49 @@ fn stream_connections(events: &[ClientEvent]) -> Vec<(u32, String, f64, f64)> {
     out
 }
 
-#[test]
-fn partition_9_a_control_plane_node_joins_and_another_leaves_without_a_config_change() {
-    let name = "partition_9_a_control_plane_node_joins_and_another_leaves_without_a_config_change";
-    let Some(lab) = NetLab::start(name) else {
-        return;
-    };
+/// What one run of scenario 9 recorded, for the tests below to judge.
+struct Run {
+    /// Everything the client saw.
+    events: Vec<ClientEvent>,
+    /// Its stream connections: (connection, site, first event, last event).
+    streams: Vec<(u32, String, f64, f64)>,
+    /// When dc-b left the Endpoints object (wall clock).
+    left_at: f64,
+    /// How long after that the balancer no longer listed it.
+    removed_after: f64,
+    /// The connections the balancer closed, from its records: (backend, reason).
+    closed: Vec<(String, String)>,
+    /// The config file before the run and after it.
+    config: (Vec<u8>, Vec<u8>),
+}
+
+/// The scenario, run once for all of its tests rather than a lab, a cast and a client each:
+/// `None` when the lab is skipped; a run that failed on the way fails every test with its
+/// message.
+fn scenario_9() -> Option<&'static Run> {
+    static RUN: OnceLock<Option<Result<Run, String>>> = OnceLock::new();
+    let run = RUN.get_or_init(|| {
+        let name = "partition_9 (scenario 9, run once for its tests)";
+        let lab = NetLab::start(name)?;
+        Some(
+            std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| run(&lab))).map_err(|e| {
+                e.downcast_ref::<String>()
+                    .cloned()
+                    .or_else(|| e.downcast_ref::<&str>().map(|s| s.to_string()))
+                    .unwrap_or_default()
+            }),
+        )
+    });
+    match run {
+        None => None,
+        Some(Ok(run)) => Some(run),
+        Some(Err(e)) => panic!("scenario 9 failed on the way: {e}"),
+    }
+}
+
+/// A cast with dc-b's apiserver known only from the Endpoints object, the client's stream on
+/// dc-b (same zone first); and the balancer's config file as the cast wrote it.
+fn started(lab: &NetLab) -> (Cast<'_>, Vec<u8>) {
     let members = Members {
         seeds: &[Host::DcA, Host::Witness],
         interval: "2s",
@@ -71,7 +109,7 @@ fn partition_9_a_control_plane_node_joins_and_another_leaves_without_a_config_ch
         (Host::DcB, Readyz::Pass),
         (Host::Witness, Readyz::Pass),
     ];
-    let mut cast = Cast::start_with(&lab, pass, Some(&members));
+    let mut cast = Cast::start_with(lab, pass, Some(&members));
     let config = std::fs::read(lab.path("readyprism.yaml")).expect("the config");
     let dcb = Host::DcB.ip();
     let found = poll(Duration::from_secs(30), || {
@@ -86,17 +124,34 @@ fn partition_9_a_control_plane_node_joins_and_another_leaves_without_a_config_ch
     let zone = cast.status().expect("status")["zone"].clone();
     assert_eq!(zone, "dc-b", "the node's zone from its address 10.77.2.10");
     cast.start_client();
-    let settled = |cast: &Cast, site: &str| {
-        let events = cast.client_events();
-        stream_connections(&events)
-            .last()
-            .is_some_and(|s| s.1 == site && s.3 > wall() - 1.0)
-    };
     assert!(
         poll(Duration::from_secs(10), || settled(&cast, "dc-b")),
         "the stream is not on dc-b (same zone first): {:?}",
         cast.client_events()
     );
+    (cast, config)
+}
+
+/// Whether the client's latest stream connection is on `site` and delivering.
+fn settled(cast: &Cast, site: &str) -> bool {
+    let events = cast.client_events();
+    stream_connections(&events)
+        .last()
+        .is_some_and(|s| s.1 == site && s.3 > wall() - 1.0)
+}
+
+/// Waits until the client has made `n` more requests.
+fn requests_go_on(cast: &Cast, n: usize) {
+    let before = cast.client_events().len();
+    assert!(poll(Duration::from_secs(10), || {
+        cast.client_events().len() >= before + n
+    }));
+}
+
+/// The scenario: dc-b2 joins, then dc-b leaves the Endpoints object, with the client running.
+fn run(lab: &NetLab) -> Run {
+    let (mut cast, config_before) = started(lab);
+    let dcb = Host::DcB.ip();
 
     // A control-plane node joins in dc-b.
     lab.add_address(Host::DcB, JOINER)
@@ -110,10 +165,7 @@ fn partition_9_a_control_plane_node_joins_and_another_leaves_without_a_config_ch
     assert!(joined, "dc-b2 never joined: {:?}", cast.status());
     let join_ready = wall() - joined_at;
     // Several requests while both are in the list (they may go to either: same zone).
-    let before_leave = cast.client_events().len();
-    assert!(poll(Duration::from_secs(10), || {
-        cast.client_events().len() >= before_leave + 10
-    }));
+    requests_go_on(&cast, 10);
 
     // dc-b's first apiserver leaves the cluster's list.
     let left_at = wall();
@@ -129,15 +181,11 @@ fn partition_9_a_control_plane_node_joins_and_another_leaves_without_a_config_ch
         cast.client_events()
     );
     // Let requests run a while after the move.
-    let moved = cast.client_events().len();
-    assert!(poll(Duration::from_secs(10), || {
-        cast.client_events().len() >= moved + 10
-    }));
+    requests_go_on(&cast, 10);
     cast.stop_client();
     let events = cast.client_events();
-
     let streams = stream_connections(&events);
-    let text = format!(
+    lab_print(&format!(
         "9. a control-plane node joins (dc-b2) and dc-b leaves; no config change\n  \
          dc-b2 discovered and ready {join_ready:.1} s after it joined the Endpoints object; \
          dc-b removed {removed_after:.1} s after it left (interval {INTERVAL} s, {MISSES} good answers)\n  \
@@ -147,10 +195,41 @@ fn partition_9_a_control_plane_node_joins_and_another_leaves_without_a_config_ch
             .map(|s| format!("{} {:+.1}..{:+.1}", s.1, s.2 - left_at, s.3 - left_at))
             .collect::<Vec<_>>(),
         cast.metrics("readyprism_discovery_polls_total"),
-    );
-    lab_print(&text);
+    ));
+    Run {
+        closed: closed_by_balancer(&cast.balancer_log()),
+        events,
+        streams,
+        left_at,
+        removed_after,
+        config: (
+            config_before,
+            std::fs::read(lab.path("readyprism.yaml")).expect("the config"),
+        ),
+    }
+}
 
-    let errors: Vec<_> = events
+/// What the balancer closed, from its connection records: (backend, reason).
+fn closed_by_balancer(log: &str) -> Vec<(String, String)> {
+    log.lines()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .filter(|l| l["fields"]["message"] == "connection ended")
+        .filter(|l| l["fields"]["ended_by"] == "balancer")
+        .map(|l| {
+            let f = &l["fields"];
+            let text = |k: &str| f[k].as_str().unwrap_or_default().to_string();
+            (text("backend"), text("reason"))
+        })
+        .collect()
+}
+
+#[test]
+fn partition_9_no_client_sees_an_error_while_the_control_plane_changes() {
+    let Some(run) = scenario_9() else {
+        return;
+    };
+    let errors: Vec<_> = run
+        .events
         .iter()
         .filter(|e| {
             matches!(
@@ -160,35 +239,44 @@ fn partition_9_a_control_plane_node_joins_and_another_leaves_without_a_config_ch
         })
         .collect();
     assert!(errors.is_empty(), "client-visible errors: {errors:?}");
-    // The join moved nothing: one stream connection, on dc-b, from the start until the leave.
-    let before: Vec<_> = streams.iter().filter(|s| s.2 < left_at).collect();
+}
+
+#[test]
+fn partition_9_a_joining_apiserver_moves_no_connection() {
+    let Some(run) = scenario_9() else {
+        return;
+    };
+    // One stream connection, on dc-b, from the start until the leave.
+    let streams = &run.streams;
+    let before: Vec<_> = streams.iter().filter(|s| s.2 < run.left_at).collect();
     assert_eq!(before.len(), 1, "the join moved the stream: {streams:?}");
     assert_eq!(before[0].1, "dc-b");
-    // The leave moved the stream once, to dc-b2, within 3 good answers and the spread.
-    let after: Vec<_> = streams.iter().filter(|s| s.2 >= left_at).collect();
+}
+
+#[test]
+fn partition_9_a_leaving_apiserver_moves_its_stream_once_to_its_zone_within_the_bound() {
+    let Some(run) = scenario_9() else {
+        return;
+    };
+    // Within 3 good answers and the spread.
+    let streams = &run.streams;
+    let after: Vec<_> = streams.iter().filter(|s| s.2 >= run.left_at).collect();
     assert_eq!(after.len(), 1, "one re-dial after the leave: {streams:?}");
     assert_eq!(after[0].1, "dc-b2", "the same zone's remaining apiserver");
     let bound = (MISSES + 1.0) * INTERVAL * JITTER + EVICT_SPREAD + SLACK;
     assert!(
-        after[0].2 - left_at <= bound,
+        after[0].2 - run.left_at <= bound,
         "the stream moved {:.1} s after the leave; bound {bound:.1} s",
-        after[0].2 - left_at
+        after[0].2 - run.left_at
     );
-    // What the balancer closed, from its connection records: only dc-b's connections, each for
-    // the reason `removed`; nothing else was cut.
-    let closed: Vec<(String, String)> = cast
-        .balancer_log()
-        .lines()
-        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
-        .filter(|l| l["fields"]["message"] == "connection ended")
-        .filter(|l| l["fields"]["ended_by"] == "balancer")
-        .map(|l| {
-            let f = &l["fields"];
-            let text = |k: &str| f[k].as_str().unwrap_or_default().to_string();
-            (text("backend"), text("reason"))
-        })
-        .collect();
-    let dcb_address = address(dcb);
+}
+
+#[test]
+fn partition_9_only_the_leaving_backends_connections_are_closed_as_removed() {
+    let Some(run) = scenario_9() else {
+        return;
+    };
+    let (closed, dcb_address) = (&run.closed, address(Host::DcB.ip()));
     assert!(
         closed
             .iter()
@@ -201,21 +289,31 @@ fn partition_9_a_control_plane_node_joins_and_another_leaves_without_a_config_ch
             .all(|(b, r)| *b == dcb_address && r == "removed"),
         "only the leaving backend's connections are closed: {closed:?}"
     );
-    // After the removal, no request goes to dc-b.
-    let late: Vec<_> = events
+}
+
+#[test]
+fn partition_9_no_request_goes_to_a_removed_backend() {
+    let Some(run) = scenario_9() else {
+        return;
+    };
+    let late: Vec<_> = run
+        .events
         .iter()
         .filter(|e| {
             matches!(e, ClientEvent::Req(Exchange { t0, site: Some(s), .. })
-                if t0 > &(left_at + removed_after + 0.1) && s == "dc-b")
+                if t0 > &(run.left_at + run.removed_after + 0.1) && s == "dc-b")
         })
         .collect();
     assert!(
         late.is_empty(),
         "requests to dc-b after its removal: {late:?}"
     );
-    assert_eq!(
-        std::fs::read(lab.path("readyprism.yaml")).expect("the config"),
-        config,
-        "no config change"
-    );
+}
+
+#[test]
+fn partition_9_the_config_file_never_changes() {
+    let Some(run) = scenario_9() else {
+        return;
+    };
+    assert_eq!(run.config.1, run.config.0, "no config change");
 }

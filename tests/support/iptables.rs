@@ -18,7 +18,7 @@ pub fn packets(listing: &str, tag: &str) -> Option<u64> {
 }
 
 #[test]
-fn a_listed_rule_is_found_by_its_comment_and_read_as_its_packet_count() {
+fn a_listed_rules_packet_count_is_found_by_its_comment() {
     let listing = "Chain INPUT (policy ACCEPT 0 packets, 0 bytes)\n\
         \x20   pkts      bytes target     prot opt in     out     source               destination\n\
         \x20     7      420            tcp  --  eth0   *       0.0.0.0/0            10.0.0.2             tcp dpt:6443 flags:0x17/0x02 /* rp-syn-count */\n";

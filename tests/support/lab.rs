@@ -1,78 +1,47 @@
-//! The [`Lab`] fixture: an in-memory CA with a server and a kubelet-style client certificate on
-//! disk, fake apiservers with its TLS, config YAML for them and a balancer started from it. It
-//! does not wait for states (`wait.rs`) or talk to the balancer (`client.rs`).
+//! The [`Lab`] fixture: a [`Cluster`] (the crate's test toolkit: CA, client certificate, fake
+//! apiservers with its TLS) with the CA and client certificate on disk, config YAML for its fakes
+//! and a balancer started from it. It does not wait for states (`wait.rs`) or talk to the balancer (`client.rs`).
 
-use std::net::SocketAddr;
 use std::path::PathBuf;
-use std::sync::Arc;
 
 use readyprism::app::App;
 use readyprism::config::Config;
 use readyprism::sim::apiserver::FakeApiserver;
-use readyprism::sim::pki::{Ca, Issued};
+use readyprism::testing::Cluster;
 use readyprism::verdict::State;
-use rustls::ServerConfig;
-use tokio::net::TcpListener;
 
 use super::{addr, wait_states};
 
 /// Probes at start-up only, in practice: backends stay as first seen while a test breaks them.
 pub const SLOW_PROBES: &str = "health: { interval: 30s, timeout: 2s, fast_interval: 1s }\n";
 
-/// A CA, a server cert for 127.0.0.1, a kubelet-style client cert, and a temp dir with the files.
+/// A [`Cluster`] (CA, kubelet-style client cert, fake apiservers with its TLS) and a temp dir with
+/// the CA and client files.
 pub struct Lab {
-    pub ca: Ca,
-    pub client: Issued,
+    pub cluster: Cluster,
     pub dir: tempfile::TempDir,
-    server_tls: Arc<ServerConfig>,
 }
 
 impl Lab {
     pub fn new() -> Lab {
-        let _ = rustls::crypto::ring::default_provider().install_default();
-        let ca = Ca::new("test-cluster-ca").expect("ca");
-        let server = ca
-            .server(&["127.0.0.1", "::1", "localhost"])
-            .expect("server cert");
-        let client = ca.client("test-node").expect("client cert");
+        let cluster = Cluster::new("test-cluster-ca");
         let dir = tempfile::tempdir().expect("tempdir");
-        std::fs::write(dir.path().join("ca.crt"), &ca.cert_pem).expect("write ca");
+        std::fs::write(dir.path().join("ca.crt"), &cluster.ca.cert_pem).expect("write ca");
         std::fs::write(
             dir.path().join("kubelet-client-current.pem"),
-            client.combined_pem(),
+            cluster.client.combined_pem(),
         )
         .expect("write client");
-        let server_tls = readyprism::sim::apiserver::server_tls(&ca, &server).expect("server tls");
-        Lab {
-            ca,
-            client,
-            dir,
-            server_tls,
-        }
+        Lab { cluster, dir }
     }
 
     pub fn path(&self, name: &str) -> PathBuf {
         self.dir.path().join(name)
     }
 
-    /// A fake apiserver on 127.0.0.1:0. Once stopped, its port refuses (stays bound).
+    /// A fake apiserver on 127.0.0.1:0 ([`Cluster::fake`]).
     pub async fn fake(&self, name: &str) -> FakeApiserver {
-        let any = SocketAddr::from(([127, 0, 0, 1], 0));
-        FakeApiserver::bind(name, any, self.server_tls.clone()).expect("start fake")
-    }
-
-    /// A fake apiserver on `listener` (one the test made: a short accept queue, say) with the
-    /// lab's TLS.
-    pub fn fake_on(&self, name: &str, listener: TcpListener) -> FakeApiserver {
-        FakeApiserver::start(name, listener, self.server_tls.clone()).expect("start fake")
-    }
-
-    /// A fake apiserver on 127.0.0.1:0 with TLS of its own
-    /// (`readyprism::sim::apiserver::server_tls` or `strict_server_tls` with another CA): a
-    /// certificate the balancer does not trust, a client CA that refuses the kubelet's.
-    pub async fn fake_serving(&self, name: &str, tls: Arc<ServerConfig>) -> FakeApiserver {
-        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
-        FakeApiserver::start(name, listener, tls).expect("start fake")
+        self.cluster.fake(name)
     }
 
     /// Config YAML: ports 0, fast probes, the lab's CA and client cert, `backends` as

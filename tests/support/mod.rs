@@ -1,11 +1,13 @@
 //! Test fixtures: a lab with an in-memory CA, fake apiservers on port 0, a balancer started from
 //! YAML, and waits on table generations or polls with deadlines (never fixed sleeps).
 //!
-//! The files: `lab.rs` the [`Lab`] (CA, fakes, config YAML, starting a balancer), `wait.rs` the
-//! waits and [`patience`], `metrics.rs` reading `/metrics`, `client.rs` raw connections and admin
-//! GETs, `process.rs` the real binary as a child process, `netns.rs` a test's own network
-//! namespace, `iptables.rs` rule text. This file holds the rest: addresses (a fake's, one that
-//! refuses, from `readyprism::testing`), whether `kubectl` is there, and `readyprism ARGS...` run to completion.
+//! The files: `lab.rs` the [`Lab`] (a `readyprism::testing::Cluster` with its files on disk,
+//! config YAML, starting a balancer), `wait.rs` the waits and [`patience`], `metrics.rs` reading
+//! `/metrics`, `client.rs` raw connections and admin GETs, `process.rs` the real binary as a child
+//! process, `netns.rs` network namespaces (a test's own, and the primitives the partition lab
+//! builds on), `iptables.rs` rule text. This file holds the rest: addresses (a fake's, one that
+//! refuses, from `readyprism::testing`), whether `kubectl` is there, and `readyprism ARGS...` run
+//! to completion.
 
 use readyprism::sim::apiserver::FakeApiserver;
 pub mod iptables;

@@ -67,7 +67,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn controls_become_visible_escapes_and_the_rest_stays() {
+    fn only_controls_become_visible_escapes() {
         let hostile = "HTTP 500: \x1b]0;owned\x07\x1b[2J\u{9b}31m\x7f é\t✓";
         assert_eq!(
             escaped(hostile),
@@ -76,7 +76,7 @@ mod tests {
     }
 
     #[test]
-    fn bidirectional_overrides_become_visible_escapes_in_cells_and_json() {
+    fn bidirectional_overrides_become_visible_escapes_in_cells_as_in_json() {
         let hostile = "ok \u{202e}rorre\u{202c} \u{2066}x\u{2069}\u{200f}\u{61c}";
         assert_eq!(
             escaped(hostile),

@@ -129,7 +129,7 @@ fn a_failed_read_leaves_the_file_unseen_so_the_next_tick_reads_it() {
 }
 
 #[test]
-fn an_unusable_file_warns_once_per_spell_and_per_reason() {
+fn an_unusable_file_warns_once_per_spell_per_reason() {
     let now = Instant::now();
     let mut w = ConfigWatch::new(Digest::of(A.as_bytes()));
     assert!(matches!(w.decide(emfile(), now).action, Action::Warn(_)));
@@ -211,7 +211,7 @@ fn a_same_size_edit_that_restores_the_mtime_is_seen() {
 }
 
 #[test]
-fn touches_renames_of_the_same_content_and_fresh_stamps_are_no_reload() {
+fn the_same_content_touched_renamed_or_restamped_is_no_reload() {
     let dir = tempfile::tempdir().expect("tempdir");
     let src = source(&dir);
     std::fs::write(&src.path, A).expect("write");

@@ -4,7 +4,7 @@
 use super::*;
 
 #[test]
-fn a_full_read_moves_up_a_tier_and_the_top_tier_stays() {
+fn a_full_read_moves_up_a_tier_up_to_the_top() {
     let cases = [
         // (tier, read, capacity, next tier)
         (0, 1024, 1024, 1),
@@ -64,7 +64,7 @@ async fn pair() -> (TcpStream, TcpStream) {
 }
 
 #[tokio::test]
-async fn a_small_read_the_peer_cannot_take_yet_waits_in_a_buffer_and_arrives_in_order() {
+async fn a_small_read_the_peer_cannot_take_yet_waits_in_a_buffer_to_arrive_in_order() {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let (mut src, from) = pair().await;
     let (to, mut sink) = pair().await;

@@ -3,8 +3,8 @@
 
 use std::sync::atomic::Ordering;
 
-use super::process::run;
 use super::{Host, NetLab};
+use crate::support::netns::run;
 
 /// The chain of the fault rules in every host's namespace (jumped to first from INPUT).
 const FAULT_CHAIN: &str = "RP-FAULT";

@@ -10,8 +10,8 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Mutex, Once};
 use std::time::Duration;
 
-use super::process::run;
 use super::{lab_dir, lab_print, on_path, output_within, skip, NetLab, Rtts};
+use crate::support::netns::{self, run};
 
 enum StartError {
     /// The machine cannot host the lab (not root, no netns): skip unless required.
@@ -152,8 +152,7 @@ impl NetLab {
         };
 
         let br = lab.bridge_ns();
-        run(&["ip", "netns", "add", &br])
-            .map_err(|e| StartError::Skip(format!("`ip netns add` failed: {e}")))?;
+        netns::add(&br).map_err(|e| StartError::Skip(format!("`ip netns add` failed: {e}")))?;
         lab.build().map_err(StartError::Fail)?;
         Ok(lab)
     }

@@ -6,8 +6,8 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use super::process::{check, output_within};
 use super::{lab_dir, Host, NetLab};
+use crate::support::netns::{check, output_within};
 
 /// TCP port of the probe echo listener that [`NetLab::measure`] starts on demand.
 pub const PROBE_PORT: u16 = 7900;

@@ -29,8 +29,8 @@
 //!
 //! Files: `hosts.rs` (the hosts and their round trips), `lifecycle.rs` (start, skip or fail, the
 //! sweep, the watchdog, cleanup on drop), `topology.rs` (namespaces, bridge, veths, base rules and
-//! delay helpers), `faults.rs`, `measure.rs` (link figures), `process.rs` (commands and lab
-//! processes). This file is the front door: the [`NetLab`] handle and its accessors, and the lab's
+//! delay helpers), `faults.rs`, `measure.rs` (link figures), `process.rs` (lab processes); namespaces,
+//! commands in them and veths are `support::netns`'s, shared with the other tests. This file is the front door: the [`NetLab`] handle and its accessors, and the lab's
 //! printing and skipping.
 
 use std::collections::BTreeMap;
@@ -50,14 +50,12 @@ mod measure;
 mod process;
 mod topology;
 
+use crate::support::netns::{command_in, run};
+pub use crate::support::netns::{on_path, output_within, skip};
 pub use faults::Fault;
 pub use hosts::{Host, Rtts};
 pub use measure::{LinkFigures, PROBE_PORT};
-use process::run;
-pub use process::{on_path, output_within, LabProcess};
-
-/// Set to `1` (CI) to make a lab that cannot be built a test failure instead of a skip.
-pub const REQUIRE_ENV: &str = "READYPRISM_REQUIRE_NETNS";
+pub use process::LabProcess;
 
 /// The lab: namespaces, bridge, delay helpers and watchdog. Everything is removed on drop.
 pub struct NetLab {
@@ -79,16 +77,6 @@ pub fn lab_print(text: &str) {
     if !text.ends_with('\n') {
         let _ = err.write_all(b"\n");
     }
-}
-
-/// Skips (prints why and returns) or, with `READYPRISM_REQUIRE_NETNS=1`, fails the test.
-pub fn skip(test: &str, reason: &str) {
-    if std::env::var(REQUIRE_ENV).as_deref() == Ok("1") {
-        panic!("{test}: the partition lab cannot run and {REQUIRE_ENV}=1: {reason}");
-    }
-    lab_print(&format!(
-        "SKIPPED {test}: {reason} (set {REQUIRE_ENV}=1 to make this a failure)"
-    ));
 }
 
 /// Directory of the lab's helper scripts (`tests/lab`).
@@ -126,9 +114,7 @@ impl NetLab {
     /// `ip netns exec <ns of host> <program>`: add args, env and stdio, then run or spawn it. The
     /// environment passes through. Whatever it starts is killed when the lab goes away.
     pub fn command(&self, host: Host, program: impl AsRef<OsStr>) -> Command {
-        let mut cmd = Command::new("ip");
-        cmd.arg("netns").arg("exec").arg(self.ns(host)).arg(program);
-        cmd
+        command_in(&self.ns(host), program)
     }
 
     /// Gives a host's link a second address in the lab's segment (a control-plane node that joins

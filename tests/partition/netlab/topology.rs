@@ -8,14 +8,14 @@ use std::process::Stdio;
 use std::sync::mpsc;
 use std::time::Duration;
 
-use super::process::{check, run};
 use super::{lab_dir, Host, LabProcess, NetLab};
+use crate::support::netns::{self, check, run};
 
 impl NetLab {
     pub(super) fn build(&mut self) -> Result<(), String> {
         let br = self.bridge_ns();
         for host in Host::ALL {
-            run(&["ip", "netns", "add", &self.ns(host)])?;
+            netns::add(&self.ns(host))?;
         }
         run(&["ip", "-n", &br, "link", "set", "lo", "up"])?;
         run(&["ip", "-n", &br, "link", "add", "br0", "type", "bridge"])?;
@@ -24,10 +24,7 @@ impl NetLab {
             let ns = self.ns(host);
             let port = format!("v-{}", host.name());
             let addr = format!("{}/16", host.ip());
-            run(&[
-                "ip", "-n", &br, "link", "add", &port, "type", "veth", "peer", "name", "eth0",
-                "netns", &ns,
-            ])?;
+            netns::veth(&br, &port, "eth0", &ns)?;
             run(&["ip", "-n", &br, "link", "set", &port, "master", "br0", "up"])?;
             run(&["ip", "-n", &ns, "addr", "add", &addr, "dev", "eth0"])?;
             run(&["ip", "-n", &ns, "link", "set", "eth0", "up"])?;

@@ -1,6 +1,6 @@
-//! Sockets that fail the way networks do, for unit and integration tests alike: an address
-//! that refuses, and a listener that black-holes SYNs. Compiled for the crate's own tests and
-//! with the `sim` feature (the integration tests); the daemon never uses it.
+//! Sockets that fail the way networks do: an address that refuses, a listener that black-holes
+//! SYNs, and one whose accept queue holds a single connection. Not a backend that answers
+//! (`backends.rs`, `apiservers.rs`).
 //!
 //! Reads only the eviction spreads, which tests wait out to show a negative.
 
@@ -36,6 +36,15 @@ pub fn refusing() -> io::Result<(Socket, SocketAddr)> {
     let s = bound(SocketAddr::from(([127, 0, 0, 1], 0)))?;
     let addr = local(&s)?;
     Ok((s, addr))
+}
+
+/// A listener on 127.0.0.1 with a one-slot accept queue: once its owner stops accepting and the
+/// queue is full, new SYNs are dropped and dials hang, as towards a black-holed site.
+pub fn short_queue() -> io::Result<tokio::net::TcpListener> {
+    let s = bound(SocketAddr::from(([127, 0, 0, 1], 0)))?;
+    s.listen(1)?;
+    s.set_nonblocking(true)?;
+    tokio::net::TcpListener::from_std(s.into())
 }
 
 /// A listener whose accept queue is full: the kernel drops SYNs to it, as on a black-holed path

@@ -1,0 +1,18 @@
+//! The test toolkit, one for unit and integration tests alike: sockets that fail the way networks
+//! do (`sockets.rs`), plain TCP backends that say their name, hold or answer a canned reply
+//! (`backends.rs`), and, with the `sim` feature, a cluster's CA with fake apiservers serving its
+//! TLS (`apiservers.rs`). Compiled for the crate's own tests and with the `sim` feature (the
+//! integration tests); the daemon never uses it.
+//!
+//! It starts no balancer and waits for no state: the integration tests' `support/` does that.
+
+mod backends;
+mod sockets;
+
+#[cfg(feature = "sim")]
+mod apiservers;
+
+#[cfg(feature = "sim")]
+pub use apiservers::{fake_serving, Cluster};
+pub use backends::{answers, holds, says};
+pub use sockets::{refusing, short_queue, BlackHole, EVICT_SPREAD, FAILBACK_SPREAD};
