@@ -8,6 +8,18 @@ use crate::support::process::Proc;
 use crate::support::*;
 
 /// The `connection ended` record whose `reason` is `reason`.
+/// Waits until `/status` shows two backends ready.
+async fn both_ready(p: &Proc) {
+    poll("both ready", || {
+        blocking_get(p.admin, "/status")
+            .1
+            .matches("\"ready\"")
+            .count()
+            >= 2
+    })
+    .await
+}
+
 fn record(p: &Proc, reason: &str) -> serde_json::Value {
     p.wait_log("connection ended", |v| v["fields"]["reason"] == reason)
 }
@@ -26,13 +38,7 @@ fn every_connection_ends_with_one_record_naming_its_ender_with_a_reason() {
     );
     std::fs::write(&file, yaml).expect("write config");
     let p = Proc::start(&file);
-    rt.block_on(poll("both ready", || {
-        blocking_get(p.admin, "/status")
-            .1
-            .matches("\"ready\"")
-            .count()
-            >= 2
-    }));
+    rt.block_on(both_ready(&p));
 
     // An ordinary end: the client sends 5 bytes and closes; the fake echoes them and says bye.
     let (mut c, name) = rt.block_on(raw(p.listen)).expect("relayed");
@@ -133,13 +139,7 @@ fn a_backend_removed_by_a_reload_logs_its_close_with_reason_removed_and_its_acti
     let both = [(addr(&a), "dc-a"), (addr(&b), "dc-a")];
     std::fs::write(&file, lab.yaml("dc-a", &both, "")).expect("write config");
     let p = Proc::start(&file);
-    rt.block_on(poll("both ready", || {
-        blocking_get(p.admin, "/status")
-            .1
-            .matches("\"ready\"")
-            .count()
-            >= 2
-    }));
+    rt.block_on(both_ready(&p));
     // Held connections, wherever the picker puts them; the first one's backend is removed.
     let held: Vec<_> = (0..3)
         .map(|_| rt.block_on(raw(p.listen)).expect("relayed"))
