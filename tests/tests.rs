@@ -12,6 +12,7 @@ mod cli;
 mod config_errors;
 mod config_watch;
 mod dead_paths;
+mod demo;
 mod discovery;
 mod discovery_hardening;
 mod failback;
