@@ -134,7 +134,7 @@ impl Frame<'_> {
         let room = ROWS.saturating_sub(rows.len() + 1);
         rows.push("log (newest last):".to_string());
         let skip = self.logs.len().saturating_sub(room);
-        rows.extend(self.logs[skip..].iter().map(|l| self.named(l)));
+        rows.extend(self.logs[skip..].iter().map(|l| compact(&self.named(l))));
         rows.truncate(ROWS);
         let fitted: Vec<String> = rows.iter().map(|r| fit(r, COLS)).collect();
         fitted.join("\n")
@@ -231,6 +231,18 @@ impl Frame<'_> {
         let names: Vec<&str> = self.traffic.recent.iter().map(String::as_str).collect();
         names.join(" ")
     }
+}
+
+/// A log line made to fit more in a row: field values without their quotes, empty fields
+/// (`zone=""`) left out.
+fn compact(line: &str) -> String {
+    let words: Vec<&str> = line.split(' ').filter(|w| !w.ends_with("=\"\"")).collect();
+    words
+        .join(" ")
+        .replace("=\"", "=")
+        .replace("\" ", " ")
+        .trim_end_matches('"')
+        .to_string()
 }
 
 /// `line` cut to `cols` characters, the last one `…` when cut.

@@ -226,7 +226,11 @@ fn every_phase_fits_80_by_24_with_the_title_on_top_and_names_not_ports() {
                 "{}: the newest log line last:\n{screen}",
                 p.what
             );
-            assert!(last.contains("backend=\"dc-a\""), "{}: {screen}", p.what);
+            assert!(
+                last.contains("backend=dc-a zone=dc-a"),
+                "{}: {screen}",
+                p.what
+            );
         }
     }
 }
@@ -265,6 +269,21 @@ fn failback_says_when_the_long_lived_connection_comes_home() {
         p.traffic.long_on = on.map(str::to_string);
         p.dc_a_ready_for = ready_for.map(Duration::from_secs);
         assert_eq!(frame(&p).failback(), want, "{on:?} {ready_for:?}");
+    }
+}
+
+#[test]
+fn log_lines_lose_their_quotes_and_empty_fields() {
+    let cases = [
+        (" INFO demo: lost etcd quorum apiserver=\"dc-a\"", " INFO demo: lost etcd quorum apiserver=dc-a"),
+        (
+            " INFO backend state changed backend=\"new-cp\" zone=\"\" from=\"unknown\" to=\"ready\" reason=\"HTTP 200\"",
+            " INFO backend state changed backend=new-cp from=unknown to=ready reason=HTTP 200",
+        ),
+        (" INFO stopped", " INFO stopped"),
+    ];
+    for (line, want) in cases {
+        assert_eq!(compact(line), want);
     }
 }
 
