@@ -86,8 +86,8 @@ fn demo_print_config_is_a_config_that_check_accepts() {
     assert!(check.status.success(), "{}\n{yaml}", stderr(&check));
 }
 
-#[test]
-fn demo_on_a_taken_port_suggests_another() {
+/// Runs the demo with `flag` on a port another socket holds; its stderr, once it failed.
+fn demo_on_taken(flag: &str, other: &str) -> (String, String) {
     let taken = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
     let addr = taken.local_addr().expect("addr").to_string();
     let o = Command::new(env!("CARGO_BIN_EXE_readyprism"))
@@ -95,18 +95,27 @@ fn demo_on_a_taken_port_suggests_another() {
             "demo",
             "--duration",
             "1s",
-            "--listen",
+            flag,
             &addr,
-            "--admin",
+            other,
             "127.0.0.1:0",
         ])
         .output()
         .expect("run demo");
     assert!(!o.status.success(), "{o:?}");
-    let err = stderr(&o);
-    assert!(err.contains(&format!("cannot listen on {addr}")), "{err}");
-    assert!(
-        err.contains("readyprism demo --listen 127.0.0.1:0"),
-        "{err}"
-    );
+    (addr, stderr(&o))
+}
+
+#[test]
+fn demo_on_a_taken_port_suggests_another() {
+    for (flag, other) in [("--listen", "--admin"), ("--admin", "--listen")] {
+        let (addr, err) = demo_on_taken(flag, other);
+        assert!(err.contains(&format!("cannot listen on {addr}")), "{err}");
+        assert!(
+            err.contains(&format!("readyprism demo {flag} 127.0.0.1:0")),
+            "{err}"
+        );
+        assert!(!err.contains("KubePrism"), "not a node's balancer: {err}");
+        assert_eq!(err.trim_end().lines().count(), 1, "one line: {err}");
+    }
 }

@@ -111,27 +111,30 @@ pub enum DemoError {
     Config(ConfigError),
     /// The balancer could not start, e.g. its port is in use (then the message suggests
     /// `--listen`/`--admin` on a free port).
-    #[error("{err}{hint}", err = .0, hint = port_hint(.0))]
+    #[error("{}", start_error(.0))]
     Start(ApplyError),
     /// SIGINT/SIGTERM handlers could not be installed.
     #[error("signal handling: {0}")]
     Signals(std::io::Error),
 }
 
-/// A taken port says how to run the demo beside whatever holds it.
-fn port_hint(e: &ApplyError) -> String {
+/// The balancer's start-up error, with a taken port saying how to run the demo beside whatever
+/// holds it (the run command's KubePrism hint is left out: the demo is not a node's balancer).
+fn start_error(e: &ApplyError) -> String {
     match e {
-        ApplyError::Bind { field, cause, .. } if cause.kind() == std::io::ErrorKind::AddrInUse => {
-            let flag = match field {
-                crate::config::ListenField::Admin => "--admin",
-                _ => "--listen",
+        ApplyError::Bind { field, addr, cause }
+            if cause.kind() == std::io::ErrorKind::AddrInUse =>
+        {
+            let (flag, example) = match field {
+                crate::config::ListenField::Admin => ("--admin", 17446),
+                _ => ("--listen", 17445),
             };
             format!(
-                "; try another port: `readyprism demo {flag} 127.0.0.1:0` (a free one; the \
-                 screen shows which) or e.g. `{flag} 127.0.0.1:17445`"
+                "cannot listen on {addr}: {cause}; try another port: `readyprism demo {flag} \
+                 127.0.0.1:0` (a free one; the screen shows which) or e.g. `{flag} 127.0.0.1:{example}`"
             )
         }
-        _ => String::new(),
+        e => e.to_string(),
     }
 }
 
