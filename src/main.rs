@@ -111,6 +111,9 @@ enum Command {
         /// The balancer's admin listener.
         #[arg(long, default_value = readyprism::config::DEFAULT_ADMIN)]
         admin: std::net::SocketAddr,
+        /// Print the config the demo's balancer runs with (a starting point for `run`) and exit.
+        #[arg(long)]
+        print_config: bool,
     },
     /// Run one simulated apiserver (mutual TLS, /readyz, /whoami, /watch), e.g. one per site of a
     /// network lab; with --etcd, /readyz is a linearizable read from that etcd member.
@@ -134,7 +137,19 @@ fn main() -> ExitCode {
             }
         }
     }
-    if let Err(e) = init_tracing(cli.log_format, cli.log_level.as_deref()) {
+    // The demo's live view owns the terminal: its log lines go to a region of the screen.
+    #[cfg(feature = "sim")]
+    let demo_screen =
+        matches!(
+            cli.command,
+            Command::Demo {
+                print_config: false,
+                ..
+            }
+        ) && readyprism::cli::demo::logs::wanted(matches!(cli.log_format, LogFormat::Text));
+    #[cfg(not(feature = "sim"))]
+    let demo_screen = false;
+    if let Err(e) = init_tracing(cli.log_format, cli.log_level.as_deref(), demo_screen) {
         eprintln!("readyprism: {e:#}");
         return ExitCode::from(2);
     }
@@ -244,9 +259,22 @@ fn dispatch(command: Command) -> Result<ExitCode, Failure> {
         }
         #[cfg(feature = "sim")]
         Command::Demo {
+            print_config: true,
+            listen,
+            admin,
+            ..
+        } => {
+            let text = readyprism::cli::demo::print_config(listen, admin);
+            std::io::Write::write_all(&mut std::io::stdout().lock(), text.as_bytes())
+                .context("writing to stdout")?;
+            Ok(ExitCode::SUCCESS)
+        }
+        #[cfg(feature = "sim")]
+        Command::Demo {
             duration,
             listen,
             admin,
+            print_config: false,
         } => {
             let opts = readyprism::cli::demo::DemoOptions {
                 duration: duration.map(|d| d.0),
@@ -308,12 +336,36 @@ fn block_on<T, E: From<anyhow::Error>>(
     result
 }
 
-fn init_tracing(format: LogFormat, level: Option<&str>) -> anyhow::Result<()> {
+fn init_tracing(format: LogFormat, level: Option<&str>, demo_screen: bool) -> anyhow::Result<()> {
     use tracing_subscriber::EnvFilter;
     let filter = match level {
         Some(l) => EnvFilter::try_new(l).with_context(|| format!("--log-level {l:?}"))?,
         None => EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info")),
     };
+    #[cfg(feature = "sim")]
+    if demo_screen {
+        // Short lines for the demo's log region: no time (the screen has its own), no target;
+        // and, unless a level was asked for, without the one record per connection (the demo
+        // opens one a second, and the screen's traffic lines show where each went), which would
+        // push the state changes off the region within seconds.
+        let filter = match level {
+            Some(_) => filter,
+            None => filter.add_directive(
+                "readyprism::proxy::record=warn"
+                    .parse()
+                    .context("the demo's log filter")?,
+            ),
+        };
+        tracing_subscriber::fmt()
+            .with_env_filter(filter)
+            .with_ansi(false)
+            .without_time()
+            .with_target(false)
+            .with_writer(readyprism::cli::demo::logs::writer)
+            .init();
+        return Ok(());
+    }
+    let _ = demo_screen;
     // Colour only for a person at a terminal: never in container logs, journald or a pipe, and
     // never with NO_COLOR set (https://no-color.org).
     let colour = std::io::IsTerminal::is_terminal(&std::io::stderr())

@@ -1,5 +1,5 @@
 //! Operator commands end to end: `check` output and warnings (the budget, the discovery cache's
-//! path), `status` exit codes, `demo --duration`, and a real client-go client (kubectl) through
+//! path), `status` exit codes, and a real client-go client (kubectl) through
 //! the balancer.
 
 use std::path::Path;
@@ -145,46 +145,6 @@ async fn closed_port_is_reported_as_unreachable_in_one_line() {
     assert_eq!(
         err.to_string(),
         format!("cannot reach admin endpoint {addr}: connection refused")
-    );
-}
-
-/// Runs `readyprism demo --duration DURATION` on ports 0 to its end; its stdout, once it exited 0.
-fn run_demo(duration: &str) -> String {
-    let o = Command::new(env!("CARGO_BIN_EXE_readyprism"))
-        .args(["demo", "--duration", duration])
-        .args(["--listen", "127.0.0.1:0", "--admin", "127.0.0.1:0"])
-        .output()
-        .expect("run demo");
-    assert!(o.status.success(), "{o:?}");
-    String::from_utf8_lossy(&o.stdout).into_owned()
-}
-
-#[test]
-fn demo_with_a_duration_exits_zero_when_it_ends() {
-    let out = run_demo("3s");
-    assert!(
-        out.contains("dc-a") && out.contains("dc-b") && out.contains("witness"),
-        "{out}"
-    );
-    assert!(out.contains("demo over"), "{out}");
-}
-
-/// The demo's fourth apiserver, `new-cp`, joins the simulated cluster's Endpoints object at 10 s;
-/// discovery adds it, and once dc-a loses quorum again (12 s) the demo's clients land on it.
-#[test]
-fn demo_shows_a_fourth_apiserver_joining_through_discovery_to_take_traffic() {
-    let out = run_demo("22s");
-    let summary = out
-        .lines()
-        .find(|l| l.starts_with("demo over"))
-        .unwrap_or_else(|| panic!("no summary: {out}"));
-    assert!(
-        summary.contains("new-cp"),
-        "no connection landed on the joined apiserver: {summary}"
-    );
-    assert!(
-        out.contains("discovered"),
-        "the view shows the joined apiserver's source: {out}"
     );
 }
 

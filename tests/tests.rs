@@ -5,12 +5,14 @@ mod support;
 
 mod addresses;
 mod admin_hardening;
+mod admin_page;
 mod alerts;
 mod architecture;
 mod cli;
 mod config_errors;
 mod config_watch;
 mod dead_paths;
+mod demo;
 mod discovery;
 mod discovery_hardening;
 mod failback;

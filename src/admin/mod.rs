@@ -1,8 +1,10 @@
-//! The admin HTTP server: `/livez`, `/readyz`, `/status` (JSON) and `/metrics` (Prometheus text).
+//! The admin HTTP server: `/livez`, `/readyz`, `/status` (JSON), `/metrics` (Prometheus text) and
+//! `/` (a page for people).
 //!
 //! Reads the same snapshot the proxy does; owns no state of its own beyond the shutting-down flag.
-//! `status` owns the `/status` document's type, `slots` the connection cap.
+//! `status` owns the `/status` document's type, `page` the HTML page, `slots` the connection cap.
 
+pub mod page;
 mod slots;
 pub mod status;
 
@@ -134,9 +136,14 @@ impl Admin {
                 ),
             },
             "/metrics" => respond(StatusCode::OK, metrics::CONTENT_TYPE, self.metrics.encode()),
+            "/" => respond(
+                StatusCode::OK,
+                "text/html; charset=utf-8",
+                page::render(&self.status(), &self.table.recent()),
+            ),
             _ => text(
                 StatusCode::NOT_FOUND,
-                "not found: try /livez /readyz /status /metrics\n",
+                "not found: try / /livez /readyz /status /metrics\n",
             ),
         }
     }

@@ -1,7 +1,10 @@
 //! The `/status` document as a type: written by the admin server, read by `readyprism status`, the
 //! demo and the tests, so writer and readers cannot drift apart.
 //!
-//! Owns the document's shape and how it is derived from a snapshot. Does not own serving it.
+//! Owns the document's shape and how it is derived from a snapshot, and (`cell`) how its text is
+//! made safe to show. Does not own serving it.
+
+pub mod cell;
 
 use std::sync::atomic::Ordering;
 

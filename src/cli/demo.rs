@@ -4,10 +4,11 @@
 //! cluster's Endpoints object and take traffic through discovery.
 //!
 //! Owns the demo's timeline (flips, the join) and client traffic; `scenario` starts and stops its
-//! world, `view` renders it. Does not own any balancer behaviour (`app`), the simulated apiserver
-//! or the certificates (`sim`).
+//! world, `view` renders it, `logs` keeps the log lines the view shows. Does not own any
+//! balancer behaviour (`app`), the simulated apiserver or the certificates (`sim`).
 
 mod files;
+pub mod logs;
 mod scenario;
 mod traffic;
 mod view;
@@ -56,6 +57,9 @@ const TICK: Duration = Duration::from_secs(1);
 const IO_TIMEOUT: Duration = Duration::from_secs(2);
 /// How many recent connection landings the screen shows.
 const RECENT: usize = 10;
+/// The demo's `failback_after`: the default. dc-a flips every [`FLIP_EVERY`], so a connection
+/// that left it stays away; the screen says when it would come home.
+const FAILBACK_AFTER: Duration = Duration::from_secs(60);
 
 /// What the demo was asked to do.
 #[derive(Debug, Clone)]
@@ -105,12 +109,59 @@ pub enum DemoError {
     /// The generated config was rejected (a bug, or an unusable `--listen`/`--admin`).
     #[error("demo config: {0}")]
     Config(ConfigError),
-    /// The balancer could not start, e.g. its port is in use.
-    #[error("{0}")]
+    /// The balancer could not start, e.g. its port is in use (then the message suggests
+    /// `--listen`/`--admin` on a free port).
+    #[error("{}", start_error(.0))]
     Start(ApplyError),
     /// SIGINT/SIGTERM handlers could not be installed.
     #[error("signal handling: {0}")]
     Signals(std::io::Error),
+}
+
+/// The balancer's start-up error, with a taken port saying how to run the demo beside whatever
+/// holds it (the run command's KubePrism hint is left out: the demo is not a node's balancer).
+fn start_error(e: &ApplyError) -> String {
+    match e {
+        ApplyError::Bind { field, addr, cause }
+            if cause.kind() == std::io::ErrorKind::AddrInUse =>
+        {
+            let (flag, example) = match field {
+                crate::config::ListenField::Admin => ("--admin", 17446),
+                _ => ("--listen", 17445),
+            };
+            format!(
+                "cannot listen on {addr}: {cause}; try another port: `readyprism demo {flag} \
+                 127.0.0.1:0` (a free one; the screen shows which) or e.g. `{flag} 127.0.0.1:{example}`"
+            )
+        }
+        e => e.to_string(),
+    }
+}
+
+/// The config the demo's balancer runs, for `demo --print-config`: a starting point for
+/// `readyprism run`. The demo's apiservers are simulated on free ports chosen when it starts, and
+/// its CA and client certificate are generated into a temporary directory, so the addresses and
+/// paths printed are placeholders, and the text says so.
+pub fn print_config(listen: SocketAddr, admin: SocketAddr) -> String {
+    let addrs: Vec<SocketAddr> = (0..SITES.len())
+        .map(|i| SocketAddr::from(([127, 0, 0, 1], 6443 + i as u16)))
+        .collect();
+    let yaml = scenario::demo_yaml(
+        listen,
+        admin,
+        &addrs,
+        std::path::Path::new("/etc/kubernetes/pki/ca.crt"),
+        std::path::Path::new("/var/lib/kubelet/pki/kubelet-client-current.pem"),
+    );
+    format!(
+        "# The config `readyprism demo` runs its balancer with.\n\
+         # The backends are the demo's simulated apiservers (dc-a, dc-b, witness): the demo binds\n\
+         # them on free loopback ports each time, so the addresses below are placeholders, as are\n\
+         # the tls paths (the demo generates its CA and client certificate in a temporary\n\
+         # directory). Put your apiservers and your node's files there to use it with\n\
+         # `readyprism run --config FILE`; the demo's probe timings are faster than the defaults.\n\
+         {yaml}"
+    )
 }
 
 /// Runs the demo until `duration` passes, SIGINT or SIGTERM, then shuts everything down in order.
@@ -134,6 +185,7 @@ pub async fn run_until_signalled(opts: DemoOptions) -> Result<DemoReport, DemoEr
 /// order and removes its temporary files.
 pub async fn run(opts: DemoOptions, quit: CancellationToken) -> Result<DemoReport, DemoError> {
     let (scenario, app) = Scenario::start(&opts).await?;
+    let names = scenario.names();
     let listen = app.listen_addrs().first().copied().unwrap_or(opts.listen);
     let (admin, balancer) = (app.admin_addr(), app.handle());
     // The balancer runs itself (discovery included) until the demo ends it.
@@ -163,6 +215,8 @@ pub async fn run(opts: DemoOptions, quit: CancellationToken) -> Result<DemoRepor
     tokio::pin!(until_end);
     // dc-a starts without quorum: fastest, local, and unready — the field report's trap.
     let (mut next_flip, mut dc_a_ready, mut flips) = (start + FIRST_FLIP, false, 0u64);
+    // When dc-a last regained quorum, while it has it.
+    let mut dc_a_ready_since: Option<Instant> = None;
     let mut joined = false;
     let mut tick = interval(TICK);
     tick.set_missed_tick_behavior(MissedTickBehavior::Skip);
@@ -184,6 +238,7 @@ pub async fn run(opts: DemoOptions, quit: CancellationToken) -> Result<DemoRepor
             _ = sleep_until(next_flip) => {
                 dc_a_ready = !dc_a_ready;
                 scenario.fakes[0].control.set_ready(dc_a_ready);
+                dc_a_ready_since = dc_a_ready.then(Instant::now);
                 (flips, next_flip) = (flips + 1, next_flip + FLIP_EVERY);
                 if dc_a_ready && !long_lived_started {
                     long_lived_started = true;
@@ -202,16 +257,20 @@ pub async fn run(opts: DemoOptions, quit: CancellationToken) -> Result<DemoRepor
             }
             _ = tick.tick(), if opts.show => {
                 let (now, t) = (Instant::now(), traffic::record(&traffic, |t| t.clone()));
+                let logs = if tty { logs::lines() } else { Vec::new() };
                 let frame = Frame {
                     elapsed: now - start,
-                    remaining: end.map(|e| e - now),
+                    remaining: end.map(|e| e.saturating_duration_since(now)),
                     listen,
                     admin,
                     status: &balancer.status(),
+                    names: &names,
                     traffic: &t,
                     dc_a_ready,
-                    next_flip_in: next_flip - now,
+                    dc_a_ready_for: dc_a_ready_since.map(|s| now - s),
+                    next_flip_in: next_flip.saturating_duration_since(now),
                     join_in: (!joined).then(|| (start + JOIN_AT).saturating_duration_since(now)),
+                    logs: &logs,
                 };
                 let text = if tty { format!("\x1b[H\x1b[2J{}", frame.screen()) } else { frame.line() + "\n" };
                 if let Err(e) = write_stdout(&text) {
@@ -241,8 +300,9 @@ pub async fn run(opts: DemoOptions, quit: CancellationToken) -> Result<DemoRepor
     };
     if opts.show {
         let text = format!(
-            "demo over: connections {} (failed {}), long-lived connection moved {} time(s), \
+            "{}demo over: connections {} (failed {}), long-lived connection moved {} time(s), \
              dc-a flipped {} time(s)\n",
+            if tty { "\n" } else { "" },
             view::counts(&report.connections),
             report.failed,
             report.long_lived_moves,

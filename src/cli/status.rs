@@ -3,7 +3,7 @@
 //! Owns the human table and the exit-code decision. Does not own the document's shape
 //! (`admin::status`), the HTTP exchange (`cli::http`) or escaping (`cell`).
 
-mod cell;
+use crate::admin::status::cell;
 
 use std::fmt::Write as _;
 

@@ -5,10 +5,12 @@
 //! then bump the evicted backends (see [`crate::backend::Eviction`]). It also brings connections
 //! home: when a same-zone backend has been ready for `failback_after` ([`failback`], pure), the
 //! connections relayed to other zones are evicted the same way, and the failback is called off
-//! if the zone has no ready backend left before every turn has come. Does not own probing
-//! (`health/`) or connection handling (`proxy`).
+//! if the zone has no ready backend left before every turn has come. It keeps the last few state
+//! transitions for people ([`recent`]). Does not own probing (`health/`) or connection handling
+//! (`proxy`).
 
 pub mod failback;
+pub mod recent;
 pub mod transitions;
 
 use std::sync::Arc;
@@ -21,7 +23,7 @@ use crate::backend::{Backend, BackendId, BackendLive, BackendSpec, Routing, Snap
 use crate::eviction::CloseReason;
 use crate::metrics::Metrics;
 use crate::pick::WhenNoneReady;
-use crate::verdict::Health;
+use crate::verdict::{Health, State};
 use failback::Failback;
 use tokio::time::Instant;
 use transitions::{Alarm, Change, Scene};
@@ -31,6 +33,8 @@ use transitions::{Alarm, Change, Scene};
 pub struct Table {
     current: ArcSwap<Snapshot>,
     generation: watch::Sender<u64>,
+    /// The last few state transitions (the admin page); written by the writer only.
+    recent: recent::Recent,
 }
 
 /// A change for the writer.
@@ -60,7 +64,13 @@ impl Table {
         Arc::new(Table {
             current: ArcSwap::from_pointee(Snapshot::default()),
             generation: watch::Sender::new(0),
+            recent: recent::Recent::default(),
         })
+    }
+
+    /// The last few backend state transitions, oldest first (at most [`recent::KEPT`]).
+    pub fn recent(&self) -> Arc<Vec<recent::Transition>> {
+        self.recent.load()
     }
 
     /// The current snapshot. Cheap; hold it only for the synchronous part of a decision.
@@ -312,7 +322,22 @@ fn apply(
     metrics
         .no_ready_backends
         .set(i64::from(decision.no_ready_gauge));
+    let at = std::time::SystemTime::now();
+    let turned: Vec<recent::Transition> = next
+        .backends
+        .iter()
+        .zip(&changes)
+        .filter(|(_, c)| c.before.unwrap_or(State::Unknown) != c.after)
+        .map(|(b, c)| recent::Transition {
+            at,
+            backend: b.spec.id.to_string(),
+            from: c.before.unwrap_or(State::Unknown),
+            to: c.after,
+            reason: b.health.last_error().map(str::to_string),
+        })
+        .collect();
     publish_then_bump(table, next, bumps);
+    table.recent.push(turned);
     decision.announced
 }
 

@@ -12,7 +12,7 @@ use std::time::Duration;
 use tokio::time::timeout;
 
 use super::files::DemoDir;
-use super::{DemoError, DemoOptions, DISCOVERY_INTERVAL, JOINER, SITES};
+use super::{DemoError, DemoOptions, DISCOVERY_INTERVAL, FAILBACK_AFTER, JOINER, SITES};
 use crate::app::App;
 use crate::config::Config;
 use crate::sim::apiserver::FakeApiserver;
@@ -85,6 +85,16 @@ impl Scenario {
         }
     }
 
+    /// Every simulated apiserver's address (as `/status` names it) and its name, the fourth too.
+    pub(super) fn names(&self) -> Vec<(String, String)> {
+        self.fakes
+            .iter()
+            .zip(SITES)
+            .map(|(f, (name, _))| (f.addr.to_string(), name.to_string()))
+            .chain([(self.joiner.addr.to_string(), JOINER.0.to_string())])
+            .collect()
+    }
+
     /// The apiservers, then the files (after the balancer's run has ended).
     pub(super) async fn stop(self) {
         for fake in self.fakes.iter().chain([&self.joiner]) {
@@ -94,7 +104,8 @@ impl Scenario {
     }
 }
 
-fn demo_yaml(
+/// The config the demo's balancer runs: the three sites at `backends`, the demo's fast probes.
+pub(super) fn demo_yaml(
     listen: SocketAddr,
     admin: SocketAddr,
     backends: &[SocketAddr],
@@ -108,8 +119,9 @@ fn demo_yaml(
         .map(|(a, (zone, _))| format!("  - {{ address: \"{a}\", zone: {zone} }}\n"))
         .collect();
     format!(
-        "listen: [\"{listen}\"]\nadmin: \"{admin}\"\nzone: {zone}\nbackends:\n{list}health:\n  interval: 1s\n  timeout: 500ms\n  fast_interval: 250ms\n  rise: 2\n  fall: 2\ntls:\n  ca: {ca}\n  client_cert: {client}\nconnect_timeout: 1s\nwhen_none_ready: fail_open\nshutdown_grace: 1s\ndiscovery:\n  endpoints: true\n  interval: {DISCOVERY_INTERVAL}\n",
+        "listen: [\"{listen}\"]\nadmin: \"{admin}\"\nzone: {zone}\nbackends:\n{list}health:\n  interval: 1s\n  timeout: 500ms\n  fast_interval: 250ms\n  rise: 2\n  fall: 2\ntls:\n  ca: {ca}\n  client_cert: {client}\nconnect_timeout: 1s\nwhen_none_ready: fail_open\nfailback_after: {failback}s\nshutdown_grace: 1s\ndiscovery:\n  endpoints: true\n  interval: {DISCOVERY_INTERVAL}\n",
         zone = SITES[0].0,
+        failback = FAILBACK_AFTER.as_secs(),
         ca = quote(ca),
         client = quote(client),
     )
@@ -155,6 +167,7 @@ mod tests {
         assert_eq!(zones, [Some("dc-a"), Some("dc-b"), Some("witness")]);
         assert_eq!(config.health.interval, Duration::from_secs(1));
         assert_eq!(config.shutdown_grace, Duration::from_secs(1));
+        assert_eq!(config.routing.failback_after, Some(FAILBACK_AFTER));
         assert_eq!(config.tls.ca, ca);
         assert!(
             config.discovery.endpoints,

@@ -1,14 +1,23 @@
-//! The demo's live view: a full screen for a terminal, one line per refresh for pipes and logs.
+//! The demo's live view: a screen that fits an 80×24 terminal, and one short plain line per
+//! refresh for pipes and logs. Apiservers are called by their names everywhere (the table, the
+//! traffic and the log lines), never by their ports.
 //!
-//! Pure text from a status document and the demo clients' record; no I/O, no clock.
+//! Pure text from a status document, the demo clients' record and the kept log lines; no I/O, no
+//! clock.
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::time::Duration;
 
-use super::{Traffic, JOINER, RECENT, SITES};
+use super::{Traffic, FAILBACK_AFTER, JOINER, RECENT, SITES};
+use crate::admin::status::cell::cell;
 use crate::admin::StatusDoc;
 use crate::cli::status;
+
+/// The screen fits this many columns ...
+pub(super) const COLS: usize = 80;
+/// ... and this many rows (the last one without a newline, so the terminal never scrolls).
+pub(super) const ROWS: usize = 24;
 
 /// One refresh of the live view.
 pub(super) struct Frame<'a> {
@@ -22,76 +31,128 @@ pub(super) struct Frame<'a> {
     pub admin: SocketAddr,
     /// The balancer's view: its `/status` document now.
     pub status: &'a StatusDoc,
+    /// Each simulated apiserver's address (as `/status` and the log name it) and its name.
+    pub names: &'a [(String, String)],
     /// What the demo's clients saw.
     pub traffic: &'a Traffic,
     /// Whether dc-a currently has quorum.
     pub dc_a_ready: bool,
+    /// While dc-a has quorum: for how long it has had it.
+    pub dc_a_ready_for: Option<Duration>,
     /// Time to dc-a's next flip.
     pub next_flip_in: Duration,
     /// Time until the fourth apiserver joins the Endpoints object; `None` once it has.
     pub join_in: Option<Duration>,
+    /// The latest log lines, oldest first (the region below the traffic).
+    pub logs: &'a [String],
 }
 
 impl Frame<'_> {
-    /// One plain line per refresh.
+    /// One short plain line per refresh: the time, each apiserver's state, where the latest
+    /// connection went and where the long-lived one is.
     pub fn line(&self) -> String {
-        let per: Vec<String> = self
+        let states: Vec<String> = self
             .status
             .backends
             .iter()
-            .map(|b| {
-                let [_, zone, source, state, latency, active, rank, _] = status::backend_cells(b);
-                format!("{zone} {source} {state} {latency} active {active} rank {rank}")
-            })
+            .map(|b| format!("{} {}", self.name(&b.address), b.state.as_str()))
             .collect();
+        let last = self.traffic.recent.back().map_or("-", String::as_str);
+        let long = self.traffic.long_on.as_deref().unwrap_or("-");
         format!(
-            "[{:>3}s] {} | last: {} | long-lived: {} | {} | {}",
+            "[{:>3}s] {} | last {last} | long-lived {long}",
             self.elapsed.as_secs(),
-            per.join(" | "),
-            self.recent(),
-            self.long_lived(),
-            self.flip(),
-            self.join()
+            states.join(", "),
         )
     }
 
-    /// The full-screen view for a terminal (the caller clears the screen first).
+    /// The full-screen view (the caller clears the screen first): at most [`ROWS`] lines of at
+    /// most [`COLS`] columns, no trailing newline.
     pub fn screen(&self) -> String {
+        let clock = match self.remaining {
+            Some(r) => format!("{}s left", r.as_secs_f64().ceil()),
+            None => "Ctrl-C stops it".to_string(),
+        };
         let status_cmd = if self.admin.to_string() == crate::config::DEFAULT_ADMIN {
             "readyprism status".to_string()
         } else {
             format!("readyprism status --admin {}", self.admin)
         };
-        let clock = match self.remaining {
-            Some(r) => format!("{}s left", r.as_secs_f64().ceil()),
-            None => "Ctrl-C to stop".to_string(),
+        let zone = self.status.zone.as_deref().unwrap_or("unknown");
+        let mode = match self.status.mode {
+            crate::admin::status::Mode::Normal => "normal",
+            crate::admin::status::Mode::FailOpen => "FAIL OPEN",
+            crate::admin::status::Mode::Refuse => "REFUSE",
+            crate::admin::status::Mode::Starting => "starting",
         };
-        format!(
-            "readyprism demo: balancer on {listen}, admin on {admin}, three simulated apiservers \
-             with mutual TLS and a fourth joining later ({secs}s, {clock})\n\
-             try from another shell:  curl -k https://{listen}/version   {status_cmd}\n\n\
-             readyprism's view (STATE follows an apiserver after 2 checks that agree: rise/fall):\n\
-             {table}\n\
-             {flip}\n\
-             {join}\n\
-             new connections go to ready apiservers only: this node's zone first, then the lowest \
-             /readyz latency.\n\
-             an apiserver that turns unready has its connections closed, so clients re-dial; \
-             failback moves nothing.\n\n\
-             last {RECENT} connections (newest last): {recent}\n\
-             connections so far: {counts}   failed: {failed}\n\
-             long-lived connection: {long}\n",
-            listen = self.listen,
-            admin = self.admin,
-            secs = self.elapsed.as_secs(),
-            table = status::render_table(self.status),
-            flip = self.flip(),
-            join = self.join(),
-            recent = self.recent(),
-            counts = counts(&self.traffic.per_backend),
-            failed = self.traffic.failed,
-            long = self.long_lived(),
-        )
+        let mut rows = vec![
+            format!(
+                "readyprism demo: 3 simulated apiservers, a 4th joins ({}s, {clock})",
+                self.elapsed.as_secs()
+            ),
+            format!(
+                "balancer {}  node zone {}  mode {mode}",
+                self.listen,
+                cell(zone, 20)
+            ),
+            format!("try: curl -k https://{}/version", self.listen),
+            format!("     {status_cmd}"),
+            String::new(),
+            format!(
+                "{:<8} {:<8} {:<10} {:<8} {:>8} {:>6} {:>4}  LAST ERROR",
+                "NAME", "ZONE", "SOURCE", "STATE", "LATENCY", "ACTIVE", "RANK"
+            ),
+        ];
+        for b in &self.status.backends {
+            let [_, zone, source, state, latency, active, rank, error] = status::backend_cells(b);
+            rows.push(format!(
+                "{:<8} {:<8} {:<10} {:<8} {:>8} {:>6} {:>4}  {}",
+                self.name(&b.address),
+                zone,
+                source,
+                state,
+                latency,
+                active,
+                rank,
+                self.named(&error)
+            ));
+        }
+        rows.extend([
+            String::new(),
+            self.flip(),
+            self.join(),
+            format!("long-lived connection: {}", self.long_lived()),
+            self.failback(),
+            format!(
+                "connections: {}  failed {}",
+                counts(&self.traffic.per_backend),
+                self.traffic.failed
+            ),
+            format!("last {RECENT}: {}", self.recent()),
+            "picks: ready apiservers only, own zone first, then lowest /readyz latency".to_string(),
+        ]);
+        let room = ROWS.saturating_sub(rows.len() + 1);
+        rows.push("log (newest last):".to_string());
+        let skip = self.logs.len().saturating_sub(room);
+        rows.extend(self.logs[skip..].iter().map(|l| compact(&self.named(l))));
+        rows.truncate(ROWS);
+        let fitted: Vec<String> = rows.iter().map(|r| fit(r, COLS)).collect();
+        fitted.join("\n")
+    }
+
+    /// The name of the apiserver at `address`, or the address when it is not one of the demo's.
+    fn name(&self, address: &str) -> String {
+        self.names
+            .iter()
+            .find(|(a, _)| a == address)
+            .map_or_else(|| address.to_string(), |(_, n)| n.clone())
+    }
+
+    /// `text` with every simulated apiserver's address replaced by its name.
+    fn named(&self, text: &str) -> String {
+        self.names
+            .iter()
+            .fold(text.to_string(), |t, (a, n)| t.replace(a.as_str(), n))
     }
 
     fn flip(&self) -> String {
@@ -99,9 +160,9 @@ impl Frame<'_> {
         // The simulated apiserver's own truth; readyprism's view is the STATE column, which
         // follows it after `rise`/`fall` checks.
         if self.dc_a_ready {
-            format!("simulated apiserver {name}: has quorum (/readyz 200); loses it in {secs}s")
+            format!("{name}: has etcd quorum (/readyz 200); loses it in {secs}s")
         } else {
-            format!("simulated apiserver {name}: LOST QUORUM (/readyz 500); regains it in {secs}s")
+            format!("{name}: LOST etcd QUORUM (/readyz 500); regains it in {secs}s")
         }
     }
 
@@ -109,12 +170,10 @@ impl Frame<'_> {
         let name = JOINER.0;
         match self.join_in {
             Some(d) => format!(
-                "simulated cluster: {name} joins the Endpoints object in {}s (discovery adds it)",
+                "{name}: joins the Endpoints object in {}s (discovery adds it)",
                 d.as_secs_f64().ceil()
             ),
-            None => format!(
-                "simulated cluster: {name} has joined the Endpoints object (SOURCE discovered)"
-            ),
+            None => format!("{name}: has joined the Endpoints object (SOURCE discovered)"),
         }
     }
 
@@ -123,13 +182,46 @@ impl Frame<'_> {
         let on = match (&t.long_on, &t.long_closed_on) {
             (Some(on), _) => format!("on {on}"),
             (None, Some(from)) => format!("closed on {from}, re-dialing"),
-            (None, None) => "not open yet (opens once dc-a has quorum)".to_string(),
+            (None, None) => "opens once dc-a has quorum".to_string(),
         };
         let last = match &t.long_last_move {
             Some((from, to)) => format!(", last {from} -> {to}"),
             None => String::new(),
         };
         format!("{on}, moved {} time(s){last}", t.long_moves)
+    }
+
+    /// When the long-lived connection comes home to dc-a: failback closes connections on other
+    /// zones once a same-zone apiserver has been ready for `failback_after`.
+    fn failback(&self) -> String {
+        let (home, after) = (SITES[0].0, FAILBACK_AFTER.as_secs());
+        let away = match self.traffic.long_on.as_deref() {
+            None => {
+                return format!(
+                    "failback: once back, it returns to {home} after {home} is ready {after}s"
+                )
+            }
+            Some(on) if on == home => {
+                return format!("failback: nothing to do, it is home on {home}")
+            }
+            Some(on) => on,
+        };
+        match self.dc_a_ready_for {
+            None => format!("failback: it stays on {away} until {home} has been ready {after}s"),
+            Some(ready) => {
+                let wait = FAILBACK_AFTER.saturating_sub(ready);
+                if wait < self.next_flip_in {
+                    format!(
+                        "failback: it comes home to {home} in {}s",
+                        wait.as_secs_f64().ceil()
+                    )
+                } else {
+                    format!(
+                        "failback: it stays on {away}: {home} loses quorum before its {after}s of ready"
+                    )
+                }
+            }
+        }
     }
 
     fn recent(&self) -> String {
@@ -139,6 +231,28 @@ impl Frame<'_> {
         let names: Vec<&str> = self.traffic.recent.iter().map(String::as_str).collect();
         names.join(" ")
     }
+}
+
+/// A log line made to fit more in a row: field values without their quotes, empty fields
+/// (`zone=""`) left out.
+fn compact(line: &str) -> String {
+    let words: Vec<&str> = line.split(' ').filter(|w| !w.ends_with("=\"\"")).collect();
+    words
+        .join(" ")
+        .replace("=\"", "=")
+        .replace("\" ", " ")
+        .trim_end_matches('"')
+        .to_string()
+}
+
+/// `line` cut to `cols` characters, the last one `…` when cut.
+fn fit(line: &str, cols: usize) -> String {
+    if line.chars().count() <= cols {
+        return line.to_string();
+    }
+    let mut cut: String = line.chars().take(cols.saturating_sub(1)).collect();
+    cut.push('…');
+    cut
 }
 
 /// `dc-a 7, dc-b 5`.
@@ -152,74 +266,4 @@ pub(super) fn counts(per: &BTreeMap<String, u64>) -> String {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::cli::status::sample;
-
-    fn traffic() -> Traffic {
-        let mut t = Traffic::default();
-        for name in ["dc-a", "dc-a", "dc-b"] {
-            t.landed(name);
-        }
-        t.failed();
-        t.long_on = Some("dc-b".to_string());
-        t.long_moves = 1;
-        t.long_last_move = Some(("dc-a".to_string(), "dc-b".to_string()));
-        t
-    }
-
-    fn frame<'a>(status: &'a StatusDoc, traffic: &'a Traffic) -> Frame<'a> {
-        Frame {
-            elapsed: Duration::from_secs(12),
-            remaining: Some(Duration::from_millis(17_400)),
-            listen: "127.0.0.1:7445".parse().expect("literal"),
-            admin: "127.0.0.1:7446".parse().expect("literal"),
-            status,
-            traffic,
-            dc_a_ready: false,
-            next_flip_in: Duration::from_millis(3_200),
-            join_in: Some(Duration::from_millis(1_500)),
-        }
-    }
-
-    #[test]
-    fn line_says_where_traffic_went_and_when_dc_a_flips() {
-        let (s, t) = (sample(), traffic());
-        assert_eq!(
-            frame(&s, &t).line(),
-            "[ 12s] dc-a config unready 0.31ms active 0 rank - | dc-b config ready 23.3ms active 12 rank 0 | \
-             - discovered unknown - active 0 rank - | last: dc-a dc-a dc-b FAILED | \
-             long-lived: on dc-b, moved 1 time(s), last dc-a -> dc-b | \
-             simulated apiserver dc-a: LOST QUORUM (/readyz 500); regains it in 4s | \
-             simulated cluster: new-cp joins the Endpoints object in 2s (discovery adds it)"
-        );
-    }
-
-    #[test]
-    fn screen_has_the_table_the_try_commands_and_the_traffic() {
-        let (s, t) = (sample(), traffic());
-        let screen = frame(&s, &t).screen();
-        for want in [
-            "(12s, 18s left)",
-            "curl -k https://127.0.0.1:7445/version   readyprism status\n",
-            "BACKEND",
-            "[-]etcd failed",
-            "last 10 connections (newest last): dc-a dc-a dc-b FAILED\n",
-            "connections so far: dc-a 2, dc-b 1   failed: 1\n",
-            "long-lived connection: on dc-b, moved 1 time(s), last dc-a -> dc-b\n",
-        ] {
-            assert!(screen.contains(want), "missing {want:?} in:\n{screen}");
-        }
-    }
-
-    #[test]
-    fn recent_keeps_only_the_last_ten() {
-        let mut t = Traffic::default();
-        for i in 0..15 {
-            t.landed(if i < 5 { "dc-a" } else { "dc-b" });
-        }
-        assert_eq!(t.recent.len(), RECENT);
-        assert!(t.recent.iter().all(|n| n == "dc-b"));
-        assert_eq!(counts(&t.per_backend), "dc-a 5, dc-b 10");
-    }
-}
+mod tests;
