@@ -4,7 +4,8 @@
 //! 5,000 entries gives at most 64 and the static backend is ready at once; a symlink planted at
 //! the old, guessable temporary name is not written through; a file that is not a cache is never
 //! written over; a failed write is tried again without waiting for the next change, and its
-//! error names the cache.
+//! error names the cache; a cache directory the balancer may not write (SELinux enforcing on a
+//! system extension) is warned about once while discovery and relaying go on.
 //!
 //! Blocking code on OS threads beside the child process: std's `Instant` is right here.
 #![allow(clippy::disallowed_types)]
@@ -227,6 +228,94 @@ fn a_failed_cache_write_names_the_cache_then_is_tried_again() {
         std::fs::read_to_string(&c.cache).is_ok_and(|t| t.contains(&addr(&b)))
     }));
     p.wait_log("the discovery cache is written again", |_| true);
+}
+
+/// Makes `dir` unwritable for as long as it lives, even for root: mode 0555, and where that is
+/// not enough (root), the immutable attribute. Undone on drop so the lab can be removed.
+struct Unwritable(PathBuf);
+
+impl Unwritable {
+    fn new(dir: &Path) -> Unwritable {
+        let chmod = |mode| {
+            let perms = std::os::unix::fs::PermissionsExt::from_mode(mode);
+            std::fs::set_permissions(dir, perms).expect("chmod");
+        };
+        chmod(0o555);
+        let guard = Unwritable(dir.to_path_buf());
+        if writable(dir) {
+            let set = std::process::Command::new("chattr")
+                .arg("+i")
+                .arg(dir)
+                .status();
+            assert!(set.is_ok_and(|s| s.success()), "chattr +i {dir:?}");
+        }
+        assert!(!writable(dir), "{dir:?} is still writable");
+        guard
+    }
+}
+
+impl Drop for Unwritable {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("chattr")
+            .arg("-i")
+            .arg(&self.0)
+            .status();
+        let perms = std::os::unix::fs::PermissionsExt::from_mode(0o755);
+        let _ = std::fs::set_permissions(&self.0, perms);
+    }
+}
+
+/// Whether a file can be created in `dir` (and removes it again).
+fn writable(dir: &Path) -> bool {
+    let probe = dir.join(".probe");
+    let made = std::fs::write(&probe, "").is_ok();
+    let _ = std::fs::remove_file(&probe);
+    made
+}
+
+/// `readyprism_discovery_polls_total{result="unchanged"}` of the running balancer.
+fn unchanged_polls(p: &Proc) -> f64 {
+    let text = blocking_get(p.admin, "/metrics").1;
+    metric(
+        &text,
+        "readyprism_discovery_polls_total",
+        "result=\"unchanged\"",
+    )
+    .unwrap_or(0.0)
+}
+
+#[test]
+fn an_unwritable_cache_directory_is_warned_about_once_and_the_balancer_runs_on() {
+    let c = cached();
+    let _ro = Unwritable::new(c.cache.parent().expect("dir"));
+    let (b, p) = discover_b(&c, |_| {});
+    let warning = "the discovery cache was not written; trying again at each poll";
+    p.wait_log(warning, |_| true);
+    // Three more polls, each trying the write again: still the one warning.
+    let after = unchanged_polls(&p);
+    c.rt.block_on(poll("three more polls", || {
+        unchanged_polls(&p) >= after + 3.0
+    }));
+    let warnings = p
+        .logs()
+        .iter()
+        .filter(|v| v["fields"]["message"] == warning)
+        .count();
+    assert_eq!(warnings, 1, "warned once, not at every poll");
+    assert!(!c.cache.exists(), "nothing was written");
+    let s = status(&p);
+    let ready = |a: &str| {
+        s.backends
+            .iter()
+            .any(|x| x.address == a && x.state == State::Ready)
+    };
+    assert!(ready(&addr(&c.a)) && ready(&addr(&b)), "both ready: {s:?}");
+    assert_eq!(blocking_get(p.admin, "/readyz").0, 200, "/readyz answers");
+    let landed_on = c.rt.block_on(landed(p.listen));
+    assert!(
+        ["a", "b"].contains(&landed_on.as_str()),
+        "relayed to {landed_on}"
+    );
 }
 
 #[test]

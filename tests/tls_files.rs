@@ -1,5 +1,7 @@
 //! The certificate and CA files on the real binary: a path that turns into a FIFO never blocks
-//! the runtime thread, and a file over 1 MiB is refused with one line naming file and field.
+//! the runtime thread, a file over 1 MiB is refused with one line naming file and field, and the
+//! directory holding the client certificate replaced whole (as Talos does on a CA rotation or a
+//! node rename) is followed.
 
 use crate::support::process::Proc;
 use crate::support::*;
@@ -85,4 +87,67 @@ fn a_ca_file_over_a_mebibyte_or_a_fifo_is_refused_by_check_or_run_naming_where_i
         assert!(!o.status.success(), "{command} accepted a FIFO");
         assert!(stderr(&o).contains(&fifo), "{command}: {}", stderr(&o));
     }
+}
+
+/// Writes `issued` into a new kubelet-style PKI directory `dir`: the dated file and the
+/// `kubelet-client-current.pem` symlink to it, by its absolute path once the directory is at
+/// `home` (as the kubelet writes it).
+fn kubelet_pki(
+    dir: &std::path::Path,
+    home: &std::path::Path,
+    issued: &readyprism::sim::pki::Issued,
+) {
+    std::fs::create_dir(dir).expect("mkdir pki");
+    let dated = "kubelet-client-2026-01-01-00-00-00.pem";
+    std::fs::write(dir.join(dated), issued.combined_pem()).expect("write cert");
+    let current = dir.join("kubelet-client-current.pem");
+    std::os::unix::fs::symlink(home.join(dated), current).expect("symlink");
+}
+
+#[test]
+fn the_client_certificate_directory_replaced_whole_is_followed() {
+    let rt = tokio::runtime::Runtime::new().expect("runtime");
+    let lab = Lab::new();
+    let a = rt.block_on(lab.fake("a"));
+    let pki = lab.path("pki");
+    kubelet_pki(&pki, &pki, &lab.client);
+    let cert = pki.join("kubelet-client-current.pem");
+    let yaml = lab.yaml("dc-a", &[(addr(&a), "dc-a")], "").replace(
+        &lab.path("kubelet-client-current.pem").display().to_string(),
+        &cert.display().to_string(),
+    );
+    let file = lab.write("pki.yaml", &yaml);
+    let p = Proc::start(std::path::Path::new(&file));
+    let presented = |what: &str, der: &[u8]| {
+        rt.block_on(poll(what, || {
+            a.control
+                .last_client_cert
+                .load()
+                .as_deref()
+                .map(Vec::as_slice)
+                == Some(der)
+        }));
+    };
+    presented("the first certificate presented", &lab.client.cert_der);
+
+    // Talos's way: the directory removed with everything in it, then made again by the kubelet.
+    let second = lab.ca.client("test-node-renamed").expect("cert");
+    std::fs::remove_dir_all(&pki).expect("rm -rf pki");
+    kubelet_pki(&pki, &pki, &second);
+    presented(
+        "the certificate of the recreated directory",
+        &second.cert_der,
+    );
+
+    // A new directory renamed into the old path: another directory at the same name.
+    let third = lab.ca.client("test-node").expect("cert");
+    let staged = lab.path("pki.new");
+    kubelet_pki(&staged, &pki, &third);
+    std::fs::rename(&pki, lab.path("pki.old")).expect("rename old away");
+    std::fs::rename(&staged, &pki).expect("rename new in");
+    presented(
+        "the certificate of the renamed-in directory",
+        &third.cert_der,
+    );
+    assert_eq!(blocking_get(p.admin, "/livez").0, 200, "/livez answers");
 }

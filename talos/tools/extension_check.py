@@ -21,6 +21,8 @@ from validate import ROOT, SCHEMAS, kinds, load_docs, schema_errors  # noqa: E40
 
 EXT = os.path.join(ROOT, "talos", "extension")
 NAME = "readyprism"
+# The kubelet's certificate directory, which Talos replaces whole: never a mount of its own.
+KUBELET_PKI = "/var/lib/kubelet/pki"
 # pkg/machinery/constants/constants.go:1186,1189 (v1.14.0-rc.1): where specs and service roots live.
 SPEC_DIR = "usr/local/etc/containers"
 ROOTFS_DIR = "usr/local/lib/containers"
@@ -190,9 +192,16 @@ def fit_errors(spec, esc, cfg):
         errs.append(f"args {args} must end with run --config <a configFiles mountPath {paths}>")
     if str(spec.get("restart")).lower() != "always":
         errs.append("restart must be always (restart.Forever, extension.go:216)")
-    deps = spec.get("depends") or []
+    deps = [d for d in spec.get("depends") or [] if isinstance(d, dict)]
     if not any(d.get("configuration") for d in deps) or not any(d.get("network") for d in deps):
         errs.append("depends must hold a network and a configuration dependency")
+    # v1alpha1_sequencer_tasks.go StopServicesEphemeral (:510-513 at v1.13.9, :446-449 at
+    # v1.14.0-rc.1) stops cri and its reverse dependencies before /var is unmounted; a service with
+    # /var mounts that does not depend on cri keeps /var busy.
+    if not any(d.get("service") == "cri" for d in deps):
+        errs.append("depends must hold `service: cri` (stopped before EPHEMERAL is unmounted)")
+    if not any(d.get("time") is True for d in deps):  # extension.go:92-93: waits for time sync
+        errs.append("depends must hold `time: true` (TLS probes before time sync fail)")
     mounts = {m["destination"]: m for m in c.get("mounts") or [] if isinstance(m, dict) and "destination" in m}
     tls = (cfg or {}).get("tls") or {}
     for key, p in tls.items():
@@ -203,6 +212,10 @@ def fit_errors(spec, esc, cfg):
     if cache and not covered(cache, writable):
         errs.append(f"config discovery.cache {cache} is under no writable mount")
     for d, m in mounts.items():
+        # kubelet_service.go:489 (v1.13.9), :492 (v1.14.0-rc.1): the directory is removed and made anew.
+        if covered(d, [KUBELET_PKI]) or covered(str(m.get("source", "")), [KUBELET_PKI]):
+            errs.append(f"mount {d} binds {KUBELET_PKI}, which Talos removes and recreates (CA rotation, "
+                        "node rename): the mount would keep the removed directory; mount /var/lib/kubelet")
         opts = m.get("options") or []
         if ("ro" in opts) == ("rw" in opts):
             errs.append(f"mount {d}: options must say exactly one of ro, rw")

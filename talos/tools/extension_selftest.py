@@ -64,8 +64,15 @@ def selftest():
     expect("config name differs from the service", fit_errors(good_s, {**esc, "name": "other"}, cfg))
     expect("--config not the mountPath", fit_errors(s(lambda d: d["container"]["args"].__setitem__(-1, "/etc/x.yaml")), esc, cfg))
     expect("restart never", fit_errors(s(lambda d: d.update(restart="never")), esc, cfg))
-    expect("kubelet PKI not mounted", fit_errors(s(lambda d: d["container"].update(
-        mounts=[x for x in d["container"]["mounts"] if x["destination"] != "/var/lib/kubelet/pki"])), esc, cfg))
+    expect("kubelet directory not mounted", fit_errors(s(lambda d: d["container"].update(
+        mounts=[x for x in d["container"]["mounts"] if x["destination"] != "/var/lib/kubelet"])), esc, cfg))
+    expect("a /var/lib/kubelet/pki mount", fit_errors(s(lambda d: [x.update(
+        source="/var/lib/kubelet/pki", destination="/var/lib/kubelet/pki")
+        for x in d["container"]["mounts"] if x["destination"] == "/var/lib/kubelet"]), esc, cfg))
+    expect("no `service: cri` dependency", fit_errors(s(lambda d: d.update(
+        depends=[x for x in d["depends"] if x.get("service") != "cri"])), esc, cfg))
+    expect("no `time: true` dependency", fit_errors(s(lambda d: d.update(
+        depends=[x for x in d["depends"] if not x.get("time")])), esc, cfg))
     cached = {**cfg, "discovery": {"endpoints": True, "cache": "/var/lib/readyprism/backends.json"}}
     expect("discovery cache read-only", fit_errors(s(lambda d: [x.update(options=["bind", "ro"]) for x in d["container"]["mounts"]]), esc, cached))
     expect("writable mount nothing is written to", fit_errors(s(lambda d: [x.update(options=["bind", "rw"]) for x in d["container"]["mounts"]]), esc, cached))

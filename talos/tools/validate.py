@@ -25,7 +25,11 @@
    collects it only there), tells to check `kubeprismstatuses`, and does not send readers to
    /system/etc (gone in 1.14).
 
-Check 3's pod rules live in validate_pods.py; fail(), ok() and the failure list in
+7. No 1.14-form patch (here or in talos/extension/v1.14/) carries `.machine.install`.
+8. The recovery patches (talos/recovery/) turn KubePrism back on and, on workers, set the real
+   cluster endpoint.
+
+Check 3's pod rules live in validate_pods.py, checks 7 and 8 in validate_install.py; fail(), ok() and the failure list in
 validate_findings.py (siblings: run by path, this file's directory is on sys.path).
 """
 import argparse, copy, ipaddress, json, os, re, subprocess, sys, tempfile
@@ -34,13 +38,18 @@ import jsonschema
 import yaml
 
 from validate_findings import failures, fail, ok
+from validate_install import check_install_forms, check_recovery
 from validate_pods import CACHE_DIR, check_pod, normalized
 
 ROOT = os.path.normpath(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
 TALOS = os.path.join(ROOT, "talos")
 SCHEMAS = {"v1.13": "v1.13.9.config.schema.json", "v1.14": "v1.14.0-rc.1.config.schema.json"}
-# Patches applied beside the role patches (schema-checked only; the variant is built in main()).
-EXTRA_PATCHES = {"v1.14": ["selinux-ca"]}
+# Other patches of each config form, under talos/ (schema-checked here; the SELinux variant is
+# built in main(), the recovery patches' content is checked by validate_install.py).
+EXTRA_PATCHES = {
+    "v1.13": ["recovery/v1.13/worker", "recovery/v1.13/controlplane"],
+    "v1.14": ["v1.14/selinux-ca", "recovery/v1.14/worker", "recovery/v1.14/controlplane"],
+}
 NODE_CA, SELINUX_CA = "/etc/kubernetes/pki/ca.crt", "/etc/readyprism/ca.crt"
 # The per-zone marker of the old layout, spelled in two parts so this file does not carry it.
 ZONE_MARKER = "readyprism-" + "node-zone"
@@ -84,15 +93,18 @@ def schema_errors(schema, definition, doc):
 
 
 def check_patch_schemas():
-    """Returns {file: [documents]} for the Talos patches."""
-    patches = {}
+    """Returns ({file: [documents]} for the role patches, {file: (version, [documents])} for every
+    patch checked)."""
+    patches, every = {}, {}
     for version, schema_file in SCHEMAS.items():
         schema = json.load(open(os.path.join(TALOS, "schema", schema_file)))
         by_kind = kinds(schema)
-        for role in ("worker", "controlplane", *EXTRA_PATCHES.get(version, [])):
-            rel = f"talos/{version}/{role}.yaml"
+        roles = [f"{version}/worker", f"{version}/controlplane"]
+        for name in roles + EXTRA_PATCHES.get(version, []):
+            rel = f"talos/{name}.yaml"
             docs = load_docs(os.path.join(ROOT, rel))
-            if role in ("worker", "controlplane"):
+            every[rel] = (version, docs)
+            if name in roles:
                 patches[rel] = docs
             for i, doc in enumerate(docs):
                 where = f"{rel} document {i + 1}"
@@ -119,7 +131,7 @@ def check_patch_schemas():
         ok("talos/v1.13/worker.yaml", "rejected by the 1.14 schema, as expected (deprecated fields)")
     else:
         fail("talos/v1.13/worker.yaml", "the 1.14 schema accepts it: wrong schema files?")
-    return patches
+    return patches, every
 
 
 def check_patch_roles(patches):
@@ -365,8 +377,10 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--readyprism", required=True)
     a = ap.parse_args()
-    patches = check_patch_schemas()
+    patches, every = check_patch_schemas()
     check_patch_roles(patches)
+    check_install_forms(every, ROOT)
+    check_recovery(every)
     with tempfile.TemporaryDirectory() as tmp:
         stand = standins(tmp)
         resolved, pods = {}, {}

@@ -8,6 +8,8 @@ from validate_findings import fail, ok
 
 CONFIG_IN_POD = "/etc/readyprism/config.yaml"
 CACHE_DIR = "/var/lib/readyprism"
+# The kubelet's certificate directory, which Talos replaces whole: never a mount of its own.
+KUBELET_PKI = "/var/lib/kubelet/pki"
 
 
 def covered(path, mounts):
@@ -72,6 +74,10 @@ def check_pod(where, pod, cfg, host_dir):
     for mp, name in mounts.items():  # mounted at the same path as on the host, so config paths hold
         if host.get(name) != mp and not (mp == "/etc/readyprism"):
             fail(where, f"volume {name} is mounted at {mp} but is {host.get(name)} on the host")
+    for name, path in host.items():  # kubelet_service.go:489 (v1.13.9), :492 (v1.14.0-rc.1): RemoveAll
+        if covered(path, [KUBELET_PKI]):
+            fail(where, f"volume {name} mounts {path}: Talos removes and recreates {KUBELET_PKI} "
+                 "(CA rotation, node rename) and the mount keeps the removed one; mount /var/lib/kubelet")
     if not missing:
         ok(where, f"static pod has the {len(req)} required fields; mounts cover {', '.join(need)}")
 
