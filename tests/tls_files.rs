@@ -110,7 +110,7 @@ fn the_client_certificate_directory_replaced_whole_is_followed() {
     let lab = Lab::new();
     let a = rt.block_on(lab.fake("a"));
     let pki = lab.path("pki");
-    kubelet_pki(&pki, &pki, &lab.client);
+    kubelet_pki(&pki, &pki, &lab.cluster.client);
     let cert = pki.join("kubelet-client-current.pem");
     let yaml = lab.yaml("dc-a", &[(addr(&a), "dc-a")], "").replace(
         &lab.path("kubelet-client-current.pem").display().to_string(),
@@ -128,10 +128,10 @@ fn the_client_certificate_directory_replaced_whole_is_followed() {
                 == Some(der)
         }));
     };
-    presented("the first certificate presented", &lab.client.cert_der);
+    presented("the first certificate presented", &lab.cluster.client.cert_der);
 
     // Talos's way: the directory removed with everything in it, then made again by the kubelet.
-    let second = lab.ca.client("test-node-renamed").expect("cert");
+    let second = lab.cluster.ca.client("test-node-renamed").expect("cert");
     std::fs::remove_dir_all(&pki).expect("rm -rf pki");
     kubelet_pki(&pki, &pki, &second);
     presented(
@@ -140,7 +140,7 @@ fn the_client_certificate_directory_replaced_whole_is_followed() {
     );
 
     // A new directory renamed into the old path: another directory at the same name.
-    let third = lab.ca.client("test-node").expect("cert");
+    let third = lab.cluster.ca.client("test-node").expect("cert");
     let staged = lab.path("pki.new");
     kubelet_pki(&staged, &pki, &third);
     std::fs::rename(&pki, lab.path("pki.old")).expect("rename old away");
