@@ -128,7 +128,10 @@ fn the_client_certificate_directory_replaced_whole_is_followed() {
                 == Some(der)
         }));
     };
-    presented("the first certificate presented", &lab.cluster.client.cert_der);
+    presented(
+        "the first certificate presented",
+        &lab.cluster.client.cert_der,
+    );
 
     // Talos's way: the directory removed with everything in it, then made again by the kubelet.
     let second = lab.cluster.ca.client("test-node-renamed").expect("cert");
