@@ -20,7 +20,7 @@
 //! failed dial means), [`jitter`], [`accept`], [`admin`] (and the `/status` type), [`metrics`],
 //! [`tls`], [`discovery`] (the backend list following the cluster's Endpoints object), [`app`]
 //! (wiring and the one loop), [`signals`], [`watched_file`] (reading a config or certificate file
-//! safely). Operator tools: [`cli`] (`check`, `status`, `demo`). Simulation for the demo and
+//! safely), [`atomic_write`] (replacing a file atomically). Operator tools: [`cli`] (`check`, `status`, `demo`). Simulation for the demo and
 //! tests: `sim`; sockets that fail as networks do, for every test: `testing`.
 //!
 //! Layers, lowest first. A module imports only from layers below its own; the test
@@ -28,7 +28,7 @@
 //! the import that breaks it, and a module missing from the list:
 //!
 //! ```text
-//! layer 0: accept eviction jitter relay signals verdict watched_file
+//! layer 0: accept atomic_write eviction jitter relay signals verdict watched_file
 //! layer 1: dial pick testing
 //! layer 2: backend
 //! layer 3: config metrics
@@ -49,6 +49,7 @@
 pub(crate) mod accept;
 pub mod admin;
 pub mod app;
+pub(crate) mod atomic_write;
 pub(crate) mod backend;
 #[cfg(feature = "bench-internals")]
 #[doc(hidden)]
