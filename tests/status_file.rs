@@ -2,11 +2,14 @@
 //! `readyprism status --file` renders it, a status file that cannot be written never stops the
 //! balancer, an unready backend's changed reason is logged once, and `/config` shows the
 //! resolved config. All on the real binary.
+//!
+//! Blocking code on OS threads, not driven by tokio's clock: std's `Instant` is right here.
+#![allow(clippy::disallowed_types)]
 
 use std::io::Write;
 use std::path::Path;
 use std::process::Stdio;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use readyprism::admin::StatusDoc;
 use readyprism::verdict::State;
@@ -22,20 +25,23 @@ fn status(p: &Proc) -> StatusDoc {
     serde_json::from_str(&blocking_get(p.admin, "/status").1).expect("status")
 }
 
-/// Waits until the status file at `path` holds a document for which `pred` holds.
-fn wait_file(path: &Path, what: &str, pred: impl Fn(&StatusDoc) -> bool) -> StatusDoc {
-    let deadline = std::time::Instant::now() + patience();
+/// Polls `f` until it gives a value, within [`patience`].
+fn wait_for<T>(what: &str, mut f: impl FnMut() -> Option<T>) -> T {
+    let deadline = Instant::now() + patience();
     loop {
-        if let Some(doc) = read_doc(path).filter(&pred) {
-            return doc;
+        if let Some(v) = f() {
+            return v;
         }
-        assert!(
-            std::time::Instant::now() < deadline,
-            "the status file never showed {what}: {:?}",
-            std::fs::read_to_string(path)
-        );
+        assert!(Instant::now() < deadline, "never: {what}");
         std::thread::sleep(Duration::from_millis(20));
     }
+}
+
+/// Waits until the status file at `path` holds a document for which `pred` holds.
+fn wait_file(path: &Path, what: &str, pred: impl Fn(&StatusDoc) -> bool) -> StatusDoc {
+    wait_for(&format!("the status file shows {what}"), || {
+        read_doc(path).filter(&pred)
+    })
 }
 
 #[test]
@@ -183,11 +189,9 @@ fn an_unwritable_status_directory_is_one_warn_and_the_service_runs_on() {
     assert_eq!(blocking_get(p.admin, "/readyz").0, 200);
     let probed = |s: &StatusDoc| s.backends[0].last_check.clone();
     let seen = probed(&first);
-    let deadline = std::time::Instant::now() + patience();
-    while probed(&status(&p)) == seen {
-        assert!(std::time::Instant::now() < deadline, "no new probe");
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    wait_for("a new probe", || {
+        (probed(&status(&p)) != seen).then_some(())
+    });
     let warns = p
         .logs()
         .into_iter()
@@ -234,11 +238,9 @@ fn an_unready_backend_failing_for_another_reason_is_logged_once() {
     );
     // Three more failed probes with that reason: still one line.
     let failures = status(&p).backends[0].consecutive_failures;
-    let deadline = std::time::Instant::now() + patience();
-    while status(&p).backends[0].consecutive_failures < failures + 3 {
-        assert!(std::time::Instant::now() < deadline, "no more probes");
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    wait_for("three more failed probes", || {
+        (status(&p).backends[0].consecutive_failures >= failures + 3).then_some(())
+    });
     let said = p
         .logs()
         .into_iter()
@@ -280,14 +282,9 @@ fn config_shows_the_resolved_config_and_status_its_file_and_last_reload() {
     let good = std::fs::read_to_string(&config).expect("read");
     std::fs::write(&config, format!("{good}health: {{ rise: 0 }}\n")).expect("write");
     p.signal("HUP");
-    let deadline = std::time::Instant::now() + patience();
-    let reload = loop {
-        if let Some(r) = status(&p).config.and_then(|c| c.last_reload) {
-            break r;
-        }
-        assert!(std::time::Instant::now() < deadline, "no reload in /status");
-        std::thread::sleep(Duration::from_millis(20));
-    };
+    let reload = wait_for("a reload in /status", || {
+        status(&p).config.and_then(|c| c.last_reload)
+    });
     assert_eq!(
         serde_json::to_value(reload.result).expect("json"),
         "rejected"

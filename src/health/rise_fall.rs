@@ -160,7 +160,7 @@ impl RiseFall {
             self.health.state = to;
             self.streak = 0;
         }
-        self.health.pending = (self.streak > 0).then(|| Pending {
+        self.health.pending = (self.streak > 0).then_some(Pending {
             toward: if pass { State::Ready } else { State::Unready },
             count: self.streak,
             needed: if pass { self.rise } else { self.fall },
