@@ -184,8 +184,9 @@ fn an_unwritable_status_directory_is_one_warn_and_the_service_runs_on() {
         "{error}"
     );
     // It serves and probes on: several probes later there is still one WARN.
-    let first = status(&p);
-    assert_eq!(first.backends[0].state, State::Ready);
+    let first = wait_for("the backend ready", || {
+        Some(status(&p)).filter(|s| s.backends[0].state == State::Ready)
+    });
     assert_eq!(blocking_get(p.admin, "/readyz").0, 200);
     let probed = |s: &StatusDoc| s.backends[0].last_check.clone();
     let seen = probed(&first);
