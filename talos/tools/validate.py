@@ -12,7 +12,8 @@
    --skip-node-files` as written (the cluster CA and kubelet certificate exist only on a node), and
    `readyprism check` with those paths pointed at generated stand-ins; all of them resolve to the
    same config. It is one config for the whole cluster: a `zones` map holding every IP backend,
-   no node `zone`, discovery on with its cache set. The SELinux variant (v1.14 + selinux-ca.yaml,
+   no node `zone`, discovery on with its cache set, the status file (if any) on the writable
+   mount. The SELinux variant (v1.14 + selinux-ca.yaml,
    `tls.ca` moved into /etc/readyprism) passes the same checks.
 3. Each static pod (3 Talos forms + kubeadm) is a valid Kubernetes Pod (strict schema,
    kubernetes-validate), carries the required fields, mounts every path its config names (the
