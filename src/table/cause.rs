@@ -189,6 +189,44 @@ mod tests {
         }
     }
 
+    fn snapshot(n: usize, reason: &str) -> Snapshot {
+        use crate::backend::{Backend, BackendLive, BackendSource, BackendSpec};
+        let backends = (0..n)
+            .map(|i| Backend {
+                live: Arc::new(BackendLive::default()),
+                spec: Arc::new(BackendSpec {
+                    id: BackendId::new(&format!("10.0.0.{i}:6443")),
+                    host: format!("10.0.0.{i}"),
+                    port: 6443,
+                    zone: None,
+                    server_name: rustls_pki_types::ServerName::try_from("kubernetes")
+                        .expect("name"),
+                    source: BackendSource::Config,
+                }),
+                health: health(State::Unready, Some(reason)),
+                evict_epoch: 0,
+            })
+            .collect();
+        Snapshot {
+            backends,
+            ..Snapshot::default()
+        }
+    }
+
+    #[test]
+    fn the_reminder_names_each_backend_on_one_bounded_line() {
+        let two = reasons(&snapshot(2, "HTTP 500: [+]ping ok\n[-]etcd failed"));
+        assert_eq!(
+            two,
+            "10.0.0.0:6443 unready: HTTP 500: [+]ping ok; [-]etcd failed; \
+             10.0.0.1:6443 unready: HTTP 500: [+]ping ok; [-]etcd failed"
+        );
+        let many = reasons(&snapshot(REMINDER_BACKENDS + 3, &"x".repeat(1000)));
+        assert!(many.ends_with("; and 3 more"), "{many}");
+        assert_eq!(many.matches('…').count(), REMINDER_BACKENDS);
+        assert!(many.chars().count() < REMINDER_BACKENDS * (REMINDER_REASON + 40));
+    }
+
     #[test]
     fn the_reminder_is_due_every_five_minutes_while_nothing_is_ready() {
         let t0 = Instant::now();
