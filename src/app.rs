@@ -1,6 +1,6 @@
 //! The running balancer: [`App::start`] binds the listeners and starts the table writer, the TLS
-//! watcher, one health monitor per backend, discovery, the address poll (`zone`), the proxy and
-//! the admin server; [`App::run`] (`run`) is its one control loop, which applies discovery's
+//! watcher, one health monitor per backend, discovery, the address poll (`zone`), the proxy, the
+//! admin server and the status file's writer; [`App::run`] (`run`) is its one control loop, which applies discovery's
 //! lists, this node's addresses and reloads (`reload`) until the end, then shuts down in order.
 //!
 //! Every task is tracked here and cancellable. Does not own installing signal handlers
@@ -16,6 +16,7 @@ use tokio::sync::{mpsc, oneshot, watch};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
+use crate::admin::config_view::ConfigCell;
 use crate::admin::{Admin, StatusDoc};
 use crate::backend::BackendSpec;
 use crate::config::{Config, ListenField};
@@ -125,7 +126,12 @@ impl App {
             metrics: metrics.clone(),
             tls: tls.clone(),
             shutting_down: false.into(),
+            config: ConfigCell::new(&config),
         });
+        tasks.spawn(crate::admin::status_file::keep(
+            admin.clone(),
+            background.clone(),
+        ));
         let parts = Parts {
             table: table.clone(),
             tls: tls.clone(),

@@ -38,6 +38,7 @@ impl SnapshotBench {
                         state: State::Ready,
                         latency: Some(Duration::from_micros(1000 + (i as u64 * 7919) % 39_000)),
                         last_failure: None,
+                        pending: None,
                     },
                     evict_epoch: live.eviction.epoch(),
                     live,

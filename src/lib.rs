@@ -20,16 +20,16 @@
 //! failed dial means), [`jitter`], [`accept`], [`admin`] (and the `/status` type), [`metrics`],
 //! [`tls`], [`discovery`] (the backend list following the cluster's Endpoints object), [`app`]
 //! (wiring and the one loop), [`signals`], [`watched_file`] (reading a config or certificate file
-//! safely). Operator tools: [`cli`] (`check`, `status`, `demo`). Simulation for the demo and
-//! tests: `sim`; the test toolkit (failing sockets, plain backends, a CA with fake apiservers),
-//! for every test: `testing`.
+//! safely), [`atomic_write`] (replacing a file atomically). Operator tools: [`cli`] (`check`,
+//! `status`, `demo`). Simulation for the demo and tests: `sim`; the test toolkit (failing
+//! sockets, plain backends, a CA with fake apiservers), for every test: `testing`.
 //!
 //! Layers, lowest first. A module imports only from layers below its own; the test
 //! `architecture::no_module_imports_its_own_layer_or_one_above` reads this list and fails naming
 //! the import that breaks it, and a module missing from the list:
 //!
 //! ```text
-//! layer 0: accept eviction jitter relay signals verdict watched_file
+//! layer 0: accept atomic_write eviction jitter relay signals verdict watched_file
 //! layer 1: dial pick
 //! layer 2: backend
 //! layer 3: config metrics
@@ -50,6 +50,7 @@
 pub(crate) mod accept;
 pub mod admin;
 pub mod app;
+pub(crate) mod atomic_write;
 pub(crate) mod backend;
 #[cfg(feature = "bench-internals")]
 #[doc(hidden)]

@@ -90,7 +90,8 @@ enum Command {
         #[arg(long, value_parser = node_grace, default_value_t = readyprism::config::DurationValue(readyprism::cli::check::budget::DEFAULT_NODE_GRACE))]
         node_grace: readyprism::config::DurationValue,
     },
-    /// Show a running balancer's backends (exit 0: one is ready, 1: none is, 2: unreachable).
+    /// Show a running balancer's backends, or those a status file holds (exit 0: one is ready,
+    /// 1: none is, 2: unreachable or unreadable).
     Status {
         /// The balancer's admin address.
         #[arg(long, default_value = readyprism::config::DEFAULT_ADMIN)]
@@ -98,6 +99,10 @@ enum Command {
         /// Print the raw `/status` JSON instead of the table.
         #[arg(long)]
         json: bool,
+        /// Read a status file (`status_file`) instead of asking the admin port; `-` reads
+        /// standard input (`talosctl read /var/lib/readyprism/status.json | readyprism status --file -`).
+        #[arg(long, conflicts_with = "admin")]
+        file: Option<String>,
     },
     /// Run simulated apiservers behind the balancer (a fourth joins through discovery) and watch the picks live.
     #[cfg(feature = "sim")]
@@ -239,8 +244,12 @@ fn dispatch(command: Command) -> Result<ExitCode, Failure> {
                 Ok::<_, Failure>(ExitCode::SUCCESS)
             })
         }
-        Command::Status { admin, json } => {
-            match block_on(async move { Ok::<_, Failure>(status::fetch(&admin).await) })? {
+        Command::Status { admin, json, file } => {
+            let fetched = match file {
+                Some(path) => status::read_file(&path),
+                None => block_on(async move { Ok::<_, Failure>(status::fetch(&admin).await) })?,
+            };
+            match fetched {
                 Ok(fetched) => {
                     let text = if json {
                         format!("{}\n", fetched.body)

@@ -41,6 +41,20 @@ pub struct Health {
     /// The most recent check's failure; cleared by a pass. A ready backend can carry one: the
     /// first failures of a fall that has not happened (yet).
     pub last_failure: Option<CheckFailure>,
+    /// A change of state under way but not yet decided (the first failure of a fall, the first
+    /// pass of a rise); `None` when the results agree with the state.
+    pub pending: Option<Pending>,
+}
+
+/// A change of state under way: `count` of the `needed` results in a row toward `toward`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Pending {
+    /// The state the results point to.
+    pub toward: State,
+    /// Results in a row so far (at least 1).
+    pub count: u32,
+    /// Results in a row that decide it (`rise` or `fall`).
+    pub needed: u32,
 }
 
 /// Why the most recent check failed, and whether the apiserver answered it at all.
@@ -59,6 +73,7 @@ impl Health {
         state: State::Unknown,
         latency: None,
         last_failure: None,
+        pending: None,
     };
 
     /// The most recent check's failure reason, if it failed.

@@ -26,5 +26,6 @@ mod picking;
 mod properties;
 mod records;
 mod relay;
+mod status_file;
 mod tls_files;
 mod zones;

@@ -1,12 +1,16 @@
-//! The admin HTTP server: `/livez`, `/readyz`, `/status` (JSON), `/metrics` (Prometheus text) and
-//! `/` (a page for people).
+//! The admin HTTP server: `/livez`, `/readyz`, `/status` (JSON), `/config` (the resolved config,
+//! YAML), `/metrics` (Prometheus text) and `/` (a page for people).
 //!
 //! Reads the same snapshot the proxy does; owns no state of its own beyond the shutting-down flag.
-//! `status` owns the `/status` document's type, `page` the HTML page, `slots` the connection cap.
+//! `status` owns the `/status` document's type, `config_view` what it says of the config,
+//! `status_file` keeping the document on disk, `page` the HTML page, `slots` the connection cap.
 
+pub mod config_view;
 pub mod page;
 mod slots;
 pub mod status;
+pub mod status_file;
+mod timestamp;
 
 use std::convert::Infallible;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -26,6 +30,7 @@ use crate::accept::Acceptor;
 use crate::metrics::{self, Metrics};
 use crate::table::Table;
 use crate::tls::TlsSource;
+use config_view::ConfigCell;
 pub use status::StatusDoc;
 
 /// A client must send a whole request head within this (and an idle keep-alive connection is
@@ -55,6 +60,8 @@ pub(crate) struct Admin {
     pub tls: Arc<TlsSource>,
     /// Set at the start of shutdown: `/readyz` answers 503 from then on.
     pub shutting_down: AtomicBool,
+    /// The running config as `/status` and `/config` show it.
+    pub config: ConfigCell,
 }
 
 impl Admin {
@@ -104,6 +111,7 @@ impl Admin {
             &self.table.load(),
             self.shutting_down.load(Ordering::Relaxed),
             (&self.tls.current().client_cert).into(),
+            Some(self.config.get().status),
         )
     }
 
@@ -141,9 +149,17 @@ impl Admin {
                 "text/html; charset=utf-8",
                 page::render(&self.status(), &self.table.recent()),
             ),
+            "/config" => match self.config.get().resolved {
+                Ok(yaml) => respond(StatusCode::OK, "application/yaml", yaml),
+                Err(e) => respond(
+                    StatusCode::INTERNAL_SERVER_ERROR,
+                    "text/plain; charset=utf-8",
+                    format!("cannot print the config: {e}\n"),
+                ),
+            },
             _ => text(
                 StatusCode::NOT_FOUND,
-                "not found: try / /livez /readyz /status /metrics\n",
+                "not found: try / /livez /readyz /status /config /metrics\n",
             ),
         }
     }

@@ -10,11 +10,13 @@ use std::sync::atomic::Ordering;
 
 use serde::{Deserialize, Serialize};
 
+use super::config_view::ConfigStatus;
+use super::timestamp;
 pub use crate::backend::BackendSource;
 use crate::backend::{Snapshot, ZoneSource};
 use crate::pick::Pick;
 use crate::tls::ClientCert;
-use crate::verdict::State;
+use crate::verdict::{Pending, State};
 
 /// What new connections get right now.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -73,6 +75,14 @@ pub struct StatusDoc {
     pub generation: u64,
     /// Every backend, the configured ones first in config order, then the discovered ones.
     pub backends: Vec<BackendStatus>,
+    /// When the document was made, RFC 3339 UTC (a status file read later says how old it is).
+    /// Absent from older balancers' documents.
+    #[serde(default)]
+    pub at: Option<String>,
+    /// The running config's file, when it was loaded, and the last reload. Absent from older
+    /// balancers' documents.
+    #[serde(default)]
+    pub config: Option<ConfigStatus>,
 }
 
 /// One backend in the `/status` document.
@@ -99,11 +109,75 @@ pub struct BackendStatus {
     pub active_connections: u64,
     /// 0-based position in the current pick order; null when not a candidate.
     pub rank: Option<usize>,
+    /// Since when the backend is in its state (for `unknown`: since it was added), RFC 3339
+    /// UTC. The fields from here on are absent from older balancers' documents.
+    #[serde(default)]
+    pub since: Option<String>,
+    /// A change of state under way, not yet decided (`rising 1/2`); null when none is.
+    #[serde(default)]
+    pub pending: Option<PendingStatus>,
+    /// When the latest probe ended, RFC 3339 UTC; null before any.
+    #[serde(default)]
+    pub last_check: Option<String>,
+    /// Probes failed in a row up to the latest; 0 after a pass.
+    #[serde(default)]
+    pub consecutive_failures: u64,
+}
+
+/// A change of state under way: `count` of the `needed` results in a row.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PendingStatus {
+    /// `rising` (toward ready) or `falling` (toward unready).
+    pub direction: Direction,
+    /// Results in a row so far.
+    pub count: u32,
+    /// Results in a row that decide it (`health.rise` or `health.fall`).
+    pub needed: u32,
+}
+
+/// Which way a pending change goes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Direction {
+    /// Toward ready.
+    Rising,
+    /// Toward unready.
+    Falling,
+}
+
+impl std::fmt::Display for PendingStatus {
+    /// `rising 1/2`, `falling 1/2`.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let way = match self.direction {
+            Direction::Rising => "rising",
+            Direction::Falling => "falling",
+        };
+        write!(f, "{way} {}/{}", self.count, self.needed)
+    }
+}
+
+impl From<Pending> for PendingStatus {
+    fn from(p: Pending) -> Self {
+        PendingStatus {
+            direction: if p.toward == State::Ready {
+                Direction::Rising
+            } else {
+                Direction::Falling
+            },
+            count: p.count,
+            needed: p.needed,
+        }
+    }
 }
 
 impl StatusDoc {
-    /// The document for `snap`.
-    pub fn of(snap: &Snapshot, shutting_down: bool, client_cert: CertStatus) -> StatusDoc {
+    /// The document for `snap` (and the running config's `config`), made now.
+    pub fn of(
+        snap: &Snapshot,
+        shutting_down: bool,
+        client_cert: CertStatus,
+        config: Option<ConfigStatus>,
+    ) -> StatusDoc {
         let pick = snap.pick(0);
         let failing = |i: &usize| snap.backends[*i].health.state == State::Unready;
         let mode = match &pick {
@@ -129,6 +203,10 @@ impl StatusDoc {
                 answering: b.health.answering(),
                 active_connections: b.live.active.load(Ordering::Relaxed) as u64,
                 rank: pick.order().iter().position(|&j| j == i),
+                since: timestamp::rfc3339(b.live.probes.since_ms.load(Ordering::Relaxed)),
+                pending: b.health.pending.map(PendingStatus::from),
+                last_check: timestamp::rfc3339(b.live.probes.checked_ms.load(Ordering::Relaxed)),
+                consecutive_failures: b.live.probes.consecutive_failures.load(Ordering::Relaxed),
             })
             .collect();
         StatusDoc {
@@ -140,6 +218,8 @@ impl StatusDoc {
             client_cert,
             generation: snap.generation,
             backends,
+            at: Some(timestamp::now()),
+            config,
         }
     }
 }
@@ -221,7 +301,7 @@ mod tests {
             (vec![Unready, Unready], Refuse, Mode::Refuse),
         ];
         for (states, policy, want) in cases {
-            let doc = StatusDoc::of(&snapshot(&states, policy), false, CertStatus::None);
+            let doc = StatusDoc::of(&snapshot(&states, policy), false, CertStatus::None, None);
             assert_eq!(doc.mode, want, "{states:?} {policy:?}");
         }
     }
@@ -232,6 +312,7 @@ mod tests {
             &snapshot(&[State::Ready, State::Unready], WhenNoneReady::FailOpen),
             false,
             CertStatus::Loaded,
+            None,
         );
         let text = serde_json::to_string(&doc).expect("serialize");
         for key in [
@@ -261,6 +342,7 @@ mod tests {
             &snapshot(&[State::Ready], WhenNoneReady::FailOpen),
             false,
             CertStatus::None,
+            None,
         );
         for (source, text) in [
             (ZoneSource::Flag, "\"flag\""),

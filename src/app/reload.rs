@@ -63,8 +63,12 @@ async fn hup(app: &mut App, source: &Source, look: Look) -> Option<(Digest, bool
     };
     app.metrics.reload(result.is_ok());
     match &result {
-        Ok(()) => tracing::info!(file = %source.path.display(), "config reloaded"),
+        Ok(()) => {
+            app.admin.config.applied(&app.config);
+            tracing::info!(file = %source.path.display(), "config reloaded");
+        }
         Err(e) => {
+            app.admin.config.rejected(&e.to_string());
             tracing::error!(error = %e, "config reload rejected; the running config stays");
         }
     }
@@ -109,11 +113,13 @@ pub(super) async fn on_decision(
         Ok(()) => {
             watch.applied(digest);
             app.metrics.reload(true);
+            app.admin.config.applied(&app.config);
             tracing::info!(file = %file, retried, "config reloaded");
         }
         Err(e) => match watch.rejected(digest, Instant::now()) {
             Rejection::New => {
                 app.metrics.reload(false);
+                app.admin.config.rejected(&e.to_string());
                 tracing::error!(
                     error = %e,
                     retry_every = ?LOAD_RETRY_INTERVAL,

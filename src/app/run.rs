@@ -100,6 +100,9 @@ impl App {
             mut end,
         } = control;
         let mut watch = config.as_ref().map(|c| ConfigWatch::new(c.running));
+        if let Some(file) = &config {
+            self.admin.config.from_file(&file.source.path);
+        }
         let mut tick = tokio::time::interval(CHECK_INTERVAL);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let ended = loop {

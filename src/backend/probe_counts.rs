@@ -1,11 +1,12 @@
 //! What a backend's monitor counts — its probes by result, its state changes, the `/readyz`
-//! latency histogram — as plain atomics beside the backend's other live state. `metrics` reads
+//! latency histogram, and when (wall clock, for `/status` and the status file) the state began
+//! and the last check ended — as plain atomics beside the backend's other live state. `metrics` reads
 //! them at scrape time, so a removed backend's series go with it.
 //!
 //! Does not own when they move (`health`) nor how they are exported (`metrics`).
 
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::Duration;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use crate::verdict::State;
 
@@ -34,6 +35,13 @@ pub struct ProbeCounts {
     pub to_unready: AtomicU64,
     /// `/readyz` request→response times.
     pub latency: Latencies,
+    /// When the backend entered its current state, in milliseconds since the Unix epoch; 0 until
+    /// its monitor started (then: when it started, for a backend still unknown).
+    pub since_ms: AtomicU64,
+    /// When the latest probe ended, in milliseconds since the Unix epoch; 0 before any.
+    pub checked_ms: AtomicU64,
+    /// Probes failed in a row, up to the latest; 0 after a pass.
+    pub consecutive_failures: AtomicU64,
 }
 
 impl ProbeCounts {
@@ -52,6 +60,34 @@ impl ProbeCounts {
         let n = if passed { &self.passed } else { &self.failed };
         n.fetch_add(1, Ordering::Relaxed);
     }
+
+    /// A probe ended at `at` (wall clock): its time, and the run of failures it extends or ends.
+    pub fn probed(&self, passed: bool, at: SystemTime) {
+        self.checked_ms.store(unix_ms(at), Ordering::Relaxed);
+        if passed {
+            self.consecutive_failures.store(0, Ordering::Relaxed);
+        } else {
+            self.consecutive_failures.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    /// The backend entered its state at `at` (wall clock); `first` only if no time is set yet.
+    pub fn entered(&self, at: SystemTime, first: bool) {
+        let ms = unix_ms(at);
+        if first {
+            let _ = self
+                .since_ms
+                .compare_exchange(0, ms, Ordering::Relaxed, Ordering::Relaxed); // set already: kept
+        } else {
+            self.since_ms.store(ms, Ordering::Relaxed);
+        }
+    }
+}
+
+/// Milliseconds since the Unix epoch (0 for a clock set before it).
+pub fn unix_ms(at: SystemTime) -> u64 {
+    at.duration_since(UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
 }
 
 /// A latency histogram over [`LATENCY_BOUNDS`]: a count per bucket and the sum, each an atomic.

@@ -1,4 +1,5 @@
-//! `readyprism status`: fetches the admin `/status` document and renders it for an operator.
+//! `readyprism status`: fetches the admin `/status` document (or reads the status file a balancer
+//! keeps, `--file`) and renders it for an operator.
 //!
 //! Owns the human table and the exit-code decision. Does not own the document's shape
 //! (`admin::status`), the HTTP exchange (`cli::http`) or escaping (`cell`).
@@ -8,6 +9,7 @@ use crate::admin::status::cell;
 use std::fmt::Write as _;
 
 use super::http::{self, GetError};
+use crate::admin::config_view::ReloadResult;
 use crate::admin::status::{BackendStatus, CertStatus, Mode, StatusDoc};
 use crate::verdict::State;
 use cell::{MAX_CELL, MAX_ERROR};
@@ -42,6 +44,59 @@ pub enum StatusError {
         /// What is wrong.
         reason: String,
     },
+    /// The status file (or standard input) could not be read.
+    #[error("{path}: cannot read the status file: {cause}")]
+    File {
+        /// The path as given (`-`: standard input).
+        path: String,
+        /// Why.
+        cause: std::io::Error,
+    },
+    /// The status file does not hold a readyprism status document.
+    #[error("{path}: not a readyprism status file: {reason}")]
+    NotAStatusFile {
+        /// The path as given (`-`: standard input).
+        path: String,
+        /// What is wrong.
+        reason: String,
+    },
+}
+
+/// The most a status file may hold: far above 64 + the static backends' documents.
+pub const MAX_FILE: u64 = 1024 * 1024;
+
+/// Reads a status file (`status_file`, or `-` for standard input: `talosctl read … | readyprism
+/// status --file -`) as [`fetch`] reads `/status` (blocks; at most [`MAX_FILE`] bytes).
+pub fn read_file(path: &str) -> Result<Fetched, StatusError> {
+    use std::io::Read;
+    let err = |cause| StatusError::File {
+        path: path.to_string(),
+        cause,
+    };
+    let mut bytes = Vec::new();
+    let read = if path == "-" {
+        std::io::stdin()
+            .lock()
+            .take(MAX_FILE + 1)
+            .read_to_end(&mut bytes)
+    } else {
+        std::fs::File::open(path).and_then(|f| f.take(MAX_FILE + 1).read_to_end(&mut bytes))
+    };
+    read.map_err(err)?;
+    if bytes.len() as u64 > MAX_FILE {
+        return Err(err(std::io::Error::other(format!(
+            "more than {MAX_FILE} bytes"
+        ))));
+    }
+    let body = String::from_utf8_lossy(&bytes).into_owned();
+    let doc = serde_json::from_str(&body).map_err(|e| StatusError::NotAStatusFile {
+        path: path.to_string(),
+        reason: cell::cell(&e.to_string(), MAX_ERROR),
+    })?;
+    Ok(Fetched {
+        body: cell::json_escaped(body.trim_end()),
+        doc,
+    })
 }
 
 /// A fetched status document.
@@ -90,7 +145,9 @@ fn routable(doc: &StatusDoc) -> bool {
 }
 
 /// The human view of a status document: a summary line, then one row per backend with columns
-/// BACKEND, ZONE, SOURCE, STATE, LATENCY, ACTIVE, RANK, LAST ERROR. RANK is the `/status` document's,
+/// BACKEND, ZONE, SOURCE, STATE, SINCE, PENDING, LATENCY, ACTIVE, RANK, FAILS (probes failed in
+/// a row), CHECKED (the last probe's time), LAST ERROR, then a line with the document's time and
+/// the config's file, load time and last reload (when the document has them). RANK is the `/status` document's,
 /// 0-based (0 = dialed first), so the table and the JSON never disagree; `-` marks a missing
 /// value. Multi-line errors are folded onto one line. Every cell shows control characters as
 /// visible escapes and is cut (with `…`) at 80 characters (`cell::MAX_CELL`), LAST ERROR at 220
@@ -129,14 +186,25 @@ pub fn render_table(doc: &StatusDoc) -> String {
         "ZONE",
         "SOURCE",
         "STATE",
+        "SINCE",
+        "PENDING",
         "LATENCY",
         "ACTIVE",
         "RANK",
+        "FAILS",
+        "CHECKED",
         "LAST ERROR",
     ];
-    let mut rows: Vec<[String; 8]> = vec![header.map(String::from)];
-    rows.extend(doc.backends.iter().map(backend_cells));
-    let mut widths = [0usize; 8];
+    let mut rows: Vec<[String; 12]> = vec![header.map(String::from)];
+    rows.extend(doc.backends.iter().map(|b| {
+        let [address, zone, source, state, latency, active, rank, error] = backend_cells(b);
+        let [since, pending, fails, checked] = timing_cells(b);
+        [
+            address, zone, source, state, since, pending, latency, active, rank, fails, checked,
+            error,
+        ]
+    }));
+    let mut widths = [0usize; 12];
     for r in &rows {
         for (w, cell) in widths.iter_mut().zip(r) {
             *w = (*w).max(cell.chars().count());
@@ -157,7 +225,50 @@ pub fn render_table(doc: &StatusDoc) -> String {
     if doc.backends.is_empty() {
         out.push_str("(no backends configured)\n");
     }
+    out.push_str(&config_line(doc));
     out
+}
+
+/// The document's time and the config's file, load time and last reload, as one line; empty
+/// for a document without them (an older balancer's).
+fn config_line(doc: &StatusDoc) -> String {
+    let cut = |s: &str| cell::cell(s, MAX_CELL);
+    let mut parts = Vec::new();
+    if let Some(at) = &doc.at {
+        parts.push(format!("status at {}", cut(at)));
+    }
+    if let Some(c) = &doc.config {
+        let file = c.file.as_deref().map_or_else(|| "(built in)".into(), cut);
+        parts.push(format!("config {file} loaded {}", cut(&c.loaded_at)));
+        parts.push(match &c.last_reload {
+            None => "last reload -".to_string(),
+            Some(r) => match (r.result, &r.error) {
+                (ReloadResult::Applied, _) => format!("last reload applied {}", cut(&r.at)),
+                (ReloadResult::Rejected, e) => format!(
+                    "last reload REJECTED {}: {}",
+                    cut(&r.at),
+                    cell::cell(e.as_deref().unwrap_or("-"), MAX_ERROR)
+                ),
+            },
+        });
+    }
+    if parts.is_empty() {
+        String::new()
+    } else {
+        format!("{}\n", parts.join("  "))
+    }
+}
+
+/// A backend's SINCE, PENDING, FAILS and CHECKED cells (`-` for missing), escaped and cut.
+pub fn timing_cells(b: &BackendStatus) -> [String; 4] {
+    let dash = || "-".to_string();
+    let cut = |s: &str| cell::cell(s, MAX_CELL);
+    [
+        b.since.as_deref().map_or_else(dash, cut),
+        b.pending.map_or_else(dash, |p| p.to_string()),
+        b.consecutive_failures.to_string(),
+        b.last_check.as_deref().map_or_else(dash, cut),
+    ]
 }
 
 /// One backend as the table's cells, in column order (`-` for missing), escaped and cut.
@@ -206,6 +317,8 @@ fn format_ms(ms: f64) -> String {
 /// A document with three backends (unready local, ready remote, unchecked) for tests of readers.
 #[cfg(test)]
 pub(crate) fn sample() -> StatusDoc {
+    use crate::admin::config_view::ConfigStatus;
+    use crate::admin::status::{Direction, PendingStatus};
     use crate::verdict::State;
     let b = |address: &str,
              zone: Option<&str>,
@@ -224,6 +337,10 @@ pub(crate) fn sample() -> StatusDoc {
             answering: state != State::Unknown,
             active_connections: active,
             rank,
+            since: Some("2026-12-05T12:40:00Z".to_string()),
+            pending: None,
+            last_check: Some("2026-12-05T12:48:01Z".to_string()),
+            consecutive_failures: u64::from(state == State::Unready) * 3,
         }
     };
     StatusDoc {
@@ -234,6 +351,12 @@ pub(crate) fn sample() -> StatusDoc {
         shutting_down: false,
         client_cert: CertStatus::Loaded,
         generation: 7,
+        at: Some("2026-12-05T12:48:04Z".to_string()),
+        config: Some(ConfigStatus {
+            file: Some("/etc/readyprism.yaml".to_string()),
+            loaded_at: "2026-12-05T12:00:00Z".to_string(),
+            last_reload: None,
+        }),
         backends: vec![
             b(
                 "10.0.1.10:6443",
@@ -244,17 +367,25 @@ pub(crate) fn sample() -> StatusDoc {
                 0,
                 None,
             ),
-            b(
-                "10.0.2.10:6443",
-                Some("dc-b"),
-                State::Ready,
-                Some(23.26),
-                None,
-                12,
-                Some(0),
-            ),
+            BackendStatus {
+                pending: Some(PendingStatus {
+                    direction: Direction::Falling,
+                    count: 1,
+                    needed: 2,
+                }),
+                ..b(
+                    "10.0.2.10:6443",
+                    Some("dc-b"),
+                    State::Ready,
+                    Some(23.26),
+                    None,
+                    12,
+                    Some(0),
+                )
+            },
             BackendStatus {
                 source: crate::backend::BackendSource::Discovered,
+                last_check: None,
                 ..b("[fd00::3]:6443", None, State::Unknown, None, None, 0, None)
             },
         ],
@@ -262,107 +393,4 @@ pub(crate) fn sample() -> StatusDoc {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::testing::answers;
-
-    #[test]
-    fn table_shows_a_summary_over_one_aligned_row_per_backend() {
-        let want = "\
-node zone dc-a (address 10.0.1.5)  ready yes  mode normal  client cert loaded
-BACKEND         ZONE  SOURCE      STATE    LATENCY  ACTIVE  RANK  LAST ERROR
-10.0.1.10:6443  dc-a  config      unready  0.31ms   0       -     HTTP 500: [+]ping ok; [-]etcd failed
-10.0.2.10:6443  dc-b  config      ready    23.3ms   12      0     -
-[fd00::3]:6443  -     discovered  unknown  -        0       -     -
-";
-        assert_eq!(render_table(&sample()), want);
-    }
-
-    #[test]
-    fn table_flags_not_ready_or_shutting_down() {
-        let doc = StatusDoc {
-            zone: None,
-            zone_source: None,
-            ready: false,
-            mode: Mode::FailOpen,
-            shutting_down: true,
-            client_cert: CertStatus::Absent,
-            backends: vec![],
-            ..sample()
-        };
-        let table = render_table(&doc);
-        assert!(
-            table.starts_with(
-                "node zone -  ready NO  mode fail_open  client cert absent  SHUTTING DOWN\n"
-            ),
-            "{table}"
-        );
-        assert!(table.ends_with("(no backends configured)\n"), "{table}");
-    }
-
-    #[test]
-    fn exit_code_is_ready_only_with_a_ready_backend_to_route_to() {
-        assert_eq!(exit_code(&sample()), EXIT_READY);
-        let not_ready = StatusDoc {
-            ready: false,
-            ..sample()
-        };
-        assert_eq!(exit_code(&not_ready), EXIT_NOT_READY);
-        // Ready with nothing ready to route to (no backends, or none ready) is not ready.
-        let nothing = StatusDoc {
-            backends: vec![],
-            ..sample()
-        };
-        assert_eq!(exit_code(&nothing), EXIT_NOT_READY);
-        assert!(render_table(&nothing).starts_with("node zone dc-a (address 10.0.1.5)  ready NO"));
-        let mut none_ready = sample();
-        none_ready.backends.retain(|b| b.state != State::Ready);
-        assert_eq!(exit_code(&none_ready), EXIT_NOT_READY);
-    }
-
-    #[test]
-    fn cells_show_controls_as_escapes_and_are_cut() {
-        let mut doc = sample();
-        doc.zone = Some("z\x1b[2J".to_string());
-        let b = &mut doc.backends[0];
-        b.last_error = Some("HTTP 500: \x1b]0;owned\x07\x1b[2J".to_string());
-        b.latency_ms = Some(1e308);
-        b.address = "a".repeat(300);
-        let table = render_table(&doc);
-        assert!(
-            !table.chars().any(|c| c.is_control() && c != '\n'),
-            "{table:?}"
-        );
-        assert!(
-            table.contains("HTTP 500: \\x1b]0;owned\\x07\\x1b[2J"),
-            "{table}"
-        );
-        assert!(table.contains(">100s"), "{table}");
-        assert!(
-            table.contains(&format!("{}…", "a".repeat(MAX_CELL - 1))),
-            "{table}"
-        );
-        assert!(
-            table
-                .lines()
-                .all(|l| l.chars().count() < 2 * MAX_CELL + MAX_ERROR),
-            "{table}"
-        );
-    }
-
-    #[tokio::test]
-    async fn any_json_that_is_not_a_status_document_is_rejected() {
-        for body in ["hello", "{\"ready\": true}"] {
-            let response = format!(
-                "HTTP/1.1 200 OK\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
-                body.len()
-            );
-            let addr = answers(response.into_bytes()).to_string();
-            let err = fetch(&addr).await.expect_err("not a document");
-            assert!(
-                matches!(err, StatusError::NotAStatusDocument { .. }),
-                "{err}"
-            );
-        }
-    }
-}
+mod tests;

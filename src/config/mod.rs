@@ -29,6 +29,7 @@ use parse_error::parse_error;
 pub use place::ListenField;
 pub use raw::DurationValue;
 use raw::{CidrValue, Networks, RawBackend, RawConfig, RawHealth, RawTls, ZoneName};
+pub use resolve::DEFAULT_STATUS_FILE;
 use zones::{Placement, ZoneMap};
 
 /// Default client listener: KubePrism's port, so kubelet config needs no change beyond the switch.
@@ -134,6 +135,9 @@ pub struct Config {
     /// Why this node's addresses gave no zone although they match `zones:` (two zones, neither
     /// network more specific): the zone is unknown and this is said with a WARN.
     pub zone_ambiguous: Option<String>,
+    /// Where the status (what `/status` says) is kept for reading without the admin port
+    /// (`talosctl read`); `None`: not kept.
+    pub status_file: Option<PathBuf>,
 }
 
 impl Config {
@@ -243,6 +247,11 @@ impl Config {
             )),
             discovery: Some(self.discovery.to_raw()),
             allow_remote_admin: self.allow_remote_admin.then_some(true),
+            status_file: Some(
+                self.status_file
+                    .as_ref()
+                    .map_or_else(String::new, |p| p.display().to_string()),
+            ),
         };
         yaml_serde::to_string(&raw)
     }

@@ -34,6 +34,7 @@ pub struct RawConfig {
     pub discovery: Option<RawDiscovery>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub allow_remote_admin: Option<bool>,
+    pub status_file: Option<String>,
 }
 
 /// The `discovery:` block.

@@ -29,6 +29,10 @@ const FAILBACK_AFTER: (Duration, Duration) = (Duration::from_secs(60), Duration:
 /// `shutdown_grace`: 5 s, at most 10 minutes (a drain longer than that is a liability).
 const SHUTDOWN_GRACE: (Duration, Duration) = (Duration::from_secs(5), Duration::from_secs(600));
 
+/// Where the status file is kept unless `status_file` says otherwise: a directory the Talos
+/// static pod and extension mount writable.
+pub const DEFAULT_STATUS_FILE: &str = "/var/lib/readyprism/status.json";
+
 /// Turns the raw shape into a [`Config`], naming file, line and field in every error.
 pub(super) struct Resolver<'a> {
     pub(super) src: &'a str,
@@ -130,6 +134,7 @@ impl Resolver<'_> {
         let failback_after =
             self.duration("failback_after", raw.failback_after, FAILBACK_AFTER, true)?;
         let discovery = self.discovery(raw.discovery)?;
+        let status_file = self.status_file(raw.status_file)?;
         let mut routing = Routing {
             when_none_ready: raw.when_none_ready.unwrap_or(WhenNoneReady::FailOpen),
             connect_timeout,
@@ -149,7 +154,31 @@ impl Resolver<'_> {
             allow_remote_admin,
             discovery,
             zone_ambiguous: None,
+            status_file,
         })
+    }
+
+    /// `status_file`: [`DEFAULT_STATUS_FILE`] when absent, `""` turns it off; else an absolute
+    /// path naming a file, so its temporary file lands in a known directory.
+    fn status_file(&self, raw: Option<String>) -> Result<Option<PathBuf>, ConfigError> {
+        let text = match raw {
+            None => return Ok(Some(PathBuf::from(DEFAULT_STATUS_FILE))),
+            Some(t) if t.is_empty() => return Ok(None),
+            Some(t) => t,
+        };
+        let path = PathBuf::from(&text);
+        let why = if !path.is_absolute() {
+            "must be an absolute path (e.g. /var/lib/readyprism/status.json), or \"\" to keep none"
+        } else if text.ends_with('/') || path.file_name().is_none() {
+            "must name a file, not a directory"
+        } else {
+            return Ok(Some(path));
+        };
+        Err(self.invalid(
+            self.key("status_file"),
+            "status_file",
+            format!("{text:?} {why}"),
+        ))
     }
 
     /// A duration in `(0, max]` (`[0, max]` when `zero_ok`); `default` when absent.

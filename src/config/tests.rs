@@ -146,3 +146,37 @@ fn own_listeners_are_the_bound_address_or_local_ones_on_a_local_listen_port() {
         "not listening on loopback"
     );
 }
+
+#[test]
+fn status_file_defaults_can_be_turned_off_and_must_be_an_absolute_file_path() {
+    let c = Config::parse(MINIMAL, "node.yaml").expect("valid");
+    assert_eq!(
+        c.status_file.as_deref(),
+        Some(Path::new(DEFAULT_STATUS_FILE))
+    );
+    let off = Config::parse(&format!("{MINIMAL}status_file: \"\"\n"), "node.yaml").expect("off");
+    assert_eq!(off.status_file, None);
+    assert_eq!(
+        Config::parse(&off.to_yaml().expect("printable"), "b.yaml").expect("printed"),
+        off,
+        "off stays off in the printed form"
+    );
+    let set = Config::parse(
+        &format!("{MINIMAL}status_file: /run/rp/s.json\n"),
+        "node.yaml",
+    )
+    .expect("set");
+    assert_eq!(
+        set.status_file.as_deref(),
+        Some(Path::new("/run/rp/s.json"))
+    );
+    for (value, why) in [
+        ("status.json", "must be an absolute path"),
+        ("/var/lib/readyprism/", "must name a file"),
+    ] {
+        let e = err(&format!("{MINIMAL}status_file: {value}\n"));
+        assert!(e.starts_with("node.yaml:5"), "{e}");
+        assert!(e.contains("status_file"), "{e}");
+        assert!(e.contains(why), "{e}");
+    }
+}

@@ -1,19 +1,17 @@
 //! The discovery cache: the last known list of discovered backends on disk, so a node that
 //! restarts while the control plane is being replaced starts with the apiservers it last knew.
 //!
-//! Owns the file's format (one type for writer and reader), the atomic write (a temporary file in
-//! the same directory, fsync, rename, fsync of the directory) and the start-up read with the safe
+//! Owns the file's format (one type for writer and reader), the atomic write (`atomic_write`'s, mode 0600) and the start-up read with the safe
 //! reads of `watched_file`, and the look before a run at whether the path can hold a cache at all
 //! ([`preflight`], for `readyprism check`). A missing, unreadable or corrupt cache never stops the
 //! balancer: it is said once and ignored. Does not own when it is written (`discovery`).
 
-use std::io::Write;
 use std::net::SocketAddr;
-use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
+use crate::atomic_write::{self, directory};
 use crate::watched_file::{self, FileError, Kind, ReadError};
 
 /// The cache file's content. `version` lets a later format be told apart.
@@ -156,14 +154,6 @@ pub fn preflight(path: &Path) -> Result<(), Unfit> {
     }
 }
 
-/// The directory the cache at `path` is written in (with its temporary file).
-fn directory(path: &Path) -> &Path {
-    match path.parent() {
-        Some(d) if !d.as_os_str().is_empty() => d,
-        _ => Path::new("."),
-    }
-}
-
 /// Reads the cache at `path` (blocks; a small file read once at start-up).
 pub fn load(path: &Path) -> Result<Vec<SocketAddr>, LoadError> {
     let contents = watched_file::read(path).map_err(|e| match &e.error {
@@ -203,27 +193,7 @@ pub fn store(path: &Path, backends: &[SocketAddr]) -> Result<(), WriteError> {
     };
     let mut text = serde_json::to_string_pretty(&file).map_err(|e| io(std::io::Error::other(e)))?;
     text.push('\n');
-    let dir = directory(path);
-    let name = path.file_name().unwrap_or_default().to_string_lossy();
-    let tmp = dir.join(format!(".{name}.tmp-{:016x}", random()));
-    let written = std::fs::OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .mode(0o600)
-        .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
-        .open(&tmp)
-        .and_then(|mut f| {
-            let done = f.write_all(text.as_bytes()).and_then(|()| f.sync_all());
-            done.and_then(|()| std::fs::rename(&tmp, path))
-                .inspect_err(|_| {
-                    let _ = std::fs::remove_file(&tmp); // ours: created new above
-                })
-        });
-    written.map_err(io)?;
-    // The rename is durable once the directory is.
-    std::fs::File::open(dir)
-        .and_then(|d| d.sync_all())
-        .map_err(io)
+    atomic_write::replace(path, text.as_bytes(), 0o600).map_err(io)
 }
 
 /// What is at `path` if it is neither missing nor a readyprism cache (any version). A symlink or
@@ -247,16 +217,6 @@ fn not_a_cache(path: &Path) -> Option<String> {
             && v.get("backends").is_some_and(|b| b.is_array())
     });
     (!is_cache).then(|| "its content is not a discovery cache".into())
-}
-
-/// A name no other process can guess in advance: the standard library's per-process random
-/// hash keys, mixed with the time.
-fn random() -> u64 {
-    use std::hash::BuildHasher;
-    let now = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_nanos());
-    std::collections::hash_map::RandomState::new().hash_one((now, std::process::id()))
 }
 
 #[cfg(test)]

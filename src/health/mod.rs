@@ -72,6 +72,8 @@ impl Monitor {
     /// fresh connection: a kept one proves nothing about new ones.
     pub async fn run<P: Probe>(self, mut probe: P, cancel: CancellationToken) {
         let mut machine = RiseFall::new(self.health.rise, self.health.fall, self.initial.clone());
+        // A backend new to the table is in its state (unknown) since now; a kept one keeps its time.
+        self.live.probes.entered(std::time::SystemTime::now(), true);
         let passive = Passive::new(self.spec.id.clone(), self.live.clone(), self.health.fall);
         let mut jitter = Jitter::seeded(self.spec.id.as_str(), JITTER_PERCENT);
         // Set while probes cannot be made for a shortage on this node (logged once per spell).
@@ -181,6 +183,9 @@ impl Monitor {
         if let Some((from, to)) = step.changed {
             log_change(&self.spec, from, to, machine.health());
             self.live.probes.changed_to(to);
+            self.live
+                .probes
+                .entered(std::time::SystemTime::now(), false);
         }
         let cmd = TableCmd::Health {
             id: self.spec.id.clone(),
@@ -227,6 +232,7 @@ pub(crate) fn next_probe_due(due: &Due) -> Instant {
 
 fn record(counts: &ProbeCounts, outcome: &Outcome) {
     counts.checked(outcome.passed());
+    counts.probed(outcome.passed(), std::time::SystemTime::now());
     if let Some(l) = outcome.latency() {
         counts.latency.observe(l);
     }

@@ -6,7 +6,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::verdict::{CheckFailure, Health, State};
+use crate::verdict::{CheckFailure, Health, Pending, State};
 
 /// Weight of a new latency sample. 0.3 follows a real change within a few probes while one slow
 /// answer moves the average by less than a third.
@@ -116,6 +116,7 @@ impl RiseFall {
         let under_way = self.health.state == State::Ready && self.streak > 0;
         if under_way {
             self.streak = 0;
+            self.health.pending = None;
         }
         under_way
     }
@@ -159,6 +160,11 @@ impl RiseFall {
             self.health.state = to;
             self.streak = 0;
         }
+        self.health.pending = (self.streak > 0).then_some(Pending {
+            toward: if pass { State::Ready } else { State::Unready },
+            count: self.streak,
+            needed: if pass { self.rise } else { self.fall },
+        });
         Step {
             changed: to.map(|to| (from, to)),
             pending: self.streak > 0,
@@ -258,6 +264,40 @@ mod tests {
         assert_eq!(
             c.observe(&pass(1)).changed,
             Some((State::Unready, State::Ready))
+        );
+    }
+
+    #[test]
+    fn health_says_which_change_is_pending_and_how_far_it_got() {
+        let toward = |state, count, needed| {
+            Some(Pending {
+                toward: state,
+                count,
+                needed,
+            })
+        };
+        let mut c = RiseFall::new(2, 3, Health::UNKNOWN);
+        // (result, pending after it)
+        let cases = [
+            (pass(1), None),
+            (fail(), toward(State::Unready, 1, 3)),
+            (fail(), toward(State::Unready, 2, 3)),
+            (fail(), None),
+            (pass(1), toward(State::Ready, 1, 2)),
+            (fail(), None),
+            (pass(1), toward(State::Ready, 1, 2)),
+            (pass(1), None),
+        ];
+        for (i, (outcome, want)) in cases.into_iter().enumerate() {
+            c.observe(&outcome);
+            assert_eq!(c.health().pending, want, "after result {i}");
+        }
+        c.observe(&fail());
+        assert!(c.call_off_fall());
+        assert_eq!(
+            c.health().pending,
+            None,
+            "a fall called off is no longer pending"
         );
     }
 

@@ -25,6 +25,7 @@ fn backend(addr: SocketAddr, state: State) -> Backend {
             state,
             latency: Some(Duration::from_millis(1)),
             last_failure: None,
+            pending: None,
         },
         evict_epoch: live.eviction.epoch(),
         live,

@@ -5,10 +5,12 @@
 //! then bump the evicted backends (see [`crate::backend::Eviction`]). It also brings connections
 //! home: when a same-zone backend has been ready for `failback_after` ([`failback`], pure), the
 //! connections relayed to other zones are evicted the same way, and the failback is called off
-//! if the zone has no ready backend left before every turn has come. It keeps the last few state
-//! transitions for people ([`recent`]). Does not own probing (`health/`) or connection handling
-//! (`proxy`).
+//! if the zone has no ready backend left before every turn has come. It keeps the log's cause
+//! current ([`cause`], pure): an unready backend's changed reason, and a reminder of every
+//! reason while none is ready; and the last few state transitions for people ([`recent`]). Does
+//! not own probing (`health/`) or connection handling (`proxy`).
 
+pub mod cause;
 pub mod failback;
 pub mod recent;
 pub mod transitions;
@@ -100,10 +102,19 @@ pub async fn run_writer(
     // Whether "no backend is ready" has been announced and not yet taken back.
     let mut announced = false;
     let mut failback = Failback::default();
+    // The reason the log last gave per unready backend, and when "no backend is ready" was last
+    // said (the alarm or a reminder).
+    let mut said = cause::Said::new();
+    let mut reminded: Option<Instant> = None;
     loop {
         let due = failback.next_due(table.load().routing.failback_after);
         let cmd = tokio::select! {
             _ = cancel.cancelled() => return,
+            _ = sleep_until_some(cause::next_reminder(announced, reminded)) => {
+                tracing::warn!(backends = %cause::reasons(&table.load()), "still no backend is ready");
+                reminded = Some(Instant::now());
+                continue;
+            }
             _ = sleep_until_some(due) => {
                 let after = table.load().routing.failback_after;
                 if failback.take_due(after, Instant::now()) {
@@ -122,9 +133,24 @@ pub async fn run_writer(
                 if old.backends[i].health == health {
                     continue;
                 }
+                let note = cause::on_health(said.get(&id), old.backends[i].health.state, &health);
                 let mut next = (*old).clone();
                 next.backends[i].health = health;
                 announced = apply(&table, &metrics, &old, next, announced);
+                match note {
+                    cause::Note::Nothing => {}
+                    cause::Note::Remember(reason) => {
+                        said.insert(id, reason);
+                    }
+                    cause::Note::Changed { was, now } => {
+                        let zone = old.backends[i].spec.zone.as_deref().unwrap_or("");
+                        tracing::warn!(backend = %id, zone, was = was.as_deref().unwrap_or(""), reason = &*now, "an unready backend fails for another reason");
+                        said.insert(id, now);
+                    }
+                    cause::Note::Forget => {
+                        said.remove(&id);
+                    }
+                }
             }
             TableCmd::Configure {
                 routing,
@@ -132,6 +158,7 @@ pub async fn run_writer(
                 done,
             } => {
                 let (next, removed) = configure(&old, routing, backends);
+                said.retain(|id, _| next.position(id).is_some());
                 announced = apply(&table, &metrics, &old, next, announced);
                 // After publishing: a connection that still read the old snapshot sees the new
                 // epoch, skips the removed backend and re-plans on the snapshot just published.
@@ -142,6 +169,11 @@ pub async fn run_writer(
             }
         }
         let now = Instant::now();
+        reminded = match (announced, reminded) {
+            (false, _) => None,
+            (true, None) => Some(now),
+            (true, kept) => kept,
+        };
         failback.observe(&table.load(), now);
         if failback.take_call_off(now) {
             call_off_failback(&table);
@@ -312,7 +344,7 @@ fn apply(
                 WhenNoneReady::FailOpen => "failing open: routing to all backends",
                 WhenNoneReady::Refuse => "refusing client connections",
             };
-            tracing::warn!("no backend is ready; {action}");
+            tracing::warn!(backends = %cause::reasons(&next), "no backend is ready; {action}");
         }
         Alarm::Clear => {
             tracing::warn!("a backend is ready again; leaving the no-ready-backend state")

@@ -12,7 +12,8 @@
    --skip-node-files` as written (the cluster CA and kubelet certificate exist only on a node), and
    `readyprism check` with those paths pointed at generated stand-ins; all of them resolve to the
    same config. It is one config for the whole cluster: a `zones` map holding every IP backend,
-   no node `zone`, discovery on with its cache set. The SELinux variant (v1.14 + selinux-ca.yaml,
+   no node `zone`, discovery on with its cache set, the status file (if any) on the writable
+   mount. The SELinux variant (v1.14 + selinux-ca.yaml,
    `tls.ca` moved into /etc/readyprism) passes the same checks.
 3. Each static pod (3 Talos forms + kubeadm) is a valid Kubernetes Pod (strict schema,
    kubernetes-validate), carries the required fields, mounts every path its config names (the
@@ -212,7 +213,8 @@ def host_ip(address):
 
 
 def check_fleet_config(where, cfg):
-    """One config for the whole cluster: zones from addresses, discovery on, its cache set."""
+    """One config for the whole cluster: zones from addresses, discovery on, its cache set, the
+    status file (if any) on the writable mount."""
     zones = cfg.get("zones") or {}
     nets = [(z, ipaddress.ip_network(n)) for z, ns in zones.items() for n in ns]
     problems = []
@@ -231,6 +233,10 @@ def check_fleet_config(where, cfg):
         problems.append("discovery.endpoints is not true (the backend list must follow the cluster)")
     if os.path.dirname(disc.get("cache") or "") != CACHE_DIR:
         problems.append(f"discovery.cache {disc.get('cache')!r} is not a file in {CACHE_DIR}")
+    # readyprism's default status file; "" keeps none. It must be on the writable mount.
+    status_file = cfg.get("status_file", "/var/lib/readyprism/status.json")
+    if status_file and os.path.dirname(status_file) != CACHE_DIR:
+        problems.append(f"status_file {status_file!r} is not a file in {CACHE_DIR} (the writable mount)")
     for p in problems:
         fail(where, p)
     if not problems:

@@ -45,7 +45,8 @@ impl Lab {
     }
 
     /// Config YAML: ports 0, fast probes, the lab's CA and client cert, `backends` as
-    /// `(address, zone)`, then `extra` appended (top-level keys; may override `health`).
+    /// `(address, zone)`, no status file, then `extra` appended (top-level keys; may override
+    /// `health` and `status_file`).
     pub fn yaml(&self, zone: &str, backends: &[(String, &str)], extra: &str) -> String {
         let mut y = format!(
             "listen: [\"127.0.0.1:0\"]\nadmin: \"127.0.0.1:0\"\nzone: {zone}\ntls:\n  ca: {}\n  client_cert: {}\nbackends:\n",
@@ -58,6 +59,10 @@ impl Lab {
         if !extra.contains("health:") {
             // Fast enough for short tests, with a timeout that a loaded machine still meets.
             y.push_str("health: { interval: 1s, timeout: 800ms, fast_interval: 150ms }\n");
+        }
+        if !extra.contains("status_file:") {
+            // Tests never write the node's status file; those about it name their own.
+            y.push_str("status_file: \"\"\n");
         }
         y.push_str(extra);
         y

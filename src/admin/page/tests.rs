@@ -14,6 +14,10 @@ fn backend(address: &str, state: State, last_error: Option<&str>) -> BackendStat
         answering: true,
         active_connections: 3,
         rank: Some(0),
+        since: None,
+        pending: None,
+        last_check: None,
+        consecutive_failures: 0,
     }
 }
 
@@ -26,6 +30,8 @@ fn doc(mode: Mode, backends: Vec<BackendStatus>) -> StatusDoc {
         shutting_down: false,
         client_cert: CertStatus::Loaded,
         generation: 7,
+        at: None,
+        config: None,
         backends,
     }
 }

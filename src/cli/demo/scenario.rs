@@ -119,7 +119,7 @@ pub(super) fn demo_yaml(
         .map(|(a, (zone, _))| format!("  - {{ address: \"{a}\", zone: {zone} }}\n"))
         .collect();
     format!(
-        "listen: [\"{listen}\"]\nadmin: \"{admin}\"\nzone: {zone}\nbackends:\n{list}health:\n  interval: 1s\n  timeout: 500ms\n  fast_interval: 250ms\n  rise: 2\n  fall: 2\ntls:\n  ca: {ca}\n  client_cert: {client}\nconnect_timeout: 1s\nwhen_none_ready: fail_open\nfailback_after: {failback}s\nshutdown_grace: 1s\ndiscovery:\n  endpoints: true\n  interval: {DISCOVERY_INTERVAL}\n",
+        "listen: [\"{listen}\"]\nadmin: \"{admin}\"\nzone: {zone}\nbackends:\n{list}health:\n  interval: 1s\n  timeout: 500ms\n  fast_interval: 250ms\n  rise: 2\n  fall: 2\ntls:\n  ca: {ca}\n  client_cert: {client}\nconnect_timeout: 1s\nwhen_none_ready: fail_open\nfailback_after: {failback}s\nshutdown_grace: 1s\ndiscovery:\n  endpoints: true\n  interval: {DISCOVERY_INTERVAL}\nstatus_file: \"\"\n",
         zone = SITES[0].0,
         failback = FAILBACK_AFTER.as_secs(),
         ca = quote(ca),

@@ -23,6 +23,10 @@ fn backend(i: usize, state: State, error: Option<&str>, source: BackendSource) -
         answering: true,
         active_connections: 12_345,
         rank: (state == State::Ready).then_some(i),
+        since: None,
+        pending: None,
+        last_check: None,
+        consecutive_failures: 0,
     }
 }
 
@@ -49,6 +53,8 @@ fn doc(mode: Mode, dc_a: State, joined: bool) -> StatusDoc {
         shutting_down: false,
         client_cert: CertStatus::Loaded,
         generation: 9,
+        at: None,
+        config: None,
         backends,
     }
 }

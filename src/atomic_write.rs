@@ -1,0 +1,100 @@
+//! Replacing a small file atomically without trusting its directory: a temporary file with a
+//! random name created new beside it (`O_EXCL`, `O_NOFOLLOW`), written, synced, renamed over the
+//! target, then the directory synced. Readers see the old file or the new one, never half of one,
+//! also across a power loss; a file or symlink planted at the temporary name fails the write, it
+//! is never followed nor written through.
+//!
+//! Shared by the discovery cache and the status file. Does not own what is written, nor whether
+//! the file at the path may be replaced (the callers decide that first).
+
+use std::io::Write;
+use std::os::unix::fs::OpenOptionsExt;
+use std::path::Path;
+
+/// The directory a file at `path` is written in (with its temporary file).
+pub fn directory(path: &Path) -> &Path {
+    match path.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d,
+        _ => Path::new("."),
+    }
+}
+
+/// Replaces `path` with `bytes`, created with permission bits `mode` (blocks: call it on the
+/// blocking pool). The temporary file is removed when any step after its creation fails.
+pub fn replace(path: &Path, bytes: &[u8], mode: u32) -> std::io::Result<()> {
+    let dir = directory(path);
+    let name = path.file_name().unwrap_or_default().to_string_lossy();
+    let tmp = dir.join(format!(".{name}.tmp-{:016x}", random()));
+    std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(mode)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+        .open(&tmp)
+        .and_then(|mut f| {
+            let done = f.write_all(bytes).and_then(|()| f.sync_all());
+            done.and_then(|()| std::fs::rename(&tmp, path))
+                .inspect_err(|_| {
+                    let _ = std::fs::remove_file(&tmp); // ours: created new above
+                })
+        })?;
+    // The rename is durable once the directory is.
+    std::fs::File::open(dir).and_then(|d| d.sync_all())
+}
+
+/// A name no other process can guess in advance: the standard library's per-process random
+/// hash keys, mixed with the time.
+fn random() -> u64 {
+    use std::hash::BuildHasher;
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos());
+    std::collections::hash_map::RandomState::new().hash_one((now, std::process::id()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::fs::PermissionsExt;
+
+    #[test]
+    fn a_replaced_file_has_the_new_bytes_its_mode_and_no_temporary_file_beside_it() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("status.json");
+        replace(&path, b"one", 0o644).expect("create");
+        replace(&path, b"two", 0o644).expect("replace");
+        assert_eq!(std::fs::read(&path).expect("read"), b"two");
+        let mode = std::fs::metadata(&path).expect("meta").permissions().mode();
+        assert_eq!(mode & 0o777, 0o644 & !umask_bits());
+        let names: Vec<_> = std::fs::read_dir(dir.path())
+            .expect("dir")
+            .map(|e| e.expect("entry").file_name())
+            .collect();
+        assert_eq!(names, ["status.json"]);
+    }
+
+    #[test]
+    fn a_missing_directory_fails_and_creates_nothing() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("gone").join("status.json");
+        assert!(replace(&path, b"x", 0o600).is_err());
+        assert!(!dir.path().join("gone").exists());
+    }
+
+    /// The bits the process umask takes away from a new file (the test process's own).
+    fn umask_bits() -> u32 {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let probe = dir.path().join("probe");
+        std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o777)
+            .open(&probe)
+            .expect("probe");
+        let mode = std::fs::metadata(&probe)
+            .expect("meta")
+            .permissions()
+            .mode();
+        !mode & 0o777
+    }
+}

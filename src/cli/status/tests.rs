@@ -1,0 +1,126 @@
+//! `readyprism status`'s unit tests: the table, its last line, the exit code, escaping, and
+//! documents that are not status documents.
+
+use super::*;
+use crate::testing::answers;
+
+#[test]
+fn table_shows_a_summary_over_one_aligned_row_per_backend() {
+    let want = "\
+node zone dc-a (address 10.0.1.5)  ready yes  mode normal  client cert loaded
+BACKEND         ZONE  SOURCE      STATE    SINCE                 PENDING      LATENCY  ACTIVE  RANK  FAILS  CHECKED               LAST ERROR
+10.0.1.10:6443  dc-a  config      unready  2026-12-05T12:40:00Z  -            0.31ms   0       -     3      2026-12-05T12:48:01Z  HTTP 500: [+]ping ok; [-]etcd failed
+10.0.2.10:6443  dc-b  config      ready    2026-12-05T12:40:00Z  falling 1/2  23.3ms   12      0     0      2026-12-05T12:48:01Z  -
+[fd00::3]:6443  -     discovered  unknown  2026-12-05T12:40:00Z  -            -        0       -     0      -                     -
+status at 2026-12-05T12:48:04Z  config /etc/readyprism.yaml loaded 2026-12-05T12:00:00Z  last reload -
+";
+    assert_eq!(render_table(&sample()), want);
+}
+
+#[test]
+fn table_flags_not_ready_or_shutting_down() {
+    let doc = StatusDoc {
+        zone: None,
+        zone_source: None,
+        ready: false,
+        mode: Mode::FailOpen,
+        shutting_down: true,
+        client_cert: CertStatus::Absent,
+        backends: vec![],
+        at: None,
+        config: None,
+        ..sample()
+    };
+    let table = render_table(&doc);
+    assert!(
+        table.starts_with(
+            "node zone -  ready NO  mode fail_open  client cert absent  SHUTTING DOWN\n"
+        ),
+        "{table}"
+    );
+    assert!(table.ends_with("(no backends configured)\n"), "{table}");
+}
+
+#[test]
+fn the_last_line_says_a_rejected_reload_and_why() {
+    use crate::admin::config_view::ReloadStatus;
+    let mut doc = sample();
+    let config = doc.config.as_mut().expect("sample has one");
+    config.last_reload = Some(ReloadStatus {
+        at: "2026-12-05T12:30:00Z".to_string(),
+        result: ReloadResult::Rejected,
+        error: Some("/etc/readyprism.yaml:3:5: health.rise: 0 must be 1 to 10\x1b[2J".into()),
+    });
+    let table = render_table(&doc);
+    let last = table.lines().last().expect("a line");
+    assert_eq!(
+        last,
+        "status at 2026-12-05T12:48:04Z  config /etc/readyprism.yaml loaded 2026-12-05T12:00:00Z  last reload REJECTED 2026-12-05T12:30:00Z: /etc/readyprism.yaml:3:5: health.rise: 0 must be 1 to 10\\x1b[2J"
+    );
+}
+
+#[test]
+fn exit_code_is_ready_only_with_a_ready_backend_to_route_to() {
+    assert_eq!(exit_code(&sample()), EXIT_READY);
+    let not_ready = StatusDoc {
+        ready: false,
+        ..sample()
+    };
+    assert_eq!(exit_code(&not_ready), EXIT_NOT_READY);
+    // Ready with nothing ready to route to (no backends, or none ready) is not ready.
+    let nothing = StatusDoc {
+        backends: vec![],
+        ..sample()
+    };
+    assert_eq!(exit_code(&nothing), EXIT_NOT_READY);
+    assert!(render_table(&nothing).starts_with("node zone dc-a (address 10.0.1.5)  ready NO"));
+    let mut none_ready = sample();
+    none_ready.backends.retain(|b| b.state != State::Ready);
+    assert_eq!(exit_code(&none_ready), EXIT_NOT_READY);
+}
+
+#[test]
+fn cells_show_controls_as_escapes_and_are_cut() {
+    let mut doc = sample();
+    doc.zone = Some("z\x1b[2J".to_string());
+    let b = &mut doc.backends[0];
+    b.last_error = Some("HTTP 500: \x1b]0;owned\x07\x1b[2J".to_string());
+    b.latency_ms = Some(1e308);
+    b.address = "a".repeat(300);
+    let table = render_table(&doc);
+    assert!(
+        !table.chars().any(|c| c.is_control() && c != '\n'),
+        "{table:?}"
+    );
+    assert!(
+        table.contains("HTTP 500: \\x1b]0;owned\\x07\\x1b[2J"),
+        "{table}"
+    );
+    assert!(table.contains(">100s"), "{table}");
+    assert!(
+        table.contains(&format!("{}…", "a".repeat(MAX_CELL - 1))),
+        "{table}"
+    );
+    assert!(
+        table
+            .lines()
+            .all(|l| l.chars().count() < 2 * MAX_CELL + MAX_ERROR),
+        "{table}"
+    );
+}
+
+#[tokio::test]
+async fn any_json_that_is_not_a_status_document_is_rejected() {
+    for body in ["hello", "{\"ready\": true}"] {
+        let response = format!(
+            "HTTP/1.1 200 OK\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+            body.len()
+        );
+        let addr = answers(response.into_bytes()).to_string();
+        let err = fetch(&addr).await.expect_err("not a document");
+        assert!(
+            matches!(err, StatusError::NotAStatusDocument { .. }),
+            "{err}"
+        );
+    }
+}
