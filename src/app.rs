@@ -107,7 +107,7 @@ impl App {
         let snapshots = table.clone();
         let metrics = Arc::new(Metrics::new(Box::new(move || snapshots.load())));
         metrics.declare_discovery_results(crate::discovery::Poll::labels());
-        tls::publish_expiry(&metrics, &tls_state.client_cert);
+        tls::publish_client_cert(&metrics, &tls_state.client_cert);
         let tls = TlsSource::new(tls_state);
         let (writer, rx) = mpsc::channel(256);
         let tasks = TaskTracker::new();
@@ -258,7 +258,7 @@ impl App {
         match self.tls.apply(tls_state) {
             Applied::Replaced { client_cert, .. } => {
                 tracing::info!(client_cert = client_cert.as_str(), "certificates reloaded");
-                tls::publish_expiry(&self.metrics, &client_cert);
+                tls::publish_client_cert(&self.metrics, &client_cert);
             }
             Applied::Kept { gone } => {
                 tracing::warn!(client_cert = %gone.display(), "the client certificate file is gone; keeping the one loaded before");

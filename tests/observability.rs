@@ -62,6 +62,15 @@ async fn every_metric_is_exported_and_moves() {
             &format!("{aa_l},result=\"pass\"")
         ) >= 2.0
     );
+    // Every failure class exists from the backend's start, at 0.
+    for class in readyprism::verdict::FailClass::ALL {
+        let labels = format!("{aa_l},result=\"fail\",reason=\"{}\"", class.label());
+        assert_eq!(
+            m(&t, "readyprism_health_checks_total", &labels),
+            0.0,
+            "{labels}"
+        );
+    }
     assert!(m(&t, "readyprism_health_check_duration_seconds_count", &ba_l) >= 2.0);
     assert!(m(&t, "readyprism_health_check_duration_seconds_sum", &ba_l) >= 0.04);
     assert_eq!(m(&t, "readyprism_no_ready_backends", ""), 0.0);
@@ -127,13 +136,10 @@ async fn every_metric_is_exported_and_moves() {
         ),
         1.0
     );
-    assert!(
-        m(
-            &t,
-            "readyprism_health_checks_total",
-            &format!("{aa_l},result=\"fail\"")
-        ) >= 2.0
-    );
+    assert!(failed_checks(&t, &aa_l) >= 2.0);
+    // Not ready: the apiserver answered 500, counted under its class.
+    let labels = format!("{aa_l},result=\"fail\",reason=\"http_5xx\"");
+    assert!(m(&t, "readyprism_health_checks_total", &labels) >= 2.0);
     assert_eq!(
         m(
             &t,

@@ -8,6 +8,7 @@ mod admin_hardening;
 mod alerts;
 mod architecture;
 mod cli;
+mod client_cert;
 mod config_errors;
 mod config_watch;
 mod dead_paths;

@@ -103,10 +103,12 @@ pub fn render_table(doc: &StatusDoc) -> String {
         Mode::Refuse => "refuse",
         Mode::Starting => "starting",
     };
-    let cert = match doc.client_cert {
-        CertStatus::None => "none",
-        CertStatus::Absent => "absent",
-        CertStatus::Loaded => "loaded",
+    let cert = match (doc.client_cert, &doc.client_cert_expiry) {
+        (CertStatus::None, _) => "none".to_string(),
+        (CertStatus::Absent, _) => "absent".to_string(),
+        // `expires in 6d`, `EXPIRED 1h ago`: an apiserver's refusal is then ours to fix.
+        (CertStatus::Loaded, Some(expiry)) => cell::cell(expiry, MAX_CELL),
+        (CertStatus::Loaded, None) => "loaded".to_string(),
     };
     // The zone's source in brackets: `dc-a (address 10.0.1.5)`, `dc-b (flag)`.
     let zone = match (&doc.zone, &doc.zone_source) {
@@ -233,6 +235,8 @@ pub(crate) fn sample() -> StatusDoc {
         mode: Mode::Normal,
         shutting_down: false,
         client_cert: CertStatus::Loaded,
+        client_cert_not_after: None,
+        client_cert_expiry: None,
         generation: 7,
         backends: vec![
             b(
@@ -276,6 +280,25 @@ BACKEND         ZONE  SOURCE      STATE    LATENCY  ACTIVE  RANK  LAST ERROR
 [fd00::3]:6443  -     discovered  unknown  -        0       -     -
 ";
         assert_eq!(render_table(&sample()), want);
+    }
+
+    #[test]
+    fn the_summary_says_when_our_client_certificate_expires() {
+        for expiry in ["expires in 6d", "EXPIRED 1h ago"] {
+            let doc = StatusDoc {
+                client_cert_expiry: Some(expiry.to_string()),
+                ..sample()
+            };
+            let table = render_table(&doc);
+            let want = format!("mode normal  client cert {expiry}\n");
+            assert!(
+                table
+                    .lines()
+                    .next()
+                    .is_some_and(|l| format!("{l}\n").ends_with(&want)),
+                "{table}"
+            );
+        }
     }
 
     #[test]

@@ -226,7 +226,7 @@ pub(crate) fn next_probe_due(due: &Due) -> Instant {
 }
 
 fn record(counts: &ProbeCounts, outcome: &Outcome) {
-    counts.checked(outcome.passed());
+    counts.checked(outcome.fail_class());
     if let Some(l) = outcome.latency() {
         counts.latency.observe(l);
     }
