@@ -27,13 +27,13 @@ fn wait_status(
     what: &str,
     pred: impl Fn(&serde_json::Value) -> bool,
 ) -> serde_json::Value {
-    let deadline = std::time::Instant::now() + patience();
+    let deadline = tokio::time::Instant::now() + patience();
     loop {
         let doc = status(p);
         if pred(&doc) {
             return doc;
         }
-        assert!(std::time::Instant::now() < deadline, "no {what}: {doc}");
+        assert!(tokio::time::Instant::now() < deadline, "no {what}: {doc}");
         std::thread::sleep(std::time::Duration::from_millis(50));
     }
 }
