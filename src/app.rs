@@ -181,7 +181,7 @@ impl App {
             tracing::warn!("no zone matches this node's addresses; zone unknown");
         }
         let zone_source = zone.as_ref().map(|z| z.source.to_string());
-        tracing::info!(listen = %listen.join(","), admin = %admin_bound, backends = config.backends.len(), zone = zone.as_ref().map_or("", |z| z.name.as_str()), zone_source = zone_source.as_deref().unwrap_or(""), "readyprism started");
+        tracing::info!(listen = %listen.join(","), admin = %admin_bound, backends = config.backends.len(), zone = zone.as_ref().map_or("", |z| z.name.as_str()), zone_source = zone_source.as_deref().unwrap_or(""), version = crate::metrics::VERSION, commit = crate::metrics::COMMIT, "readyprism started");
         Ok(app)
     }
 
