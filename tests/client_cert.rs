@@ -154,3 +154,33 @@ async fn a_server_name_mismatch_names_the_name_expected_and_the_names_presented(
     }
     app.shutdown().await;
 }
+
+#[tokio::test]
+async fn a_401_while_our_client_certificate_has_expired_names_our_certificate() {
+    // kube-apiserver verifies client certificates after the handshake: an expired one gets
+    // `401 Unauthorized` on /readyz, not a TLS alert.
+    let lab = Lab::new();
+    write_client(&lab, &lab.ca.client_until("test-node", -1).expect("cert"));
+    let server = lab.ca.server(&["127.0.0.1"]).expect("server cert");
+    let lenient = readyprism::sim::apiserver::lenient_server_tls(&lab.ca, &server).expect("tls");
+    let a = lab.fake_serving("a", lenient).await;
+    a.control
+        .readyz_answer
+        .store(Some(std::sync::Arc::new((401, "Unauthorized".to_string()))));
+    let app = lab.alone_behind_balancer(&a, "").await;
+    let snap = wait_states(&app, &[State::Unready]).await;
+    assert_eq!(
+        snap.backends[0].last_error.as_deref(),
+        Some("HTTP 401: Unauthorized; our client certificate EXPIRED 1d ago")
+    );
+    let metrics = app.metrics_text();
+    let labels = format!(
+        "backend=\"{}\",result=\"fail\",reason=\"client_cert\"",
+        addr(&a)
+    );
+    assert!(
+        metric(&metrics, "readyprism_health_checks_total", &labels).is_some_and(|n| n >= 1.0),
+        "{metrics}"
+    );
+    app.shutdown().await;
+}

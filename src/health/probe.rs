@@ -13,9 +13,9 @@ use tokio::time::Instant;
 use super::rise_fall::Outcome;
 use crate::backend::{BackendLive, BackendSpec};
 use crate::config::DurationValue;
-use crate::https::reason::{first_line, Reason};
+use crate::https::reason::{answer_reason, Reason};
 use crate::https::{self, ConnectError, GetError};
-use crate::tls::{TlsSource, TlsState};
+use crate::tls::{unix_now, TlsSource, TlsState};
 use crate::verdict::FailClass;
 
 /// Most of an answer we read. A `/readyz?verbose` body is ~2 KiB; anything longer is cut off and the
@@ -205,15 +205,12 @@ impl HttpsProbe {
         if answer.status == StatusCode::OK {
             return Ok(answer.latency);
         }
-        let code = answer.status.as_u16();
-        let reason = match first_line(&answer.body) {
-            Some(line) => format!("HTTP {code}: {line}"),
-            None => format!("HTTP {code}"),
-        };
+        let ours = self.tls.current().client_cert.left(unix_now());
+        let reason = answer_reason(answer.status.as_u16(), &answer.body, ours);
         Err(Failure::Backend {
-            reason,
+            reason: reason.text,
             latency: Some(answer.latency),
-            class: FailClass::of_status(code),
+            class: reason.class,
         })
     }
 }

@@ -7,6 +7,7 @@
 //!
 //! Does not own the client (`https`) or dial errors (`dial::DialError`, worded there).
 
+use crate::tls::Left;
 use crate::verdict::FailClass;
 
 /// The line an operator wants from a failed `/readyz`: the first `[-]` check, else the first line.
@@ -19,6 +20,23 @@ pub fn first_line(body: &[u8]) -> Option<String> {
         .find(|l| l.starts_with("[-]"))
         .or_else(|| lines.next())?;
     Some(line.chars().take(200).collect())
+}
+
+/// An HTTP answer other than 200 in words: `HTTP 500: [-]etcd failed`. kube-apiserver verifies
+/// client certificates after the handshake, so an expired one is not a TLS alert but a `401`:
+/// with `ours` expired, the reason says so and the failure is our certificate's.
+pub fn answer_reason(code: u16, body: &[u8], ours: Option<Left>) -> Reason {
+    let text = match first_line(body) {
+        Some(line) => format!("HTTP {code}: {line}"),
+        None => format!("HTTP {code}"),
+    };
+    match ours {
+        Some(left @ Left::Expired(_)) if code == 401 => Reason::new(
+            format!("{text}; our client certificate {left}"),
+            FailClass::ClientCert,
+        ),
+        _ => Reason::new(text, FailClass::of_status(code)),
+    }
 }
 
 /// A failure in words, with the class of failed check it is.
@@ -212,6 +230,31 @@ mod tests {
             "TLS: the apiserver's certificate is not valid for 10.0.1.10; it names DnsName(\"kubernetes\"), IpAddress(127.0.0.1)"
         );
         assert_eq!(r.class, FailClass::Tls);
+    }
+
+    #[test]
+    fn a_401_while_our_certificate_has_expired_is_ours() {
+        let expired = Some(Left::Expired(3600));
+        let table = [
+            (
+                401,
+                expired,
+                "HTTP 401: Unauthorized; our client certificate EXPIRED 1h ago",
+                FailClass::ClientCert,
+            ),
+            (
+                401,
+                Some(Left::Soon(3600)),
+                "HTTP 401: Unauthorized",
+                FailClass::HttpOther,
+            ),
+            (401, None, "HTTP 401: Unauthorized", FailClass::HttpOther),
+            (500, expired, "HTTP 500: Unauthorized", FailClass::Http5xx),
+        ];
+        for (code, ours, text, class) in table {
+            let r = answer_reason(code, b"Unauthorized\n", ours);
+            assert_eq!((r.text.as_str(), r.class), (text, class), "{code} {ours:?}");
+        }
     }
 
     #[test]
