@@ -108,7 +108,7 @@ impl App {
         let snapshots = table.clone();
         let metrics = Arc::new(Metrics::new(Box::new(move || snapshots.load())));
         metrics.declare_discovery_results(crate::discovery::Poll::labels());
-        tls::publish_expiry(&metrics, &tls_state.client_cert);
+        tls::publish_client_cert(&metrics, &tls_state.client_cert);
         let tls = TlsSource::new(tls_state);
         let (writer, rx) = mpsc::channel(256);
         let tasks = TaskTracker::new();
@@ -187,7 +187,7 @@ impl App {
             tracing::warn!("no zone matches this node's addresses; zone unknown");
         }
         let zone_source = zone.as_ref().map(|z| z.source.to_string());
-        tracing::info!(listen = %listen.join(","), admin = %admin_bound, backends = config.backends.len(), zone = zone.as_ref().map_or("", |z| z.name.as_str()), zone_source = zone_source.as_deref().unwrap_or(""), "readyprism started");
+        tracing::info!(listen = %listen.join(","), admin = %admin_bound, backends = config.backends.len(), zone = zone.as_ref().map_or("", |z| z.name.as_str()), zone_source = zone_source.as_deref().unwrap_or(""), version = crate::metrics::VERSION, commit = crate::metrics::COMMIT, "readyprism started");
         Ok(app)
     }
 
@@ -264,7 +264,7 @@ impl App {
         match self.tls.apply(tls_state) {
             Applied::Replaced { client_cert, .. } => {
                 tracing::info!(client_cert = client_cert.as_str(), "certificates reloaded");
-                tls::publish_expiry(&self.metrics, &client_cert);
+                tls::publish_client_cert(&self.metrics, &client_cert);
             }
             Applied::Kept { gone } => {
                 tracing::warn!(client_cert = %gone.display(), "the client certificate file is gone; keeping the one loaded before");

@@ -3,10 +3,14 @@
 //! Plain values, no behaviour beyond naming: the picker, the snapshot and the status document all
 //! read them. Does not own how they are decided (`health::rise_fall`).
 
+mod fail_class;
+
 use std::sync::Arc;
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
+
+pub use fail_class::FailClass;
 
 /// Health state after hysteresis.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]

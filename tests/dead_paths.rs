@@ -261,14 +261,7 @@ fn a_syn_black_hole_gets_three_syns_per_dial_and_probes_at_most_one_a_second() {
     // Probes dial afresh (the failed client dial dropped the kept connection) into the hole: let
     // three fail, reading the counters as the third does (the next is seconds away).
     let backend = format!("backend=\"{DEAD}:{PORT}\"");
-    let fails = |text: &str| {
-        metric(
-            text,
-            "readyprism_health_checks_total",
-            &format!("{backend},result=\"fail\""),
-        )
-        .unwrap_or(0.0) as u64
-    };
+    let fails = |text: &str| failed_checks(text, &backend) as u64;
     let mut text = node.metrics(&p);
     let probes = loop {
         let (n, syn_count) = (fails(&text), node.counted(syns));

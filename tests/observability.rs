@@ -91,6 +91,15 @@ async fn every_start_up_metric_is_exported_with_its_first_values() {
             &format!("{aa_l},result=\"pass\"")
         ) >= 2.0
     );
+    // Every failure class exists from the backend's start, at 0.
+    for class in readyprism::verdict::FailClass::ALL {
+        let labels = format!("{aa_l},result=\"fail\",reason=\"{}\"", class.label());
+        assert_eq!(
+            m(&t, "readyprism_health_checks_total", &labels),
+            0.0,
+            "{labels}"
+        );
+    }
     assert!(m(&t, "readyprism_health_check_duration_seconds_count", ba_l) >= 2.0);
     assert!(m(&t, "readyprism_health_check_duration_seconds_sum", ba_l) >= 0.04);
     assert_eq!(m(&t, "readyprism_no_ready_backends", ""), 0.0);
@@ -102,6 +111,25 @@ async fn every_start_up_metric_is_exported_with_its_first_values() {
         ),
         1.0
     );
+    // The build names its commit (git at build time; `unknown` without git).
+    let build = format!("version=\"{}\",commit=\"", env!("CARGO_PKG_VERSION"));
+    assert_eq!(m(&t, "readyprism_build_info", &build), 1.0);
+    let commit = t
+        .lines()
+        .find_map(|l| l.strip_prefix("readyprism_build_info{"))
+        .and_then(|l| l.split("commit=\"").nth(1)?.split('"').next())
+        .unwrap_or_default();
+    assert!(
+        commit == "unknown"
+            || (commit.len() == 12 && commit.chars().all(|c| c.is_ascii_hexdigit())),
+        "{commit:?}"
+    );
+    // The standard process metrics, unprefixed, read from /proc/self.
+    assert!(m(&t, "process_start_time_seconds", "") > 1.7e9);
+    assert!(m(&t, "process_resident_memory_bytes", "") > 0.0);
+    assert!(m(&t, "process_open_fds", "") >= 3.0);
+    assert!(m(&t, "process_max_fds", "") >= 3.0);
+    assert!(m(&t, "process_cpu_seconds_total", "") >= 0.0);
     let not_after = m(&t, "readyprism_client_cert_expiry_timestamp_seconds", "");
     assert!(not_after > 1.7e9, "{not_after}");
 
@@ -170,13 +198,10 @@ async fn turning_unready_with_a_connection_open_moves_its_counters() {
         ),
         1.0
     );
-    assert!(
-        m(
-            &t,
-            "readyprism_health_checks_total",
-            &format!("{aa_l},result=\"fail\"")
-        ) >= 2.0
-    );
+    assert!(failed_checks(&t, aa_l) >= 2.0);
+    // Not ready: the apiserver answered 500, counted under its class.
+    let labels = format!("{aa_l},result=\"fail\",reason=\"http_5xx\"");
+    assert!(m(&t, "readyprism_health_checks_total", &labels) >= 2.0);
     assert_eq!(
         m(
             &t,
@@ -389,6 +414,27 @@ fn text_logs_written_to_a_pipe_carry_no_colour_codes() {
     assert!(
         !logs.contains('\x1b'),
         "ANSI escape in piped logs: {logs:?}"
+    );
+}
+
+#[test]
+fn the_started_line_names_the_version_and_commit() {
+    let rt = tokio::runtime::Runtime::new().expect("runtime");
+    let lab = Lab::new();
+    let (_a, file) = lab.fake_and_config(&rt, "run.yaml", "");
+    let p = Proc::start(&file);
+    let started = p.wait_log("readyprism started", |_| true);
+    assert_eq!(started["fields"]["version"], env!("CARGO_PKG_VERSION"));
+    let commit = started["fields"]["commit"].as_str().unwrap_or_default();
+    assert!(!commit.is_empty(), "{started}");
+    let metrics = blocking_get(p.admin, "/metrics").1;
+    let labels = format!(
+        "version=\"{}\",commit=\"{commit}\"",
+        env!("CARGO_PKG_VERSION")
+    );
+    assert_eq!(
+        metric(&metrics, "readyprism_build_info", &labels),
+        Some(1.0)
     );
 }
 

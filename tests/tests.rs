@@ -9,6 +9,7 @@ mod admin_page;
 mod alerts;
 mod architecture;
 mod cli;
+mod client_cert;
 mod config_errors;
 mod config_watch;
 mod dead_paths;

@@ -107,12 +107,14 @@ impl Admin {
 
     /// The `/status` document as of now.
     pub fn status(&self) -> StatusDoc {
+        let tls = self.tls.current();
         StatusDoc::of(
             &self.table.load(),
             self.shutting_down.load(Ordering::Relaxed),
-            (&self.tls.current().client_cert).into(),
+            (&tls.client_cert).into(),
             Some(self.config.get().status),
         )
+        .with_expiry(&tls.client_cert, crate::tls::unix_now())
     }
 
     fn route<B>(&self, req: &Request<B>) -> Response<Full<Bytes>> {

@@ -71,6 +71,14 @@ pub struct StatusDoc {
     pub shutting_down: bool,
     /// Which client certificate the probes present.
     pub client_cert: CertStatus,
+    /// When the client certificate presented expires (`notAfter`, Unix seconds); null without
+    /// one or when it cannot be read. Absent from older balancers' documents.
+    #[serde(default)]
+    pub client_cert_not_after: Option<i64>,
+    /// Its time left when the document was made: `expires in 6d`, `EXPIRED 1h ago`; null
+    /// without one. Absent from older balancers' documents.
+    #[serde(default)]
+    pub client_cert_expiry: Option<String>,
     /// The snapshot generation the document was made from.
     pub generation: u64,
     /// Every backend, the configured ones first in config order, then the discovered ones.
@@ -216,10 +224,28 @@ impl StatusDoc {
             mode,
             shutting_down,
             client_cert,
+            client_cert_not_after: None,
+            client_cert_expiry: None,
             generation: snap.generation,
             backends,
             at: Some(timestamp::now()),
             config,
+        }
+    }
+}
+
+impl StatusDoc {
+    /// The document with the client certificate `cert`'s expiry, its time left read at `now`
+    /// (Unix seconds).
+    pub fn with_expiry(self, cert: &ClientCert, now: i64) -> StatusDoc {
+        let not_after = match cert {
+            ClientCert::Loaded { not_after, .. } => *not_after,
+            _ => None,
+        };
+        StatusDoc {
+            client_cert_not_after: not_after,
+            client_cert_expiry: cert.left(now).map(|l| l.to_string()),
+            ..self
         }
     }
 }

@@ -8,7 +8,7 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use crate::verdict::State;
+use crate::verdict::{FailClass, State};
 
 /// Upper bounds of the latency histogram, in seconds: 1 ms doubling to ~16 s (a LAN answer to
 /// the slowest timeout we accept); one more bucket above them counts the rest (`+Inf`).
@@ -27,8 +27,8 @@ pub const LATENCY_BOUNDS: [f64; 15] = {
 pub struct ProbeCounts {
     /// Probes that passed.
     pub passed: AtomicU64,
-    /// Probes that failed (failed client dials counted as checks included).
-    pub failed: AtomicU64,
+    /// Probes that failed, one count per [`FailClass`] (in [`FailClass::ALL`]'s order).
+    pub failed: [AtomicU64; FailClass::ALL.len()],
     /// State changes to ready.
     pub to_ready: AtomicU64,
     /// State changes to unready.
@@ -55,9 +55,12 @@ impl ProbeCounts {
         n.fetch_add(1, Ordering::Relaxed);
     }
 
-    /// Counts one check by whether it passed.
-    pub fn checked(&self, passed: bool) {
-        let n = if passed { &self.passed } else { &self.failed };
+    /// Counts one check: passed (`None`) or failed with its class.
+    pub fn checked(&self, failed: Option<FailClass>) {
+        let n = match failed {
+            None => &self.passed,
+            Some(class) => &self.failed[class.index()],
+        };
         n.fetch_add(1, Ordering::Relaxed);
     }
 

@@ -160,10 +160,12 @@ pub fn render_table(doc: &StatusDoc) -> String {
         Mode::Refuse => "refuse",
         Mode::Starting => "starting",
     };
-    let cert = match doc.client_cert {
-        CertStatus::None => "none",
-        CertStatus::Absent => "absent",
-        CertStatus::Loaded => "loaded",
+    let cert = match (doc.client_cert, &doc.client_cert_expiry) {
+        (CertStatus::None, _) => "none".to_string(),
+        (CertStatus::Absent, _) => "absent".to_string(),
+        // `expires in 6d`, `EXPIRED 1h ago`: an apiserver's refusal is then ours to fix.
+        (CertStatus::Loaded, Some(expiry)) => cell::cell(expiry, MAX_CELL),
+        (CertStatus::Loaded, None) => "loaded".to_string(),
     };
     // The zone's source in brackets: `dc-a (address 10.0.1.5)`, `dc-b (flag)`.
     let zone = match (&doc.zone, &doc.zone_source) {
@@ -350,6 +352,8 @@ pub(crate) fn sample() -> StatusDoc {
         mode: Mode::Normal,
         shutting_down: false,
         client_cert: CertStatus::Loaded,
+        client_cert_not_after: None,
+        client_cert_expiry: None,
         generation: 7,
         at: Some("2026-12-05T12:48:04Z".to_string()),
         config: Some(ConfigStatus {

@@ -67,6 +67,17 @@ impl DialError {
         }
     }
 
+    /// The class of a failed check this dial error was (a timeout, a refusal, any other dial
+    /// failure).
+    pub fn class(&self) -> crate::verdict::FailClass {
+        use crate::verdict::FailClass;
+        match self.label() {
+            "timeout" => FailClass::Timeout,
+            "refused" => FailClass::Refused,
+            _ => FailClass::Dial,
+        }
+    }
+
     /// A short, bounded label for metrics: `refused`, `timeout`, `unreachable`, `reset`,
     /// `denied`, `resolve`, `other`; for this node's shortages `descriptors`, `ports`, `memory`,
     /// `interrupted`.

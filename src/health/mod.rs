@@ -231,7 +231,7 @@ pub(crate) fn next_probe_due(due: &Due) -> Instant {
 }
 
 fn record(counts: &ProbeCounts, outcome: &Outcome) {
-    counts.checked(outcome.passed());
+    counts.checked(outcome.fail_class());
     counts.probed(outcome.passed(), std::time::SystemTime::now());
     if let Some(l) = outcome.latency() {
         counts.latency.observe(l);

@@ -134,6 +134,7 @@ mod tests {
         let answered = Outcome::Fail {
             reason: "HTTP 500: [-]etcd failed".into(),
             latency: Some(Duration::from_millis(2)),
+            class: crate::verdict::FailClass::Http5xx,
         };
         let step = step.then(machine.observe(&answered));
         assert_eq!((step.changed, step.pending), (None, true));

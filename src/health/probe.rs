@@ -13,9 +13,10 @@ use tokio::time::Instant;
 use super::rise_fall::Outcome;
 use crate::backend::{BackendLive, BackendSpec};
 use crate::config::DurationValue;
-use crate::https::reason::first_line;
+use crate::https::reason::{answer_reason, Reason};
 use crate::https::{self, ConnectError, GetError};
-use crate::tls::{TlsSource, TlsState};
+use crate::tls::{unix_now, TlsSource, TlsState};
+use crate::verdict::FailClass;
 
 /// Most of an answer we read. A `/readyz?verbose` body is ~2 KiB; anything longer is cut off and the
 /// connection dropped, so a hostile backend cannot make us buffer without bound.
@@ -48,7 +49,7 @@ fn reusable(conn: &https::Conn, tls_generation: u64, now: Instant) -> bool {
 enum Failure {
     /// Failed before any answer on a reused connection: the server may just have closed it
     /// idle, so the probe retries once on a fresh connection before it counts.
-    Stale(String),
+    Stale(Reason),
     /// Could not be made for want of something on this node (descriptors, memory): no news of
     /// the backend.
     ThisNode(String),
@@ -56,15 +57,17 @@ enum Failure {
     Backend {
         reason: String,
         latency: Option<Duration>,
+        class: FailClass,
     },
 }
 
 impl Failure {
     /// A failure of the backend with no HTTP answer (dial, TLS, a broken connection).
-    fn unanswered(reason: String) -> Self {
+    fn unanswered(reason: Reason) -> Self {
         Failure::Backend {
-            reason,
+            reason: reason.text,
             latency: None,
+            class: reason.class,
         }
     }
 }
@@ -120,10 +123,10 @@ impl HttpsProbe {
     pub async fn probe(&mut self, timeout: Duration) -> Result<Outcome, Inconclusive> {
         let result = match tokio::time::timeout(timeout, self.attempt(timeout)).await {
             Ok(r) => r,
-            Err(_) => Err(Failure::unanswered(format!(
-                "timeout after {}",
-                DurationValue(timeout)
-            ))),
+            Err(_) => Err(Failure::unanswered(Reason {
+                text: format!("timeout after {}", DurationValue(timeout)),
+                class: FailClass::Timeout,
+            })),
         };
         if result.is_err() {
             self.conn = None;
@@ -132,10 +135,19 @@ impl HttpsProbe {
             Ok(latency) => Ok(Outcome::Pass { latency }),
             Err(Failure::ThisNode(reason)) => Err(Inconclusive(reason)),
             // A second stale failure (on the fresh connection) is the backend's.
-            Err(Failure::Stale(reason)) => Ok(Outcome::dial_failed(reason.into())),
-            Err(Failure::Backend { reason, latency }) => Ok(Outcome::Fail {
+            Err(Failure::Stale(reason)) => Ok(Outcome::Fail {
+                reason: reason.text.into(),
+                latency: None,
+                class: reason.class,
+            }),
+            Err(Failure::Backend {
+                reason,
+                latency,
+                class,
+            }) => Ok(Outcome::Fail {
                 reason: reason.into(),
                 latency,
+                class,
             }),
         }
     }
@@ -170,16 +182,22 @@ impl HttpsProbe {
     }
 
     async fn request(&mut self, reused: bool) -> Result<Duration, Failure> {
-        let conn = self
-            .conn
-            .as_mut()
-            .ok_or_else(|| Failure::unanswered("HTTP: no connection".to_string()))?;
+        let conn = self.conn.as_mut().ok_or_else(|| {
+            Failure::unanswered(Reason {
+                text: "HTTP: no connection".to_string(),
+                class: FailClass::Other,
+            })
+        })?;
         let answer = conn
             .get(&self.path, self.spec.id.as_str(), "*/*", MAX_READYZ_BODY)
             .await
             .map_err(|e| match e {
                 GetError::NoAnswer(reason) if reused => Failure::Stale(reason),
-                e => Failure::unanswered(e.to_string()),
+                GetError::NoAnswer(reason) => Failure::unanswered(reason),
+                e => Failure::unanswered(Reason {
+                    text: e.to_string(),
+                    class: FailClass::Other,
+                }),
             })?;
         if !answer.complete() {
             self.conn = None; // unread bytes would poison the next request
@@ -187,14 +205,12 @@ impl HttpsProbe {
         if answer.status == StatusCode::OK {
             return Ok(answer.latency);
         }
-        let code = answer.status.as_u16();
-        let reason = match first_line(&answer.body) {
-            Some(line) => format!("HTTP {code}: {line}"),
-            None => format!("HTTP {code}"),
-        };
+        let ours = self.tls.current().client_cert.left(unix_now());
+        let reason = answer_reason(answer.status.as_u16(), &answer.body, ours);
         Err(Failure::Backend {
-            reason,
+            reason: reason.text,
             latency: Some(answer.latency),
+            class: reason.class,
         })
     }
 }

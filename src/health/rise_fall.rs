@@ -6,7 +6,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::verdict::{CheckFailure, Health, Pending, State};
+use crate::verdict::{CheckFailure, FailClass, Health, Pending, State};
 
 /// Weight of a new latency sample. 0.3 follows a real change within a few probes while one slow
 /// answer moves the average by less than a third.
@@ -27,6 +27,8 @@ pub enum Outcome {
         /// Set when an HTTP answer arrived (any status other than 200): the apiserver is alive,
         /// only not ready. `None` for timeouts, failed dials, TLS failures.
         latency: Option<Duration>,
+        /// What kind of failure, for the metric.
+        class: FailClass,
     },
 }
 
@@ -36,6 +38,15 @@ impl Outcome {
         Outcome::Fail {
             reason,
             latency: None,
+            class: FailClass::Dial,
+        }
+    }
+
+    /// The class of failure, `None` for a pass.
+    pub fn fail_class(&self) -> Option<FailClass> {
+        match self {
+            Outcome::Pass { .. } => None,
+            Outcome::Fail { class, .. } => Some(*class),
         }
     }
 
@@ -131,7 +142,9 @@ impl RiseFall {
         }
         self.health.last_failure = match outcome {
             Outcome::Pass { .. } => None,
-            Outcome::Fail { reason, latency } => Some(CheckFailure {
+            Outcome::Fail {
+                reason, latency, ..
+            } => Some(CheckFailure {
                 reason: reason.clone(),
                 answered: latency.is_some(),
             }),
@@ -197,6 +210,7 @@ mod tests {
         Outcome::Fail {
             reason: "HTTP 500: [-]etcd failed".into(),
             latency: Some(Duration::from_millis(2)),
+            class: crate::verdict::FailClass::Http5xx,
         }
     }
 

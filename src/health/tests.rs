@@ -43,6 +43,7 @@ impl Probe for Scripted {
                 Outcome::Fail {
                     reason: "HTTP 500".into(),
                     latency: Some(latency),
+                    class: crate::verdict::FailClass::Http5xx,
                 }
             })
         }

@@ -23,7 +23,7 @@ use tokio_rustls::TlsConnector;
 use crate::backend::{BackendLive, BackendSpec};
 use crate::dial::{Blame, SocketOptions};
 use crate::tls::TlsState;
-use reason::{http_reason, tls_reason};
+use reason::{http_reason, tls_reason, Reason};
 
 /// One HTTPS connection to a backend. Dropping it closes it.
 #[derive(Debug)]
@@ -50,7 +50,7 @@ pub enum ConnectError {
     ThisNode(String),
     /// The backend's fault: the dial, TLS or the HTTP handshake failed.
     #[error("{0}")]
-    Backend(String),
+    Backend(Reason),
 }
 
 /// Why a `GET` on a connection got no answer, worded for `/status` and the log.
@@ -59,9 +59,9 @@ pub enum GetError {
     /// The request could not be built (a path or host HTTP does not allow).
     #[error("HTTP: bad request: {0}")]
     BadRequest(String),
-    /// The connection failed before an answer arrived (closed, reset).
+    /// The connection failed before an answer arrived (closed, reset, our certificate refused).
     #[error("{0}")]
-    NoAnswer(String),
+    NoAnswer(Reason),
 }
 
 /// An HTTP answer, its body read up to the limit asked for.
@@ -118,7 +118,10 @@ pub async fn connect(
     live.count_dial(&tally);
     let tcp = tcp.map_err(|e| match e.blame() {
         Blame::ThisNode => ConnectError::ThisNode(e.to_string()),
-        Blame::Backend => ConnectError::Backend(e.to_string()),
+        Blame::Backend => ConnectError::Backend(Reason {
+            text: e.to_string(),
+            class: e.class(),
+        }),
     })?;
     let stream = TlsConnector::from(tls.client.clone())
         .connect(spec.server_name.clone(), tcp)
@@ -213,7 +216,7 @@ async fn read_bounded(mut body: hyper::body::Incoming, limit: usize) -> (Vec<u8>
     loop {
         match body.frame().await {
             None => return (out, BodyEnd::Whole),
-            Some(Err(e)) => return (out, BodyEnd::Cut(http_reason(&e))),
+            Some(Err(e)) => return (out, BodyEnd::Cut(http_reason(&e).text)),
             Some(Ok(frame)) => {
                 if let Ok(data) = frame.into_data() {
                     let room = limit - out.len();

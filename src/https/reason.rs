@@ -1,7 +1,14 @@
 //! How an apiserver's failure reads in `/status` and the log: the first `[-]` line of a
 //! `/readyz` body, and TLS and HTTP errors in words (`TLS: unknown issuer`, not a Rust debug dump).
 //!
+//! A refusal of our own client certificate (a TLS alert such as `certificate expired` or
+//! `unknown ca`) reads as ours: `the apiserver refused our client certificate: certificate
+//! expired`; a name mismatch names the name expected and the ones the certificate holds.
+//!
 //! Does not own the client (`https`) or dial errors (`dial::DialError`, worded there).
+
+use crate::tls::Left;
+use crate::verdict::FailClass;
 
 /// The line an operator wants from a failed `/readyz`: the first `[-]` check, else the first line.
 pub fn first_line(body: &[u8]) -> Option<String> {
@@ -15,33 +22,114 @@ pub fn first_line(body: &[u8]) -> Option<String> {
     Some(line.chars().take(200).collect())
 }
 
-pub fn tls_reason(e: &std::io::Error) -> String {
+/// An HTTP answer other than 200 in words: `HTTP 500: [-]etcd failed`. kube-apiserver verifies
+/// client certificates after the handshake, so an expired one is not a TLS alert but a `401`:
+/// with `ours` expired, the reason says so and the failure is our certificate's.
+pub fn answer_reason(code: u16, body: &[u8], ours: Option<Left>) -> Reason {
+    let text = match first_line(body) {
+        Some(line) => format!("HTTP {code}: {line}"),
+        None => format!("HTTP {code}"),
+    };
+    match ours {
+        Some(left @ Left::Expired(_)) if code == 401 => Reason::new(
+            format!("{text}; our client certificate {left}"),
+            FailClass::ClientCert,
+        ),
+        _ => Reason::new(text, FailClass::of_status(code)),
+    }
+}
+
+/// A failure in words, with the class of failed check it is.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Reason {
+    /// For `/status` and the log.
+    pub text: String,
+    /// For `readyprism_health_checks_total{result="fail"}`.
+    pub class: FailClass,
+}
+
+impl std::fmt::Display for Reason {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.text)
+    }
+}
+
+impl Reason {
+    fn new(text: String, class: FailClass) -> Reason {
+        Reason { text, class }
+    }
+}
+
+/// A failed TLS handshake in words.
+pub fn tls_reason(e: &std::io::Error) -> Reason {
     match e
         .get_ref()
         .and_then(|inner| inner.downcast_ref::<rustls::Error>())
     {
         Some(r) => rustls_reason(r),
-        None => format!("TLS: {e}"),
+        None => Reason::new(format!("TLS: {e}"), FailClass::Tls),
     }
 }
 
-fn rustls_reason(e: &rustls::Error) -> String {
-    match e {
+fn rustls_reason(e: &rustls::Error) -> Reason {
+    let text = match e {
+        // With TLS 1.3 the server rejects our client certificate after the handshake: the alert
+        // (`certificate expired`, `unknown ca`) surfaces on the first request. Ours to fix, not
+        // the apiserver's: said so.
+        rustls::Error::AlertReceived(a) if refuses_our_certificate(*a) => {
+            return Reason::new(
+                format!(
+                    "the apiserver refused our client certificate: {}",
+                    alert_words(*a)
+                ),
+                FailClass::ClientCert,
+            );
+        }
+        rustls::Error::InvalidCertificate(rustls::CertificateError::NotValidForNameContext {
+            expected,
+            presented,
+        }) => format!(
+            "TLS: the apiserver's certificate is not valid for {}; it names {}",
+            expected.to_str(),
+            if presented.is_empty() {
+                "nothing".to_string()
+            } else {
+                presented.join(", ")
+            }
+        ),
         // Variants carrying their own detail (`Other`, `Unknown(n)`) keep rustls' wording.
         rustls::Error::InvalidCertificate(rustls::CertificateError::Other(_))
         | rustls::Error::AlertReceived(rustls::AlertDescription::Unknown(_)) => format!("TLS: {e}"),
         rustls::Error::InvalidCertificate(c) => format!("TLS: {}", words(&format!("{c:?}"))),
-        // With TLS 1.3 the server rejects our client certificate after the handshake: the alert
-        // (`unknown ca`, `certificate required`) surfaces on the first request.
-        rustls::Error::AlertReceived(a) => {
-            format!("TLS: alert received: {}", words(&format!("{a:?}")))
-        }
+        rustls::Error::AlertReceived(a) => format!("TLS: alert received: {}", alert_words(*a)),
         other => format!("TLS: {other}"),
-    }
+    };
+    Reason::new(text, FailClass::Tls)
+}
+
+/// Alerts a server sends about the certificate the client presented (RFC 8446 6.2): ours.
+fn refuses_our_certificate(a: rustls::AlertDescription) -> bool {
+    use rustls::AlertDescription as A;
+    matches!(
+        a,
+        A::BadCertificate
+            | A::UnsupportedCertificate
+            | A::CertificateRevoked
+            | A::CertificateExpired
+            | A::CertificateUnknown
+            | A::UnknownCA
+            | A::CertificateRequired
+            | A::AccessDenied
+    )
+}
+
+/// `CertificateExpired` → `certificate expired`; `UnknownCA` → `unknown ca`.
+fn alert_words(a: rustls::AlertDescription) -> String {
+    words(&format!("{a:?}"))
 }
 
 /// A hyper error, with the TLS cause named when there is one (`connection error` alone is useless).
-pub fn http_reason(e: &hyper::Error) -> String {
+pub fn http_reason(e: &hyper::Error) -> Reason {
     let mut source = std::error::Error::source(e);
     while let Some(s) = source {
         if let Some(r) = s.downcast_ref::<rustls::Error>() {
@@ -54,10 +142,11 @@ pub fn http_reason(e: &hyper::Error) -> String {
         }
         source = s.source();
     }
-    match std::error::Error::source(e) {
+    let text = match std::error::Error::source(e) {
         Some(cause) => format!("HTTP: {e}: {cause}"),
         None => format!("HTTP: {e}"),
-    }
+    };
+    Reason::new(text, FailClass::Other)
 }
 
 /// `UnknownIssuer` → `unknown issuer`; `NotValidForNameContext { .. }` → `not valid for name`.
@@ -92,6 +181,80 @@ mod tests {
         );
         assert_eq!(words("Expired"), "expired");
         assert_eq!(words("UnknownCA"), "unknown ca");
+    }
+
+    #[test]
+    fn a_refusal_of_our_certificate_reads_as_ours_and_other_alerts_as_tls() {
+        use rustls::AlertDescription as A;
+        use rustls::Error::AlertReceived;
+        let ours = "the apiserver refused our client certificate: ";
+        let table = [
+            (A::CertificateExpired, "certificate expired", true),
+            (A::BadCertificate, "bad certificate", true),
+            (A::CertificateRevoked, "certificate revoked", true),
+            (A::UnknownCA, "unknown ca", true),
+            (A::CertificateRequired, "certificate required", true),
+            (A::UnsupportedCertificate, "unsupported certificate", true),
+            (A::CertificateUnknown, "certificate unknown", true),
+            (A::AccessDenied, "access denied", true),
+            (A::HandshakeFailure, "handshake failure", false),
+            (A::ProtocolVersion, "protocol version", false),
+        ];
+        for (alert, words, is_ours) in table {
+            let r = rustls_reason(&AlertReceived(alert));
+            if is_ours {
+                assert_eq!(r.text, format!("{ours}{words}"));
+                assert_eq!(r.class, FailClass::ClientCert, "{words}");
+            } else {
+                assert_eq!(r.text, format!("TLS: alert received: {words}"));
+                assert_eq!(r.class, FailClass::Tls, "{words}");
+            }
+        }
+    }
+
+    #[test]
+    fn a_name_mismatch_names_the_name_expected_and_the_names_presented() {
+        let e =
+            rustls::Error::InvalidCertificate(rustls::CertificateError::NotValidForNameContext {
+                expected: rustls_pki_types::ServerName::try_from("10.0.1.10")
+                    .expect("name")
+                    .to_owned(),
+                presented: vec![
+                    "DnsName(\"kubernetes\")".into(),
+                    "IpAddress(127.0.0.1)".into(),
+                ],
+            });
+        let r = rustls_reason(&e);
+        assert_eq!(
+            r.text,
+            "TLS: the apiserver's certificate is not valid for 10.0.1.10; it names DnsName(\"kubernetes\"), IpAddress(127.0.0.1)"
+        );
+        assert_eq!(r.class, FailClass::Tls);
+    }
+
+    #[test]
+    fn a_401_while_our_certificate_has_expired_is_ours() {
+        let expired = Some(Left::Expired(3600));
+        let table = [
+            (
+                401,
+                expired,
+                "HTTP 401: Unauthorized; our client certificate EXPIRED 1h ago",
+                FailClass::ClientCert,
+            ),
+            (
+                401,
+                Some(Left::Soon(3600)),
+                "HTTP 401: Unauthorized",
+                FailClass::HttpOther,
+            ),
+            (401, None, "HTTP 401: Unauthorized", FailClass::HttpOther),
+            (500, expired, "HTTP 500: Unauthorized", FailClass::Http5xx),
+        ];
+        for (code, ours, text, class) in table {
+            let r = answer_reason(code, b"Unauthorized\n", ours);
+            assert_eq!((r.text.as_str(), r.class), (text, class), "{code} {ours:?}");
+        }
     }
 
     #[test]

@@ -18,7 +18,7 @@ use prometheus_client::metrics::MetricType;
 use super::SnapshotSource;
 use crate::backend::{Backend, BackendSource};
 use crate::eviction::CloseReason;
-use crate::verdict::State;
+use crate::verdict::{FailClass, State};
 
 /// The collector: the current snapshot's backends, encoded on every scrape.
 pub(super) struct Backends(pub(super) SnapshotSource);
@@ -56,6 +56,13 @@ struct WithTo {
 struct WithResult {
     backend: String,
     result: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct WithResultReason {
+    backend: String,
+    result: &'static str,
+    reason: &'static str,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -141,16 +148,23 @@ impl Collector for Backends {
         }
         let mut m = encoder.encode_descriptor(
             "health_checks",
-            "Health probes by result",
+            "Health probes by result; a failure by its class (reason)",
             None,
             MetricType::Counter,
         )?;
         for b in backends {
             let probes = &b.live.probes;
-            for (result, n) in [("pass", &probes.passed), ("fail", &probes.failed)] {
-                let labels = WithResult {
+            let labels = WithResult {
+                backend: id(b),
+                result: "pass",
+            };
+            ConstCounter::new(load(&probes.passed)).encode(m.encode_family(&labels)?)?;
+            // A failure carries its class; every class exists from the backend's start at 0.
+            for (class, n) in FailClass::ALL.iter().zip(&probes.failed) {
+                let labels = WithResultReason {
                     backend: id(b),
-                    result,
+                    result: "fail",
+                    reason: class.label(),
                 };
                 ConstCounter::new(load(n)).encode(m.encode_family(&labels)?)?;
             }

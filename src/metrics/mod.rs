@@ -6,6 +6,7 @@
 //! Reads the backends (`backend`); nothing in the domain depends on this module.
 
 mod backends;
+mod process;
 
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
@@ -32,9 +33,17 @@ struct ReasonLabel {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-struct VersionLabel {
+struct BuildLabels {
     version: &'static str,
+    commit: &'static str,
 }
+
+/// This build's version (Cargo's).
+pub const VERSION: &str = env!("CARGO_PKG_VERSION");
+
+/// The commit this build was made from (`git rev-parse --short=12 HEAD` at build time), or
+/// `unknown` when built without git.
+pub const COMMIT: &str = env!("READYPRISM_COMMIT");
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct NoLabels {}
@@ -43,6 +52,8 @@ struct NoLabels {}
 #[derive(Debug)]
 pub struct Metrics {
     registry: Registry,
+    /// The standard `process_*` metrics, which carry no `readyprism_` prefix.
+    process: Registry,
     local_dial_failures: Family<ReasonLabel, Counter>,
     /// 1 from the moment every backend has answered and none is ready (failing open or
     /// refusing) until one is ready again.
@@ -87,7 +98,10 @@ impl Metrics {
             discovery_polls: Family::default(),
             cert_expiry: Family::default(),
             registry: Registry::default(),
+            process: Registry::default(),
         };
+        let mut process = Registry::default();
+        process.register_collector(Box::new(process::Process));
         // One row per family: name (under the `readyprism_` prefix), help, the family.
         macro_rules! register {
             ($($name:literal, $help:literal, $metric:expr;)*) => {
@@ -112,10 +126,11 @@ impl Metrics {
             "client_cert_expiry_timestamp_seconds", "notAfter of the client certificate in use",
                 m.cert_expiry.clone();
         }
-        let build_info: Family<VersionLabel, Gauge> = Family::default();
+        let build_info: Family<BuildLabels, Gauge> = Family::default();
         build_info
-            .get_or_create(&VersionLabel {
-                version: env!("CARGO_PKG_VERSION"),
+            .get_or_create(&BuildLabels {
+                version: VERSION,
+                commit: COMMIT,
             })
             .set(1);
         registry.register("build_info", "Build information", build_info);
@@ -130,7 +145,11 @@ impl Metrics {
                     .get_or_create_owned(&ReasonLabel { reason }),
             );
         }
-        Metrics { registry, ..m }
+        Metrics {
+            registry,
+            process,
+            ..m
+        }
     }
 
     /// Counts a dial this node could not make (`label`: a [`crate::dial::DialError::label`]).
@@ -179,10 +198,11 @@ impl Metrics {
     /// The Prometheus text exposition of every metric.
     pub fn encode(&self) -> String {
         let mut out = String::new();
-        if let Err(e) =
-            prometheus_client::encoding::prometheus_text::encode(&mut out, &self.registry)
-        {
-            tracing::error!(error = %e, "cannot encode metrics");
+        for registry in [&self.registry, &self.process] {
+            if let Err(e) = prometheus_client::encoding::prometheus_text::encode(&mut out, registry)
+            {
+                tracing::error!(error = %e, "cannot encode metrics");
+            }
         }
         out
     }

@@ -22,7 +22,7 @@ use tokio_util::task::TaskTracker;
 
 use super::routes::{answer, raw_echo};
 use crate::accept::Acceptor;
-pub use crate::sim::tls::{server_tls, strict_server_tls, TlsSetupError};
+pub use crate::sim::tls::{lenient_server_tls, server_tls, strict_server_tls, TlsSetupError};
 
 /// How the fake treats new connections.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -1,5 +1,74 @@
-//! Reads `notAfter` out of an X.509 certificate: just enough DER to export the client cert's
-//! expiry as a metric without pulling in a full X.509 parser.
+//! Our client certificate's expiry: `notAfter` read out of the DER (just enough DER for the
+//! metric, without a full X.509 parser), and how its time left reads (`expires in 6d`,
+//! `EXPIRED 1h ago`) with the rule for warning about it ([`WARN_WITHIN`]).
+//!
+//! Does not own when it is read or said (`tls`'s load, the watcher, a reload, `/status`).
+
+use std::fmt;
+use std::time::Duration;
+
+/// Warn when our client certificate expires within this: kubelet rotates at 70–90 % of a
+/// certificate's life (a year by default), so a week left means rotation has failed for weeks.
+pub const WARN_WITHIN: Duration = Duration::from_secs(7 * 86_400);
+
+/// Our client certificate's time left at one moment, as an operator reads it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Left {
+    /// `notAfter` has passed: the apiservers refuse it. Seconds since.
+    Expired(u64),
+    /// Valid for less than [`WARN_WITHIN`]: seconds left.
+    Soon(u64),
+    /// Valid for longer: seconds left.
+    Valid(u64),
+}
+
+impl Left {
+    /// The time left at `now` (both Unix seconds) of a certificate valid until `not_after`.
+    pub fn at(not_after: i64, now: i64) -> Left {
+        match u64::try_from(not_after.saturating_sub(now)) {
+            Ok(0) | Err(_) => Left::Expired(now.saturating_sub(not_after).unsigned_abs()),
+            Ok(secs) if secs < WARN_WITHIN.as_secs() => Left::Soon(secs),
+            Ok(secs) => Left::Valid(secs),
+        }
+    }
+
+    /// Whether this is worth a WARN at load time.
+    pub fn warns(self) -> bool {
+        !matches!(self, Left::Valid(_))
+    }
+}
+
+/// `expires in 6d`, `expires in 3h`, `EXPIRED 1h ago`: the largest whole unit, rounded down.
+impl fmt::Display for Left {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match *self {
+            Left::Expired(ago) => write!(f, "EXPIRED {} ago", Span(ago)),
+            Left::Soon(left) | Left::Valid(left) => write!(f, "expires in {}", Span(left)),
+        }
+    }
+}
+
+/// A span of seconds in its largest whole unit: `6d`, `23h`, `5m`, `0s`.
+struct Span(u64);
+
+impl fmt::Display for Span {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let s = self.0;
+        match s {
+            86_400.. => write!(f, "{}d", s / 86_400),
+            3_600.. => write!(f, "{}h", s / 3_600),
+            60.. => write!(f, "{}m", s / 60),
+            _ => write!(f, "{s}s"),
+        }
+    }
+}
+
+/// Now in Unix seconds (0 on a clock before 1970, which no certificate check survives anyway).
+pub fn unix_now() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| i64::try_from(d.as_secs()).unwrap_or(i64::MAX))
+}
 
 /// `notAfter` of a DER certificate as Unix seconds, or `None` if the DER is not what we expect.
 pub fn not_after(cert_der: &[u8]) -> Option<i64> {
@@ -68,6 +137,32 @@ fn days_from_civil(y: i64, m: i64, d: i64) -> i64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn time_left_reads_in_its_largest_whole_unit_and_warns_within_seven_days() {
+        let now = 1_800_000_000;
+        let day = 86_400;
+        let table = [
+            (now + 300 * day, "expires in 300d", false),
+            (now + 7 * day, "expires in 7d", false),
+            (now + 7 * day - 1, "expires in 6d", true),
+            (now + 3 * 3600 + 59, "expires in 3h", true),
+            (now + 61, "expires in 1m", true),
+            (now + 1, "expires in 1s", true),
+            (now, "EXPIRED 0s ago", true),
+            (now - 3600, "EXPIRED 1h ago", true),
+            (now - 2 * day - 5, "EXPIRED 2d ago", true),
+        ];
+        for (not_after, reads, warns) in table {
+            let left = Left::at(not_after, now);
+            assert_eq!(left.to_string(), reads, "{not_after}");
+            assert_eq!(left.warns(), warns, "{reads}");
+        }
+        assert_eq!(
+            Left::at(i64::MIN, i64::MAX),
+            Left::Expired(i64::MAX.unsigned_abs())
+        );
+    }
 
     #[test]
     fn civil_dates_convert_to_unix_days() {

@@ -20,6 +20,7 @@ use rustls::ClientConfig;
 use crate::config::TlsFiles;
 use crate::metrics::Metrics;
 use crate::watched_file::{Digest, FileError};
+pub use expiry::{unix_now, Left};
 use files::Stamps;
 
 /// A certificate file could not be used. Each variant names the file.
@@ -95,6 +96,17 @@ impl ClientCert {
             ClientCert::NotConfigured => "none",
             ClientCert::Absent(_) => "absent",
             ClientCert::Loaded { .. } => "loaded",
+        }
+    }
+
+    /// Time left at `now` (Unix seconds) of the certificate presented, when its `notAfter` was
+    /// readable.
+    pub fn left(&self, now: i64) -> Option<Left> {
+        match self {
+            ClientCert::Loaded {
+                not_after: Some(t), ..
+            } => Some(Left::at(*t, now)),
+            _ => None,
         }
     }
 }
@@ -232,13 +244,29 @@ pub fn warn_if_key_exposed(files: &TlsFiles) {
     }
 }
 
-/// Exports the client certificate's expiry (or removes the metric when none is presented).
-pub fn publish_expiry(metrics: &Metrics, cert: &ClientCert) {
+/// Says what a client certificate just loaded (start-up, a reload, kubelet's rotation) means:
+/// exports its expiry (or removes the metric when none is presented), and WARNs, naming it as
+/// ours, when it has expired or expires within [`WARN_WITHIN`] — else the first sign would be an
+/// apiserver refusing the handshake.
+pub fn publish_client_cert(metrics: &Metrics, cert: &ClientCert) {
     let not_after = match cert {
         ClientCert::Loaded { not_after, .. } => *not_after,
         _ => None,
     };
     metrics.set_client_cert_expiry(not_after);
+    let (ClientCert::Loaded { path, .. }, Some(left)) = (cert, cert.left(unix_now())) else {
+        return;
+    };
+    let client_cert = path.display();
+    match left {
+        Left::Expired(_) => {
+            tracing::warn!(%client_cert, expiry = %left, "our client certificate has expired: the apiservers will refuse it; is kubelet's certificate rotation working?");
+        }
+        Left::Soon(_) => {
+            tracing::warn!(%client_cert, expiry = %left, "our client certificate expires within 7 days; is kubelet's certificate rotation working?");
+        }
+        Left::Valid(_) => {}
+    }
 }
 
 #[cfg(test)]

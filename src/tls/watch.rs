@@ -14,7 +14,7 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use super::files::Stamps;
-use super::{publish_expiry, Applied, TlsError, TlsSource, TlsState};
+use super::{publish_client_cert, Applied, TlsError, TlsSource, TlsState};
 use crate::metrics::Metrics;
 use crate::watched_file::{CHECK_INTERVAL, LOAD_RETRY_INTERVAL};
 
@@ -90,7 +90,7 @@ impl TlsSource {
                     generation,
                     "TLS files changed; reloaded"
                 );
-                publish_expiry(metrics, &client_cert);
+                publish_client_cert(metrics, &client_cert);
                 Ok(state.stamps)
             }
             Some(Applied::Unchanged) => {

@@ -22,6 +22,12 @@
    differ only in the worker's cluster endpoint.
 4. The alert rules and the dashboard use only metric names and labels that README.md lists.
 5. No per-zone copies: the old per-zone marker comment appears in no file under talos/ or .ci/.
+7. The scraping advice (talos/scraping/): admin.yaml merged into the v1.14 config passes
+   `readyprism check` and is refused without `allow_remote_admin`; talos/README.md shows the same
+   keys; admin-firewall.yaml validates against both Talos schemas and selects TCP 7446 from at
+   least one subnet; the PodMonitor selects the `admin` port and relabels `instance` from the
+   node name.
+8. Every alert has a `runbook_url` whose anchor is a `## <alert>` section of docs/runbooks.md.
 6. talos/README.md never advises `get staticpodstatus` except for control-plane nodes (Talos
    collects it only there), tells to check `kubeprismstatuses`, and does not send readers to
    /system/etc (gone in 1.14).
@@ -379,6 +385,80 @@ def check_observability():
     ok("alerts and dashboard", f"{n} rules and {len(exprs)} panel queries use only the {len(metrics)} metrics README.md lists")
 
 
+def check_scraping(docs, binary, tmp, stand):
+    """talos/scraping/: the admin keys through `readyprism check`, the firewall rule against the
+    Talos schemas, the PodMonitor's relabelling."""
+    rel = "talos/scraping/admin.yaml"
+    advice = yaml.safe_load(open(os.path.join(TALOS, "scraping", "admin.yaml")))
+    readme = open(os.path.join(TALOS, "README.md")).read()
+    for key, value in advice.items():
+        line = f"{key}: {json.dumps(value) if isinstance(value, str) else str(value).lower()}"
+        if line not in readme:
+            fail("talos/README.md", f"the scraping advice lacks `{line}` ({rel})")
+    text, _, _ = embedded("talos/v1.14/worker.yaml", docs)
+    cfg = yaml.safe_load(text)
+    cfg.update(advice)
+    check_config(f"{rel} merged into the v1.14 config", yaml.safe_dump(cfg, sort_keys=False), binary, tmp, stand)
+    cfg.pop("allow_remote_admin", None)
+    bare = os.path.join(tmp, "scraping_without_allow.yaml")
+    open(bare, "w").write(yaml.safe_dump(cfg, sort_keys=False))
+    res = subprocess.run([binary, "check", "--skip-node-files", "--config", bare], capture_output=True, text=True)
+    if res.returncode == 0:
+        fail(rel, "readyprism check accepts the admin address without allow_remote_admin: the advice is untested")
+    else:
+        ok(rel, "without allow_remote_admin the same config is refused, as the README says")
+    rel = "talos/scraping/admin-firewall.yaml"
+    rules = load_docs(os.path.join(TALOS, "scraping", "admin-firewall.yaml"))
+    for version, schema_file in SCHEMAS.items():
+        schema = json.load(open(os.path.join(TALOS, "schema", schema_file)))
+        by_kind = kinds(schema)
+        for i, doc in enumerate(rules):
+            definition = by_kind.get(doc.get("kind"))
+            if definition is None:
+                fail(rel, f"kind {doc.get('kind')!r} is not in the {version} schema")
+                continue
+            errs = schema_errors(schema, definition, doc)
+            for e in errs:
+                fail(f"{rel} document {i + 1}", f"{schema_file} #/$defs/{definition}: {e}")
+            if not errs:
+                ok(f"{rel} document {i + 1}", f"valid against {schema_file} #/$defs/{definition}")
+    admin_rules = [d for d in rules if d.get("kind") == "NetworkRuleConfig"
+                   and 7446 in (d.get("portSelector") or {}).get("ports", [])
+                   and (d.get("portSelector") or {}).get("protocol") == "tcp" and d.get("ingress")]
+    if not admin_rules:
+        fail(rel, "no NetworkRuleConfig selecting tcp 7446 from a subnet")
+    rel = "talos/scraping/podmonitor.yaml"
+    pm = load_docs(os.path.join(TALOS, "scraping", "podmonitor.yaml"))[0]
+    eps = pm.get("spec", {}).get("podMetricsEndpoints", [])
+    relabels = [r for e in eps for r in e.get("relabelings", [])
+                if r.get("targetLabel") == "instance"
+                and r.get("sourceLabels") == ["__meta_kubernetes_pod_node_name"]]
+    if pm.get("kind") != "PodMonitor" or not any(e.get("port") == "admin" for e in eps) or not relabels:
+        fail(rel, "must be a PodMonitor on port `admin` relabelling instance from __meta_kubernetes_pod_node_name")
+    else:
+        ok(rel, "PodMonitor on port admin, instance = the node's name")
+
+
+def check_runbooks():
+    """Every alert links its section of docs/runbooks.md."""
+    path = os.path.join(ROOT, "docs", "runbooks.md")
+    if not os.path.exists(path):
+        fail("docs/runbooks.md", "missing")
+        return
+    anchors = {re.sub(r"[^a-z0-9 -]", "", h.strip().lower()).replace(" ", "-")
+               for h in re.findall(r"^## (.+)$", open(path).read(), re.M)}
+    rules = yaml.safe_load(open(os.path.join(TALOS, "alerts", "readyprism-rules.yaml")))
+    n = 0
+    for g in rules["spec"]["groups"]:
+        for r in g["rules"]:
+            url = (r.get("annotations") or {}).get("runbook_url", "")
+            anchor = url.split("#", 1)[1] if "#" in url else ""
+            if not url.split("#", 1)[0].endswith("docs/runbooks.md") or anchor not in anchors:
+                fail(f"alert {r.get('alert')}", f"runbook_url {url!r} is not a section of docs/runbooks.md")
+            n += 1
+    ok("runbooks", f"{n} alerts each link a section of docs/runbooks.md")
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--readyprism", required=True)
@@ -398,6 +478,7 @@ def main():
             check_pod(f"{rel} (static pod)", pod, cfg, host_dir)
             pods[rel] = pod
         check_selinux_variant(patches["talos/v1.14/worker.yaml"], a.readyprism, tmp, stand)
+        check_scraping(patches["talos/v1.14/worker.yaml"], a.readyprism, tmp, stand)
         rel = "talos/kubeadm/readyprism.yaml"
         text = open(os.path.join(TALOS, "kubeadm", "config.yaml")).read()
         cfg, resolved["talos/kubeadm/config.yaml"] = check_config("talos/kubeadm/config.yaml", text, a.readyprism, tmp, stand)
@@ -416,6 +497,7 @@ def main():
     if not differ:
         ok("static pods", f"{len(pods)} forms are the same pod but for the config directory")
     check_observability()
+    check_runbooks()
     check_no_zone_marker()
     check_readme()
     print(f"validate: {len(failures)} failure(s)")

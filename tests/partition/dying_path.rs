@@ -101,11 +101,12 @@ fn dial_failures(lab: &NetLab, host: Host) -> u64 {
 /// into the black hole (its kept-alive probe connection is gone once a fall starts).
 fn checks_failed(lab: &NetLab, host: Host) -> u64 {
     let backend = format!("{}:{APISERVER_PORT}", host.ip());
+    // Summed over every failure class (`reason`).
     lab_metrics(lab, "readyprism_health_checks_total")
         .iter()
-        .find(|l| l.contains(&backend) && l.contains("result=\"fail\""))
-        .and_then(|l| l.split_whitespace().last()?.parse().ok())
-        .unwrap_or(0)
+        .filter(|l| l.contains(&backend) && l.contains("result=\"fail\""))
+        .filter_map(|l| l.split_whitespace().last()?.parse::<u64>().ok())
+        .sum()
 }
 
 #[test]

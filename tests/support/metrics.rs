@@ -38,6 +38,16 @@ pub fn metric(text: &str, name: &str, labels: &str) -> Option<f64> {
         .and_then(|l| l.rsplit_once(' ')?.1.parse().ok())
 }
 
+/// Failed health checks (`readyprism_health_checks_total{result="fail"}`) whose labels hold
+/// `labels` (e.g. `backend="…"`), summed over every failure class (`reason`).
+pub fn failed_checks(text: &str, labels: &str) -> f64 {
+    text.lines()
+        .filter(|l| l.starts_with("readyprism_health_checks_total{"))
+        .filter(|l| l.contains(labels) && l.contains("result=\"fail\""))
+        .filter_map(|l| l.rsplit_once(' ')?.1.parse::<f64>().ok())
+        .sum()
+}
+
 /// Connections to the backend at `address` closed for its state (`readyprism_connections_closed_total`),
 /// for one `reason`, or over every reason with `None`.
 pub fn unready_closes(app: &App, address: &str, reason: Option<&str>) -> u64 {

@@ -21,7 +21,9 @@ mod wait;
 
 pub use client::{admin_get, blocking_get, landed, raw, read_to_end};
 pub use lab::{Lab, SLOW_PROBES};
-pub use metrics::{backend_metric, dial_failures, metric, state_changes, unready_closes};
+pub use metrics::{
+    backend_metric, dial_failures, failed_checks, metric, state_changes, unready_closes,
+};
 pub use wait::{eventually, patience, poll, wait_probed, wait_states, wait_until};
 
 /// An address that refuses connections for as long as the returned socket lives, as text

@@ -32,6 +32,8 @@ fn doc(mode: Mode, backends: Vec<BackendStatus>) -> StatusDoc {
         generation: 7,
         at: None,
         config: None,
+        client_cert_expiry: None,
+        client_cert_not_after: None,
         backends,
     }
 }

@@ -18,6 +18,25 @@ status at 2026-12-05T12:48:04Z  config /etc/readyprism.yaml loaded 2026-12-05T12
 }
 
 #[test]
+fn the_summary_says_when_our_client_certificate_expires() {
+    for expiry in ["expires in 6d", "EXPIRED 1h ago"] {
+        let doc = StatusDoc {
+            client_cert_expiry: Some(expiry.to_string()),
+            ..sample()
+        };
+        let table = render_table(&doc);
+        let want = format!("mode normal  client cert {expiry}\n");
+        assert!(
+            table
+                .lines()
+                .next()
+                .is_some_and(|l| format!("{l}\n").ends_with(&want)),
+            "{table}"
+        );
+    }
+}
+
+#[test]
 fn table_flags_not_ready_or_shutting_down() {
     let doc = StatusDoc {
         zone: None,

@@ -55,6 +55,8 @@ fn doc(mode: Mode, dc_a: State, joined: bool) -> StatusDoc {
         generation: 9,
         at: None,
         config: None,
+        client_cert_expiry: None,
+        client_cert_not_after: None,
         backends,
     }
 }
