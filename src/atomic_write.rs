@@ -4,18 +4,39 @@
 //! also across a power loss; a file or symlink planted at the temporary name fails the write, it
 //! is never followed nor written through.
 //!
-//! Shared by the discovery cache and the status file. Does not own what is written, nor whether
-//! the file at the path may be replaced (the callers decide that first).
+//! Shared by the discovery cache and the status file, with the one rule both follow before a
+//! write: a writer replaces only its own file ([`not_ours`]). Does not own what is written, nor
+//! what makes a file its writer's own (each caller says).
 
 use std::io::Write;
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::Path;
+
+use crate::watched_file;
 
 /// The directory a file at `path` is written in (with its temporary file).
 pub fn directory(path: &Path) -> &Path {
     match path.parent() {
         Some(d) if !d.as_os_str().is_empty() => d,
         _ => Path::new("."),
+    }
+}
+
+/// What stands at `path` if it is neither missing nor a regular file whose content `ours`
+/// accepts (blocks): `not a regular file` (a symlink too), why it cannot be read, or `its content
+/// is not {what}`. Only what was read as the writer's own is ever replaced.
+pub fn not_ours(path: &Path, ours: impl FnOnce(&[u8]) -> bool, what: &str) -> Option<String> {
+    let meta = match std::fs::symlink_metadata(path) {
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return None,
+        Err(e) => return Some(e.to_string()),
+        Ok(m) => m,
+    };
+    if !meta.file_type().is_file() {
+        return Some("not a regular file".into());
+    }
+    match watched_file::read(path) {
+        Err(e) => Some(e.error.to_string()),
+        Ok(c) => (!ours(&c.bytes)).then(|| format!("its content is not {what}")),
     }
 }
 

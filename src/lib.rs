@@ -29,8 +29,8 @@
 //! the import that breaks it, and a module missing from the list:
 //!
 //! ```text
-//! layer 0: accept atomic_write eviction jitter relay signals verdict watched_file
-//! layer 1: dial pick
+//! layer 0: accept eviction jitter relay signals verdict watched_file
+//! layer 1: atomic_write dial pick
 //! layer 2: backend
 //! layer 3: config metrics
 //! layer 4: tls

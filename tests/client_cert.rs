@@ -38,18 +38,42 @@ fn wait_status(
     }
 }
 
+/// `metrics` count at least one failed check of `a` as our client certificate's.
+fn counted_as_ours(metrics: &str, a: &readyprism::sim::apiserver::FakeApiserver) {
+    let labels = format!(
+        "backend=\"{}\",result=\"fail\",reason=\"client_cert\"",
+        addr(a)
+    );
+    assert!(
+        metric(metrics, "readyprism_health_checks_total", &labels).is_some_and(|n| n >= 1.0),
+        "{metrics}"
+    );
+}
+
+/// `readyprism status`'s table for the balancer `p`, once its summary line ends with `said`.
+fn status_summary_says(p: &Proc, said: &str) -> String {
+    let out = readyprism(&["status", "--admin", &p.admin.to_string()]);
+    let table = String::from_utf8_lossy(&out.stdout).into_owned();
+    let summary = table.lines().next().unwrap_or_default();
+    assert!(summary.ends_with(said), "{table}");
+    table
+}
+
+/// Writes the kubelet certificate, expired at midnight UTC yesterday (between one and two days
+/// ago, whenever the test runs); answers a server certificate for 127.0.0.1 from the same CA.
+fn expired_client(lab: &Lab) -> readyprism::sim::pki::Issued {
+    let expired = lab.cluster.ca.client_until("test-node", -1).expect("cert");
+    write_client(lab, &expired);
+    lab.cluster.ca.server(&["127.0.0.1"]).expect("server cert")
+}
+
 #[test]
 fn an_expired_client_certificate_is_warned_about_shown_and_its_refusal_reads_as_ours() {
     let rt = tokio::runtime::Runtime::new().expect("runtime");
     let lab = Lab::new();
-    // Expired at midnight UTC yesterday: between one and two days ago, whenever the test runs.
-    write_client(
-        &lab,
-        &lab.cluster.ca.client_until("test-node", -1).expect("cert"),
-    );
     // An apiserver that verifies client certificates against the cluster CA, as kube-apiserver's
     // TLS front does: it refuses an expired one with a `certificate expired` alert.
-    let server = lab.cluster.ca.server(&["127.0.0.1"]).expect("server cert");
+    let server = expired_client(&lab);
     let strict =
         readyprism::sim::apiserver::strict_server_tls(&lab.cluster.ca, &server).expect("tls");
     let a = rt.block_on(async { readyprism::testing::fake_serving("a", strict) });
@@ -73,26 +97,10 @@ fn an_expired_client_certificate_is_warned_about_shown_and_its_refusal_reads_as_
     assert_eq!(doc["client_cert_expiry"], "EXPIRED 1d ago");
     assert!(doc["client_cert_not_after"].as_i64().is_some(), "{doc}");
 
-    let out = readyprism(&["status", "--admin", &p.admin.to_string()]);
-    let table = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        table
-            .lines()
-            .next()
-            .is_some_and(|l| l.ends_with("client cert EXPIRED 1d ago")),
-        "{table}"
-    );
+    let table = status_summary_says(&p, "client cert EXPIRED 1d ago");
     assert!(table.contains(refused), "{table}");
 
-    let metrics = blocking_get(p.admin, "/metrics").1;
-    let labels = format!(
-        "backend=\"{}\",result=\"fail\",reason=\"client_cert\"",
-        addr(&a)
-    );
-    assert!(
-        metric(&metrics, "readyprism_health_checks_total", &labels).is_some_and(|n| n >= 1.0),
-        "{metrics}"
-    );
+    counted_as_ours(&blocking_get(p.admin, "/metrics").1, &a);
 }
 
 #[test]
@@ -128,15 +136,7 @@ fn a_rotation_to_a_soon_expiring_client_certificate_is_warned_about_and_shown() 
     wait_status(&p, "the new expiry", |d| {
         d["client_cert_expiry"] == "expires in 5d"
     });
-    let out = readyprism(&["status", "--admin", &p.admin.to_string()]);
-    let table = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        table
-            .lines()
-            .next()
-            .is_some_and(|l| l.ends_with("client cert expires in 5d")),
-        "{table}"
-    );
+    status_summary_says(&p, "client cert expires in 5d");
 }
 
 #[tokio::test]
@@ -167,11 +167,7 @@ async fn a_401_while_our_client_certificate_has_expired_names_our_certificate() 
     // kube-apiserver verifies client certificates after the handshake: an expired one gets
     // `401 Unauthorized` on /readyz, not a TLS alert.
     let lab = Lab::new();
-    write_client(
-        &lab,
-        &lab.cluster.ca.client_until("test-node", -1).expect("cert"),
-    );
-    let server = lab.cluster.ca.server(&["127.0.0.1"]).expect("server cert");
+    let server = expired_client(&lab);
     let lenient =
         readyprism::sim::apiserver::lenient_server_tls(&lab.cluster.ca, &server).expect("tls");
     let a = readyprism::testing::fake_serving("a", lenient);
@@ -184,14 +180,6 @@ async fn a_401_while_our_client_certificate_has_expired_names_our_certificate() 
         snap.backends[0].last_error.as_deref(),
         Some("HTTP 401: Unauthorized; our client certificate EXPIRED 1d ago")
     );
-    let metrics = app.metrics_text();
-    let labels = format!(
-        "backend=\"{}\",result=\"fail\",reason=\"client_cert\"",
-        addr(&a)
-    );
-    assert!(
-        metric(&metrics, "readyprism_health_checks_total", &labels).is_some_and(|n| n >= 1.0),
-        "{metrics}"
-    );
+    counted_as_ours(&app.metrics_text(), &a);
     app.shutdown().await;
 }

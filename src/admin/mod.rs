@@ -10,7 +10,7 @@ pub mod page;
 mod slots;
 pub mod status;
 pub mod status_file;
-mod timestamp;
+pub(crate) mod timestamp;
 
 use std::convert::Infallible;
 use std::sync::atomic::{AtomicBool, Ordering};

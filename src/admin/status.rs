@@ -271,6 +271,28 @@ mod zone_source {
 }
 
 #[cfg(test)]
+impl StatusDoc {
+    /// A document for tests: this node in zone `dc-a`, in `mode` (ready when normal), its client
+    /// certificate loaded, and `backends`; nothing else known.
+    pub fn in_dc_a(mode: Mode, backends: Vec<BackendStatus>) -> StatusDoc {
+        StatusDoc {
+            zone: Some("dc-a".to_string()),
+            zone_source: None,
+            ready: mode == Mode::Normal,
+            mode,
+            shutting_down: false,
+            client_cert: CertStatus::Loaded,
+            generation: 0,
+            at: None,
+            config: None,
+            client_cert_expiry: None,
+            client_cert_not_after: None,
+            backends,
+        }
+    }
+}
+
+#[cfg(test)]
 mod tests {
     use std::sync::Arc;
 

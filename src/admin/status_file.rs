@@ -17,7 +17,6 @@ use tokio_util::sync::CancellationToken;
 
 use super::{Admin, StatusDoc};
 use crate::atomic_write;
-use crate::watched_file;
 
 /// Writes are at least this far apart: a flapping backend cannot turn the file into a disk load.
 pub const MIN_GAP: Duration = Duration::from_secs(1);
@@ -215,20 +214,8 @@ pub fn store(path: &Path, doc: &StatusDoc) -> Result<(), WriteError> {
 
 /// What is at `path` if it is neither missing nor a readyprism status document.
 fn not_ours(path: &Path) -> Option<String> {
-    let meta = match std::fs::symlink_metadata(path) {
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return None,
-        Err(e) => return Some(e.to_string()),
-        Ok(m) => m,
-    };
-    if !meta.file_type().is_file() {
-        return Some("not a regular file".into());
-    }
-    match watched_file::read(path) {
-        Err(e) => Some(e.error.to_string()),
-        Ok(c) => serde_json::from_slice::<StatusDoc>(&c.bytes)
-            .err()
-            .map(|_| "its content is not a status document".into()),
-    }
+    let is_status = |bytes: &[u8]| serde_json::from_slice::<StatusDoc>(bytes).is_ok();
+    atomic_write::not_ours(path, is_status, "a status document")
 }
 
 /// Reads a status document from `bytes` (a status file, or its copy on stdin).

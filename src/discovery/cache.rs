@@ -199,24 +199,14 @@ pub fn store(path: &Path, backends: &[SocketAddr]) -> Result<(), WriteError> {
 /// What is at `path` if it is neither missing nor a readyprism cache (any version). A symlink or
 /// an unreadable file counts as not one: only what was read as a cache is replaced.
 fn not_a_cache(path: &Path) -> Option<String> {
-    let meta = match std::fs::symlink_metadata(path) {
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return None,
-        Err(e) => return Some(e.to_string()),
-        Ok(m) => m,
+    let is_cache = |bytes: &[u8]| {
+        let shape = serde_json::from_slice::<serde_json::Value>(bytes).ok();
+        shape.is_some_and(|v| {
+            v.get("version").is_some_and(|n| n.is_u64())
+                && v.get("backends").is_some_and(|b| b.is_array())
+        })
     };
-    if !meta.file_type().is_file() {
-        return Some("not a regular file".into());
-    }
-    let contents = match watched_file::read(path) {
-        Ok(c) => c,
-        Err(e) => return Some(e.error.to_string()),
-    };
-    let shape = serde_json::from_slice::<serde_json::Value>(&contents.bytes).ok();
-    let is_cache = shape.is_some_and(|v| {
-        v.get("version").is_some_and(|n| n.is_u64())
-            && v.get("backends").is_some_and(|b| b.is_array())
-    });
-    (!is_cache).then(|| "its content is not a discovery cache".into())
+    atomic_write::not_ours(path, is_cache, "a discovery cache")
 }
 
 #[cfg(test)]

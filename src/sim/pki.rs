@@ -71,30 +71,22 @@ impl Ca {
 
     /// A client certificate like kubelet's: CN `system:node:<node>`, O `system:nodes`.
     pub fn client(&self, node: &str) -> Result<Issued, rcgen::Error> {
-        let mut params = CertificateParams::new(Vec::<String>::new())?;
-        params
-            .distinguished_name
-            .push(DnType::CommonName, format!("system:node:{node}"));
-        params
-            .distinguished_name
-            .push(DnType::OrganizationName, "system:nodes");
-        params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ClientAuth];
-        self.issue(params)
+        self.issue(kubelet_params(node)?)
     }
 
     /// Like [`Ca::client`], valid until midnight UTC `days` days from today (a negative number:
     /// expired that long ago), for tests of an expired or soon-expiring certificate.
     pub fn client_until(&self, node: &str, days: i64) -> Result<Issued, rcgen::Error> {
-        let mut params = CertificateParams::new(Vec::<String>::new())?;
-        params
-            .distinguished_name
-            .push(DnType::CommonName, format!("system:node:{node}"));
-        params
-            .distinguished_name
-            .push(DnType::OrganizationName, "system:nodes");
-        params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ClientAuth];
+        let mut params = kubelet_params(node)?;
         let today = crate::tls::unix_now().div_euclid(86_400);
-        let (y, m, d) = civil_from_days(today + days);
+        let day = u64::try_from(today + days).unwrap_or(0);
+        let (y, m, d) = crate::admin::timestamp::civil_from_days(day);
+        // Any date a test asks for fits: years within i32, months and days within u8.
+        let (y, m, d) = (
+            i32::try_from(y).unwrap_or(i32::MAX),
+            u8::try_from(m).unwrap_or(12),
+            u8::try_from(d).unwrap_or(28),
+        );
         params.not_before = rcgen::date_time_ymd(2000, 1, 1);
         params.not_after = rcgen::date_time_ymd(y, m, d);
         self.issue(params)
@@ -111,32 +103,16 @@ impl Ca {
     }
 }
 
-/// The proleptic Gregorian date of a day count since 1970-01-01 (Howard Hinnant's algorithm).
-fn civil_from_days(z: i64) -> (i32, u8, u8) {
-    let z = z + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z - era * 146_097;
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let d = doy - (153 * mp + 2) / 5 + 1;
-    let m = if mp < 10 { mp + 3 } else { mp - 9 };
-    let y = yoe + era * 400 + i64::from(m <= 2);
-    // Any date a test asks for fits: years within i32, months and days within u8.
-    (
-        i32::try_from(y).unwrap_or(i32::MAX),
-        u8::try_from(m).unwrap_or(12),
-        u8::try_from(d).unwrap_or(28),
-    )
-}
-
-#[cfg(test)]
-mod tests {
-    #[test]
-    fn days_convert_to_civil_dates() {
-        assert_eq!(super::civil_from_days(0), (1970, 1, 1));
-        assert_eq!(super::civil_from_days(11_017), (2000, 3, 1));
-        assert_eq!(super::civil_from_days(20_454), (2026, 1, 1));
-        assert_eq!(super::civil_from_days(-1), (1969, 12, 31));
-    }
+/// The names and use of a kubelet's client certificate: CN `system:node:<node>`, O
+/// `system:nodes`, client authentication.
+fn kubelet_params(node: &str) -> Result<CertificateParams, rcgen::Error> {
+    let mut params = CertificateParams::new(Vec::<String>::new())?;
+    params
+        .distinguished_name
+        .push(DnType::CommonName, format!("system:node:{node}"));
+    params
+        .distinguished_name
+        .push(DnType::OrganizationName, "system:nodes");
+    params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ClientAuth];
+    Ok(params)
 }

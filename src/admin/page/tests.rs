@@ -1,7 +1,7 @@
 use std::time::Duration;
 
 use super::*;
-use crate::admin::status::{BackendSource, CertStatus};
+use crate::admin::status::BackendSource;
 
 fn backend(address: &str, state: State, last_error: Option<&str>) -> BackendStatus {
     BackendStatus {
@@ -23,18 +23,8 @@ fn backend(address: &str, state: State, last_error: Option<&str>) -> BackendStat
 
 fn doc(mode: Mode, backends: Vec<BackendStatus>) -> StatusDoc {
     StatusDoc {
-        zone: Some("dc-a".to_string()),
-        zone_source: None,
-        ready: mode == Mode::Normal,
-        mode,
-        shutting_down: false,
-        client_cert: CertStatus::Loaded,
         generation: 7,
-        at: None,
-        config: None,
-        client_cert_expiry: None,
-        client_cert_not_after: None,
-        backends,
+        ..StatusDoc::in_dc_a(mode, backends)
     }
 }
 

@@ -1,5 +1,5 @@
 use super::*;
-use crate::admin::status::{BackendSource, BackendStatus, CertStatus, Mode};
+use crate::admin::status::{BackendSource, BackendStatus, Mode};
 use crate::verdict::State;
 
 /// The demo's four apiservers as `/status` names them, at ports like the ones they get.
@@ -46,18 +46,8 @@ fn doc(mode: Mode, dc_a: State, joined: bool) -> StatusDoc {
         backends.push(backend(3, State::Ready, None, BackendSource::Discovered));
     }
     StatusDoc {
-        zone: Some("dc-a".to_string()),
-        zone_source: None,
-        ready: mode == Mode::Normal,
-        mode,
-        shutting_down: false,
-        client_cert: CertStatus::Loaded,
         generation: 9,
-        at: None,
-        config: None,
-        client_cert_expiry: None,
-        client_cert_not_after: None,
-        backends,
+        ..StatusDoc::in_dc_a(mode, backends)
     }
 }
 
