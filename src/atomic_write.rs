@@ -79,7 +79,7 @@ mod tests {
     use std::os::unix::fs::PermissionsExt;
 
     #[test]
-    fn a_replaced_file_has_the_new_bytes_its_mode_and_no_temporary_file_beside_it() {
+    fn a_replaced_file_has_the_new_bytes_with_its_mode_leaving_no_temporary_file() {
         let dir = tempfile::tempdir().expect("tempdir");
         let path = dir.path().join("status.json");
         replace(&path, b"one", 0o644).expect("create");
@@ -95,7 +95,7 @@ mod tests {
     }
 
     #[test]
-    fn a_missing_directory_fails_and_creates_nothing() {
+    fn a_missing_directory_fails_the_write_creating_nothing() {
         let dir = tempfile::tempdir().expect("tempdir");
         let path = dir.path().join("gone").join("status.json");
         assert!(replace(&path, b"x", 0o600).is_err());

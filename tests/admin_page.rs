@@ -103,7 +103,7 @@ fn text_of(dom: &str) -> String {
 }
 
 #[test]
-fn a_real_browser_shows_every_backend_and_its_state() {
+fn a_real_browser_shows_every_backend_with_its_state() {
     if !chromium_available() {
         return;
     }

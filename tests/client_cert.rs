@@ -68,7 +68,7 @@ fn expired_client(lab: &Lab) -> readyprism::sim::pki::Issued {
 }
 
 #[test]
-fn an_expired_client_certificate_is_warned_about_shown_and_its_refusal_reads_as_ours() {
+fn an_expired_client_certificate_is_named_as_ours_in_log_status_and_reason() {
     let rt = tokio::runtime::Runtime::new().expect("runtime");
     let lab = Lab::new();
     // An apiserver that verifies client certificates against the cluster CA, as kube-apiserver's
@@ -104,7 +104,7 @@ fn an_expired_client_certificate_is_warned_about_shown_and_its_refusal_reads_as_
 }
 
 #[test]
-fn a_rotation_to_a_soon_expiring_client_certificate_is_warned_about_and_shown() {
+fn a_soon_expiring_client_certificate_after_a_rotation_is_warned_about() {
     let rt = tokio::runtime::Runtime::new().expect("runtime");
     let lab = Lab::new();
     let (_a, file) = lab.fake_and_config(&rt, "soon.yaml", "");
@@ -140,7 +140,7 @@ fn a_rotation_to_a_soon_expiring_client_certificate_is_warned_about_and_shown() 
 }
 
 #[tokio::test]
-async fn a_server_name_mismatch_names_the_name_expected_and_the_names_presented() {
+async fn a_server_name_mismatch_names_the_expected_name_beside_the_presented_ones() {
     let lab = Lab::new();
     let a = lab.fake("a").await;
     let yaml = lab

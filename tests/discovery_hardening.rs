@@ -285,7 +285,7 @@ fn unchanged_polls(p: &Proc) -> f64 {
 }
 
 #[test]
-fn an_unwritable_cache_directory_is_warned_about_once_and_the_balancer_runs_on() {
+fn an_unwritable_cache_directory_is_one_warn_while_the_balancer_runs_on() {
     let c = cached();
     let _ro = Unwritable::new(c.cache.parent().expect("dir"));
     let (b, p) = discover_b(&c, |_| {});

@@ -418,7 +418,7 @@ fn text_logs_written_to_a_pipe_carry_no_colour_codes() {
 }
 
 #[test]
-fn the_started_line_names_the_version_and_commit() {
+fn the_started_line_names_version_with_commit() {
     let rt = tokio::runtime::Runtime::new().expect("runtime");
     let lab = Lab::new();
     let (_a, file) = lab.fake_and_config(&rt, "run.yaml", "");

@@ -131,7 +131,7 @@ fn a_connection_no_backend_accepted_is_a_failure_record_at_info() {
 }
 
 #[test]
-fn a_backend_removed_by_a_reload_logs_its_close_with_reason_removed_and_its_active_connections() {
+fn a_backend_removed_by_a_reload_logs_one_close_line_naming_reason_removed_with_the_active_count() {
     let lab = Lab::new();
     let rt = tokio::runtime::Runtime::new().expect("runtime");
     let (a, b) = rt.block_on(async { (lab.fake("a").await, lab.fake("b").await) });

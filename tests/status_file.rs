@@ -45,7 +45,7 @@ fn wait_file(path: &Path, what: &str, pred: impl Fn(&StatusDoc) -> bool) -> Stat
 }
 
 #[test]
-fn the_status_file_appears_and_follows_a_backend_turning_unready() {
+fn the_status_file_follows_a_backend_turning_unready() {
     let rt = tokio::runtime::Runtime::new().expect("runtime");
     let lab = Lab::new();
     std::fs::create_dir(lab.path("state")).expect("mkdir");
@@ -92,7 +92,7 @@ fn the_status_file_appears_and_follows_a_backend_turning_unready() {
 }
 
 #[test]
-fn status_file_renders_the_admin_ports_table_from_a_path_and_from_stdin() {
+fn status_file_renders_the_admin_ports_table_from_a_path_or_stdin() {
     let rt = tokio::runtime::Runtime::new().expect("runtime");
     let lab = Lab::new();
     let file = lab.path("status.json");
@@ -165,7 +165,7 @@ fn status_file_renders_the_admin_ports_table_from_a_path_and_from_stdin() {
 }
 
 #[test]
-fn an_unwritable_status_directory_is_one_warn_and_the_service_runs_on() {
+fn an_unwritable_status_directory_is_one_warn_while_the_service_runs_on() {
     let rt = tokio::runtime::Runtime::new().expect("runtime");
     let lab = Lab::new();
     let dir = lab.path("not-yet");
@@ -263,7 +263,7 @@ fn an_unready_backend_failing_for_another_reason_is_logged_once() {
 }
 
 #[test]
-fn config_shows_the_resolved_config_and_status_its_file_and_last_reload() {
+fn the_admin_port_shows_the_running_config_with_its_file_and_last_reload() {
     let rt = tokio::runtime::Runtime::new().expect("runtime");
     let lab = Lab::new();
     let (_a, config) = lab.fake_and_config(&rt, "node.yaml", "status_file: \"\"\n");

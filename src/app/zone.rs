@@ -292,7 +292,7 @@ mod tests {
     }
 
     #[test]
-    fn a_tie_that_appears_is_a_change_and_says_both_zones() {
+    fn a_tie_that_appears_is_a_change_naming_both_zones() {
         let config = running("", &["10.0.1.5"]);
         let tie = decide(&config, &ips(&["10.0.1.5", "10.0.2.5"])).expect("a change");
         let why = tie.why();

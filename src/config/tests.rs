@@ -148,7 +148,7 @@ fn own_listeners_are_the_bound_address_or_local_ones_on_a_local_listen_port() {
 }
 
 #[test]
-fn status_file_defaults_can_be_turned_off_and_must_be_an_absolute_file_path() {
+fn status_file_defaults_to_var_lib_accepting_off_or_an_absolute_path() {
     let c = Config::parse(MINIMAL, "node.yaml").expect("valid");
     assert_eq!(
         c.status_file.as_deref(),

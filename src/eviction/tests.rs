@@ -102,7 +102,7 @@ fn poll_once<F: Future>(f: F) -> Option<F::Output> {
 }
 
 #[test]
-fn a_connection_waiting_its_turn_stays_when_its_bump_is_called_off_and_watches_on() {
+fn a_connection_waiting_its_turn_stays_watching_when_its_bump_is_called_off() {
     let e = Eviction::default();
     let idle = e.watch_from(e.epoch()).expect("fresh");
     e.bump_to(e.next(), CloseReason::Failback);
@@ -164,7 +164,7 @@ fn what_a_watch_sees_after_a_call_off() {
 }
 
 #[test]
-fn only_the_latest_bump_is_called_off_and_only_for_its_own_reason() {
+fn only_the_latest_bump_is_called_off_only_for_its_own_reason() {
     // (bumps in order, the reason called off, whether it is)
     type Case = (&'static [CloseReason], CloseReason, bool);
     let cases: [Case; 5] = [

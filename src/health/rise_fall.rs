@@ -282,7 +282,7 @@ mod tests {
     }
 
     #[test]
-    fn health_says_which_change_is_pending_and_how_far_it_got() {
+    fn health_says_which_change_is_pending_with_how_far_it_got() {
         let toward = |state, count, needed| {
             Some(Pending {
                 toward: state,

@@ -184,7 +184,7 @@ mod tests {
     }
 
     #[test]
-    fn a_refusal_of_our_certificate_reads_as_ours_and_other_alerts_as_tls() {
+    fn tls_alerts_read_as_ours_only_when_they_refuse_our_certificate() {
         use rustls::AlertDescription as A;
         use rustls::Error::AlertReceived;
         let ours = "the apiserver refused our client certificate: ";
@@ -213,7 +213,7 @@ mod tests {
     }
 
     #[test]
-    fn a_name_mismatch_names_the_name_expected_and_the_names_presented() {
+    fn a_name_mismatch_names_the_expected_name_beside_the_presented_ones() {
         let e =
             rustls::Error::InvalidCertificate(rustls::CertificateError::NotValidForNameContext {
                 expected: rustls_pki_types::ServerName::try_from("10.0.1.10")

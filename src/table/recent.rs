@@ -71,7 +71,7 @@ mod tests {
     }
 
     #[test]
-    fn keeps_the_newest_transitions_oldest_first_and_at_most_kept() {
+    fn keeps_at_most_the_newest_transitions_oldest_first() {
         let r = Recent::default();
         assert!(r.load().is_empty());
         r.push((0..5).map(t));

@@ -75,7 +75,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn every_class_has_its_own_label_and_its_place_in_all() {
+    fn every_class_has_its_own_label_at_its_place_in_all() {
         for (i, c) in FailClass::ALL.iter().enumerate() {
             assert_eq!(c.index(), i, "{c:?}");
         }

@@ -33,7 +33,7 @@ fn at(secs: u64) -> SystemTime {
 }
 
 #[test]
-fn escape_makes_markup_and_controls_inert() {
+fn escape_makes_markup_or_controls_inert() {
     let cases = [
         ("plain", "plain"),
         (
@@ -63,7 +63,7 @@ fn clock_is_the_utc_time_of_day() {
 }
 
 #[test]
-fn the_page_names_every_backend_state_and_the_mode() {
+fn the_page_names_every_backend_state_with_the_mode() {
     let cases = [
         (Mode::Normal, "normal: ready backends only"),
         (Mode::FailOpen, "fail open"),

@@ -61,7 +61,7 @@ fn table_flags_not_ready_or_shutting_down() {
 }
 
 #[test]
-fn the_last_line_says_a_rejected_reload_and_why() {
+fn the_last_line_says_a_rejected_reload_with_why() {
     use crate::admin::config_view::ReloadStatus;
     let mut doc = sample();
     let config = doc.config.as_mut().expect("sample has one");

@@ -176,7 +176,7 @@ fn frame(p: &Phase) -> Frame<'_> {
 }
 
 #[test]
-fn every_phase_fits_80_by_24_with_the_title_on_top_and_names_not_ports() {
+fn every_phase_fits_80_by_24_title_on_top_with_names_not_ports() {
     for p in phases() {
         let screen = frame(&p).screen();
         let rows: Vec<&str> = screen.split('\n').collect();
@@ -271,7 +271,7 @@ fn failback_says_when_the_long_lived_connection_comes_home() {
 }
 
 #[test]
-fn log_lines_lose_their_quotes_and_empty_fields() {
+fn log_lines_lose_their_quotes_with_their_empty_fields() {
     let cases = [
         (" INFO demo: lost etcd quorum apiserver=\"dc-a\"", " INFO demo: lost etcd quorum apiserver=dc-a"),
         (
@@ -286,7 +286,7 @@ fn log_lines_lose_their_quotes_and_empty_fields() {
 }
 
 #[test]
-fn line_is_short_plain_and_uses_names() {
+fn the_piped_line_is_short_plain_text_with_names() {
     let p = phases().remove(3);
     let line = frame(&p).line();
     assert_eq!(
