@@ -199,7 +199,7 @@ mod tests {
     }
 
     #[test]
-    fn the_https_port_wins_over_others_and_an_only_port_needs_no_name() {
+    fn a_subset_is_reached_on_its_https_port_or_else_its_only_port() {
         let body = r#"{"kind":"Endpoints","apiVersion":"v1","subsets":[
             {"addresses":[{"ip":"fd00::1"}],"ports":[{"name":"metrics","port":9000},{"name":"https","port":6443}]},
             {"addresses":[{"ip":"10.0.1.10"}],"ports":[{"port":443}]},

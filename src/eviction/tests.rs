@@ -40,7 +40,7 @@ fn publish_then_bump_leaves_no_window() {
 }
 
 #[tokio::test]
-async fn evict_now_fires_says_removed_and_stales_every_earlier_epoch() {
+async fn evict_now_ends_every_earlier_watch_as_removed() {
     let e = Eviction::default();
     let before = e.epoch();
     let w = e.watch_from(before).expect("fresh");
@@ -194,7 +194,7 @@ fn only_the_latest_bump_is_called_off_only_for_its_own_reason() {
 }
 
 #[test]
-fn the_epoch_and_reason_share_one_word_and_the_epoch_wraps_within_it() {
+fn the_epoch_wraps_within_the_word_it_shares_with_the_reason() {
     let e = Eviction::default();
     let last = u64::MAX >> REASON_BITS;
     e.bump_to(last, CloseReason::DeadPath);

@@ -191,7 +191,7 @@ mod tests {
     }
 
     #[test]
-    fn worst_case_follows_the_probe_schedule_spread_and_dial_budget() {
+    fn the_budget_follows_the_health_and_routing_settings() {
         let spread = EVICT_SPREAD.as_millis() as u64;
         // (interval, timeout, fast_interval, fall, connect_timeout) in ms →
         // (next probe, failing probes, worst case) in ms, and whether 40 s warns.
@@ -240,7 +240,7 @@ mod tests {
     }
 
     #[test]
-    fn render_names_every_term_and_the_share_of_the_grace_period() {
+    fn render_names_every_term_of_the_budget() {
         let b = Budget::of(&health(5000, 3000, 1000, 2), &routing(1000));
         let text = b.render(Duration::from_secs(50));
         for want in [
