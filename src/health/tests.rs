@@ -134,7 +134,7 @@ async fn the_first_probe_is_at_once_then_the_jittered_interval_or_fast_while_pen
 }
 
 #[tokio::test(start_paused = true)]
-async fn failed_client_dials_count_as_failed_checks_and_the_next_probe_dials_afresh() {
+async fn a_failed_client_dial_counts_as_a_failed_check_that_drops_the_kept_connection() {
     let (tx, mut rx) = mpsc::channel(64);
     let task = monitor(tx);
     let live = task.live.clone();
@@ -172,8 +172,10 @@ async fn failed_client_dials_count_as_failed_checks_and_the_next_probe_dials_afr
     handle.await.expect("task ends on cancel");
 }
 
-#[tokio::test(start_paused = true)]
-async fn probes_this_node_could_not_make_leave_health_alone_and_retry_soon() {
+/// A monitor whose probes go: ready; one failure (pending); three not made; a pass; a failure;
+/// not made. Returns the first five healths it published (state, last error) and the probe
+/// start times up to then.
+async fn with_unmade_probes() -> (Vec<(State, Option<String>)>, Vec<Instant>) {
     let (tx, mut rx) = mpsc::channel(64);
     let task = monitor(tx);
     let calls = Arc::new(Mutex::new(Vec::new()));
@@ -200,6 +202,15 @@ async fn probes_this_node_could_not_make_leave_health_alone_and_retry_soon() {
         let h = next_health(&mut rx).await;
         seen.push((h.state, h.last_error().map(|e| e.to_string())));
     }
+    let calls = calls.lock().expect("calls").clone();
+    cancel.cancel();
+    handle.await.expect("task ends on cancel");
+    (seen, calls)
+}
+
+#[tokio::test(start_paused = true)]
+async fn probes_this_node_could_not_make_leave_health_alone() {
+    let (seen, _) = with_unmade_probes().await;
     // Had the shortage counted as failures, the first one after the failure made it unready.
     let fail = || Some("HTTP 500".to_string());
     use State::*;
@@ -213,7 +224,11 @@ async fn probes_this_node_could_not_make_leave_health_alone_and_retry_soon() {
             (Ready, fail())
         ]
     );
-    let calls = calls.lock().expect("calls").clone();
+}
+
+#[tokio::test(start_paused = true)]
+async fn probes_this_node_could_not_make_are_retried_at_the_fast_interval() {
+    let (_, calls) = with_unmade_probes().await;
     for w in calls[2..7].windows(2) {
         assert_eq!(
             w[1] - w[0],
@@ -221,8 +236,6 @@ async fn probes_this_node_could_not_make_leave_health_alone_and_retry_soon() {
             "fast_interval: {calls:?}"
         );
     }
-    cancel.cancel();
-    handle.await.expect("task ends on cancel");
 }
 
 #[tokio::test(start_paused = true)]
@@ -309,19 +322,25 @@ async fn a_passive_failure_brings_a_probe_at_once_not_at_the_next_interval() {
     handle.await.expect("task ends on cancel");
 }
 
-#[tokio::test(start_paused = true)]
-async fn a_burst_of_passive_failures_makes_one_probe_in_flight_and_at_most_one_early_probe_a_second(
-) {
-    // Probes hang for 3 s (a black hole); a failure every 100 ms for 10 s, fall high enough that
-    // the change stays pending.
-    let takes = Duration::from_secs(3);
-    let (live, calls, _rx, cancel, handle) = ready_monitor(1000, takes).await;
+/// 2 s after a monitor turned ready, a failure every 100 ms for 10 s. Returns when the
+/// failures began.
+async fn burst_of_failures(live: &BackendLive) -> Instant {
     tokio::time::sleep(Duration::from_secs(2)).await;
     let from = Instant::now();
     for _ in 0..100 {
         live.dials.report("dial: timeout after 1s".into());
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
+    from
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_burst_of_passive_failures_makes_one_probe_in_flight() {
+    // Probes hang for 3 s (a black hole); a failure every 100 ms for 10 s, fall high enough that
+    // the change stays pending.
+    let takes = Duration::from_secs(3);
+    let (live, calls, _rx, cancel, handle) = ready_monitor(1000, takes).await;
+    let from = burst_of_failures(&live).await;
     let starts: Vec<Instant> = calls.lock().expect("calls").clone();
     for w in starts.windows(2) {
         let gap = w[1] - w[0];
@@ -338,14 +357,13 @@ async fn a_burst_of_passive_failures_makes_one_probe_in_flight_and_at_most_one_e
     );
     cancel.cancel();
     handle.await.expect("task ends on cancel");
+}
 
+#[tokio::test(start_paused = true)]
+async fn a_burst_of_passive_failures_makes_at_most_one_early_probe_a_second() {
     // Quick probes: the rate limit is what holds, one early probe per second.
     let (live, calls, _rx, cancel, handle) = ready_monitor(1000, Duration::from_millis(10)).await;
-    tokio::time::sleep(Duration::from_secs(2)).await;
-    for _ in 0..100 {
-        live.dials.report("dial: timeout after 1s".into());
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    burst_of_failures(&live).await;
     let starts: Vec<Instant> = calls.lock().expect("calls")[1..].to_vec();
     for w in starts.windows(2) {
         assert!(w[1] - w[0] >= EARLY_PROBE_GAP, "{:?}", w[1] - w[0]);

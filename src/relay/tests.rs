@@ -151,7 +151,7 @@ async fn a_half_closed_connection_is_given_up_only_when_silent() {
 }
 
 #[tokio::test]
-async fn a_failed_relay_names_its_leg_and_only_the_backends_timeout_is_a_dead_path() {
+async fn a_relay_failed_by_a_backend_reset_names_the_backend_leg() {
     let r = relayed().await;
     let (client, backend, task) = (r.client, r.backend, r.task);
     socket2::SockRef::from(&backend)
@@ -163,6 +163,10 @@ async fn a_failed_relay_names_its_leg_and_only_the_backends_timeout_is_a_dead_pa
     assert!(e.to_string().starts_with("backend: "), "{e}");
     assert!(!e.backend_timed_out(), "a reset is not a dead path");
     drop(client);
+}
+
+#[test]
+fn only_the_backends_timeout_is_a_dead_path() {
     let timed_out = || io::Error::from_raw_os_error(libc::ETIMEDOUT);
     assert!(RelayError::Backend(timed_out()).backend_timed_out());
     assert!(!RelayError::Client(timed_out()).backend_timed_out());

@@ -19,7 +19,7 @@ fn a_full_read_moves_up_a_tier_up_to_the_top() {
 }
 
 #[test]
-fn going_idle_releases_the_buffer_or_pipe_and_drops_a_tier_but_keeps_unwritten_data() {
+fn an_idle_buffer_is_released_a_tier_down() {
     let mut h = Half {
         store: Store::Buffer(vec![0; TIERS[2]].into()),
         tier: 2,
@@ -29,6 +29,10 @@ fn going_idle_releases_the_buffer_or_pipe_and_drops_a_tier_but_keeps_unwritten_d
     h.release_idle();
     assert!(matches!(&h.store, Store::Buffer(b) if b.is_empty()));
     assert_eq!(h.tier, 1);
+}
+
+#[test]
+fn an_idle_pipe_is_released_a_tier_down() {
     let mut piped = Half {
         store: Store::Pipe(Pipe::open().expect("a pipe")),
         tier: 2,
@@ -38,6 +42,10 @@ fn going_idle_releases_the_buffer_or_pipe_and_drops_a_tier_but_keeps_unwritten_d
     piped.release_idle();
     assert!(!piped.piped(), "released");
     assert_eq!(piped.tier, 1, "the next burst copies first");
+}
+
+#[test]
+fn going_idle_keeps_unwritten_data() {
     let mut pending = Half {
         store: Store::Buffer(vec![1, 2, 3].into()),
         end: 3,
@@ -152,7 +160,7 @@ fn segments(local: &TcpStream, peer: &TcpStream) -> (u64, u64) {
 }
 
 #[tokio::test]
-async fn the_last_bytes_and_their_fin_leave_in_one_segment_and_other_bytes_at_once() {
+async fn only_bytes_with_a_fin_right_behind_wait_to_share_its_segment() {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let (mut src, from) = pair().await;
     let (to, mut sink) = pair().await;
