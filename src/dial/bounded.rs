@@ -97,12 +97,23 @@ impl<T: PartialEq, const N: usize, const M: usize> PartialEq<[T; M]> for Bounded
 mod tests {
     use super::*;
 
-    #[test]
-    fn holds_at_most_n_and_removes_and_retains_in_order() {
+    /// A bound of 3 filled with 1, 2, 3.
+    fn full() -> Bounded<u8, 3> {
         let mut b = Bounded::<u8, 3>::new();
         assert!(b.try_push(1) && b.try_push(2) && b.try_push(3));
+        b
+    }
+
+    #[test]
+    fn holds_at_most_n() {
+        let mut b = full();
         assert!(!b.try_push(4), "full");
         assert_eq!(b, [1, 2, 3]);
+    }
+
+    #[test]
+    fn removals_keep_the_order() {
+        let mut b = full();
         assert_eq!(b.remove_first(), Some(1));
         assert_eq!(b, [2, 3]);
         assert!(b.try_push(4));

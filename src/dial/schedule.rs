@@ -101,13 +101,17 @@ mod tests {
     }
 
     #[test]
-    fn a_short_budget_cuts_the_plan_and_addresses_start_150_ms_apart() {
+    fn a_plan_is_cut_by_its_budget_or_its_attempt_cap() {
         assert_eq!(plan(1, MS(100), 7), [(0, MS(0))]);
         assert_eq!(plan(0, MS(1000), 7), []);
+        assert_eq!(plan(5, Duration::from_secs(10), 7).len(), MAX_ATTEMPTS);
+    }
+
+    #[test]
+    fn addresses_start_150_ms_apart() {
         let p = plan(2, Duration::from_secs(1), 7);
         assert_eq!(&p[..3], [(0, MS(0)), (1, MS(150)), (0, MS(150))]);
         assert_eq!(p.iter().filter(|(a, _)| *a == 1).count(), 3);
-        assert_eq!(plan(5, Duration::from_secs(10), 7).len(), MAX_ATTEMPTS);
     }
 
     /// The plan as first written: every attempt of every address, sorted (stably) by time and

@@ -271,7 +271,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn the_record_keeps_the_client_as_accepted_and_its_counters_saturate() {
+    fn the_record_keeps_the_client_as_accepted() {
         for client in ["10.0.0.7:40000", "[::1]:7445", "[fe80::1%2]:1"] {
             let client: SocketAddr = client.parse().expect("address");
             let r = Record::new(client);
@@ -280,6 +280,10 @@ mod tests {
                 (client.ip(), client.port())
             );
         }
+    }
+
+    #[test]
+    fn the_records_counters_saturate() {
         let mut r = Record::new("127.0.0.1:1".parse().expect("address"));
         r.attempted(3);
         r.attempted(70_000);
@@ -352,7 +356,7 @@ mod tests {
     }
 
     #[test]
-    fn every_end_names_who_and_why_and_only_ordinary_ends_are_quiet() {
+    fn every_end_says_who_ended_it_why_how_loudly() {
         let cases = [
             (End::ClientClosed, "client", "closed", false),
             (End::BackendClosed, "backend", "closed", false),

@@ -340,11 +340,19 @@ mod tests {
         assert_eq!(decide(&never, &gone), Decision::Same);
     }
 
+    /// The client certificate the `apply` tests load.
+    const CERT: &str = "/kubelet.pem";
+    /// The contents of the files `CERT` was loaded from.
+    const WITH: [Option<u8>; 3] = [Some(1), Some(2), Some(2)];
+
+    /// A source holding `CERT`, loaded from the files at `WITH`.
+    fn source_with_a_cert() -> Arc<TlsSource> {
+        TlsSource::new(state(files(CERT), loaded(CERT), WITH))
+    }
+
     #[test]
-    fn apply_says_what_it_did_and_only_a_replacement_bumps_the_generation() {
-        let cert = "/kubelet.pem";
-        let with = [Some(1), Some(2), Some(2)];
-        let source = TlsSource::new(state(files(cert), loaded(cert), with));
+    fn apply_keeps_the_loaded_certificate_when_its_file_is_gone() {
+        let (cert, source) = (CERT, source_with_a_cert());
         let gone = state(
             files(cert),
             ClientCert::Absent(cert.into()),
@@ -352,6 +360,12 @@ mod tests {
         );
         assert_eq!(source.apply(gone), Applied::Kept { gone: cert.into() });
         assert_eq!(source.current().client_cert, loaded(cert));
+        assert_eq!(source.current().generation, 0);
+    }
+
+    #[test]
+    fn only_a_replacement_bumps_the_generation() {
+        let (cert, with, source) = (CERT, WITH, source_with_a_cert());
         let same = state(files(cert), loaded(cert), with);
         assert_eq!(source.apply(same), Applied::Unchanged);
         assert_eq!(source.current().generation, 0);
