@@ -321,25 +321,47 @@ impl Snapshot {
 mod tests {
     use super::*;
 
-    #[tokio::test]
-    async fn dial_reports_wake_the_monitor_and_drain_with_the_latest_reason() {
-        let r = DialReports::default();
-        assert!(r.take().is_none());
+    /// Two dial failures reported before anyone waits, the later one a timeout.
+    fn reported_twice(r: &DialReports) {
         r.report("dial: connection refused".into());
         r.report("dial: timeout after 1s".into());
+    }
+
+    #[tokio::test]
+    async fn dial_reports_made_before_the_wait_still_wake_the_monitor() {
+        let r = DialReports::default();
+        reported_twice(&r);
         r.reported().await; // a report before the wait is not lost
+    }
+
+    #[test]
+    fn dial_reports_drain_as_a_count_with_the_latest_reason() {
+        let r = DialReports::default();
+        assert!(r.take().is_none());
+        reported_twice(&r);
         assert_eq!(r.take(), Some((2, "dial: timeout after 1s".into())));
         assert!(r.take().is_none(), "drained");
     }
 
-    #[test]
-    fn active_guard_counts_now_and_ever() {
+    /// A backend whose first active guard was dropped and whose second is held.
+    fn second_guard_held() -> (Arc<BackendLive>, Active) {
         let live = Arc::new(BackendLive::default());
         let g = live.count_active();
         assert_eq!(live.active.load(Ordering::Relaxed), 1);
         drop(g);
-        let _g = live.count_active();
+        let g = live.count_active();
+        (live, g)
+    }
+
+    #[test]
+    fn an_active_guard_counts_only_while_held() {
+        let (live, _g) = second_guard_held();
         assert_eq!(live.active.load(Ordering::Relaxed), 1);
+    }
+
+    #[test]
+    fn every_active_guard_adds_to_the_connection_total() {
+        let (live, _g) = second_guard_held();
         assert_eq!(live.counters.connections.load(Ordering::Relaxed), 2);
     }
 }

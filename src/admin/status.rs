@@ -384,14 +384,21 @@ mod tests {
         assert_eq!(back, doc);
     }
 
-    #[test]
-    fn zone_source_reads_as_the_log_writes_it_and_may_be_absent() {
+    /// A status document of one ready backend, zoned.
+    fn zoned_doc() -> StatusDoc {
         let mut doc = StatusDoc::of(
             &snapshot(&[State::Ready], WhenNoneReady::FailOpen),
             false,
             CertStatus::None,
             None,
         );
+        doc.zone = Some("dc-a".into());
+        doc
+    }
+
+    #[test]
+    fn zone_source_reads_as_the_log_writes_it() {
+        let mut doc = zoned_doc();
         for (source, text) in [
             (ZoneSource::Flag, "\"flag\""),
             (ZoneSource::Env, "\"env\""),
@@ -412,6 +419,12 @@ mod tests {
             let back: StatusDoc = serde_json::from_str(&json).expect("deserialize");
             assert_eq!(back, doc);
         }
+    }
+
+    #[test]
+    fn a_document_from_before_zone_source_reads_as_absent() {
+        let mut doc = zoned_doc();
+        doc.zone_source = Some(ZoneSource::Address("fd00:2::5".parse().expect("ip")));
         // A document from a balancer that predates the field.
         let mut old: serde_json::Value = serde_json::to_value(&doc).expect("value");
         old.as_object_mut().expect("object").remove("zone_source");

@@ -135,10 +135,14 @@ mod tests {
         "backends:\n  - address: 10.0.1.10:6443\ntls:\n  ca: /ca.crt\nhealth:\n  interval: 5s\n";
 
     #[test]
-    fn discovery_is_off_by_default_and_takes_its_keys() {
+    fn discovery_is_off_by_default() {
         let c = Config::parse(BASE, "node.yaml").expect("valid");
         assert!(!c.discovery.endpoints);
         assert_eq!(c.discovery.interval.as_secs(), 30);
+    }
+
+    #[test]
+    fn discovery_takes_its_keys() {
         let src = format!("{BASE}discovery:\n  endpoints: true\n  interval: 2s\n  cache: /var/lib/readyprism/backends.json\n  server_name: \"\"\n");
         let c = Config::parse(&src, "node.yaml").expect("valid");
         assert!(c.discovery.endpoints);

@@ -213,8 +213,9 @@ fn not_a_cache(path: &Path) -> Option<String> {
 mod tests {
     use super::*;
 
-    #[test]
-    fn a_stored_list_loads_back_and_leaves_no_temporary_file() {
+    /// A cache stored with two addresses, then replaced with the first:
+    /// (its directory, its file, the two addresses).
+    fn replaced() -> (tempfile::TempDir, PathBuf, Vec<SocketAddr>) {
         let dir = tempfile::tempdir().expect("tempdir");
         let path = dir.path().join("backends.json");
         assert!(matches!(load(&path), Err(LoadError::Missing)));
@@ -224,7 +225,18 @@ mod tests {
         ];
         store(&path, &list).expect("store");
         store(&path, &list[..1]).expect("replace");
+        (dir, path, list)
+    }
+
+    #[test]
+    fn a_stored_list_loads_back() {
+        let (_dir, path, list) = replaced();
         assert_eq!(load(&path).expect("load"), list[..1]);
+    }
+
+    #[test]
+    fn storing_leaves_no_temporary_file() {
+        let (dir, _, _) = replaced();
         let names: Vec<_> = std::fs::read_dir(dir.path())
             .expect("dir")
             .map(|e| e.expect("entry").file_name())
@@ -271,13 +283,18 @@ mod tests {
     }
 
     #[test]
-    fn the_cache_is_private_and_a_failed_write_names_the_cache() {
+    fn the_cache_is_private() {
         use std::os::unix::fs::PermissionsExt;
         let dir = tempfile::tempdir().expect("tempdir");
         let path = dir.path().join("backends.json");
         store(&path, &[]).expect("store");
         let mode = std::fs::metadata(&path).expect("meta").permissions().mode();
         assert_eq!(mode & 0o777, 0o600);
+    }
+
+    #[test]
+    fn a_failed_write_names_the_cache() {
+        let dir = tempfile::tempdir().expect("tempdir");
         let missing = dir.path().join("gone").join("backends.json");
         let e = store(&missing, &[]).expect_err("no directory");
         assert!(e.retryable());

@@ -272,18 +272,30 @@ fn cached(path: &std::path::Path, never: &Never) -> Vec<Member> {
 mod tests {
     use super::*;
 
-    #[test]
-    fn a_discovered_backend_is_named_ip_port_zoned_by_the_map_and_verified_by_its_ip() {
+    /// A config zoning fd00:2::/64 as dc-b, and a discovered member in it.
+    fn discovered_in_dc_b() -> (Config, Member) {
         let yaml = "zones: { dc-b: [\"fd00:2::/64\"] }\nbackends:\n  - address: 10.0.1.10:6443\ntls:\n  ca: /ca.crt\n";
-        let mut config = Config::parse(yaml, "node.yaml").expect("valid");
+        let config = Config::parse(yaml, "node.yaml").expect("valid");
         let m = Member {
             addr: "[fd00:2::10]:6443".parse().expect("literal"),
             source: BackendSource::Discovered,
         };
+        (config, m)
+    }
+
+    #[test]
+    fn a_discovered_backend_is_named_ip_port_in_the_zone_its_ip_maps_to() {
+        let (config, m) = discovered_in_dc_b();
         let b = spec(&m, &config);
         assert_eq!(b.id.as_str(), "[fd00:2::10]:6443");
         assert_eq!((b.host.as_str(), b.port), ("fd00:2::10", 6443));
         assert_eq!(b.zone.as_deref(), Some("dc-b"));
+    }
+
+    #[test]
+    fn a_discovered_backend_is_verified_by_its_ip_unless_a_server_name_is_set() {
+        let (mut config, m) = discovered_in_dc_b();
+        let b = spec(&m, &config);
         assert_eq!(
             crate::config::server_name_text(&b.server_name),
             "fd00:2::10"

@@ -108,8 +108,8 @@ fn the_page_names_every_backend_state_with_the_mode() {
     }
 }
 
-#[test]
-fn the_page_shows_transitions_newest_first_and_since_from_the_latest_into_the_state() {
+/// The page of two backends, one gone unready at 02:00 after turning ready at 01:00.
+fn with_transitions() -> String {
     let recent = [
         Transition {
             at: at(3_600),
@@ -133,10 +133,20 @@ fn the_page_shows_transitions_newest_first_and_since_from_the_latest_into_the_st
             backend("10.0.2.10:6443", State::Unready, Some("timeout after 3s")),
         ],
     );
-    let page = render(&d, &recent);
+    render(&d, &recent)
+}
+
+#[test]
+fn the_page_shows_transitions_newest_first() {
+    let page = with_transitions();
     let newest = page.find("<tr><td>02:00:00 UTC</td>").expect("newest row");
     let oldest = page.find("<tr><td>01:00:00 UTC</td>").expect("oldest row");
     assert!(newest < oldest, "newest first: {page}");
+}
+
+#[test]
+fn a_backends_since_is_its_latest_transition_into_its_state() {
+    let page = with_transitions();
     assert!(
         page.contains("unready</td><td>02:00:00 UTC</td>"),
         "since: {page}"

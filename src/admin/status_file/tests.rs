@@ -39,17 +39,29 @@ fn written_on_a_change_or_a_refresh_never_twice_within_a_second() {
     }
 }
 
-#[test]
-fn reasons_are_cut_and_a_document_round_trips_through_the_file() {
+/// The sample document with a first reason ten times too long, stored and read back:
+/// (the directory, the file, what was stored, what was read).
+fn stored_with_a_long_reason() -> (tempfile::TempDir, PathBuf, StatusDoc, StatusDoc) {
     let dir = tempfile::tempdir().expect("tempdir");
     let path = dir.path().join("status.json");
     let mut doc = crate::cli::status::sample();
     doc.backends[0].last_error = Some("x".repeat(10 * MAX_REASON));
     store(&path, &bounded(doc.clone())).expect("store");
     let back = parse(&std::fs::read(&path).expect("read")).expect("parse");
+    (dir, path, doc, back)
+}
+
+#[test]
+fn a_stored_reason_is_cut_to_its_bound() {
+    let (_dir, _, _, back) = stored_with_a_long_reason();
     let reason = back.backends[0].last_error.as_deref().expect("reason");
     assert_eq!(reason.chars().count(), MAX_REASON);
     assert!(reason.ends_with('…'));
+}
+
+#[test]
+fn a_document_round_trips_through_the_file() {
+    let (_dir, path, doc, back) = stored_with_a_long_reason();
     assert_eq!(back.backends[1], doc.backends[1]);
     store(&path, &back).expect("a status file is replaced");
 }
