@@ -191,7 +191,7 @@ mod tests {
     }
 
     #[test]
-    fn the_budget_follows_the_health_and_routing_settings() {
+    fn every_budget_term_follows_the_settings() {
         let spread = EVICT_SPREAD.as_millis() as u64;
         // (interval, timeout, fast_interval, fall, connect_timeout) in ms →
         // (next probe, failing probes, worst case) in ms, and whether 40 s warns.
