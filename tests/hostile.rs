@@ -3,6 +3,8 @@
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
+use readyprism::app::App;
+use readyprism::sim::apiserver::FakeApiserver;
 use readyprism::verdict::State::Ready;
 
 use crate::support;
@@ -22,13 +24,12 @@ async fn admin_answer(admin: std::net::SocketAddr) -> Option<String> {
     (!out.is_empty()).then_some(out)
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_admin_server_caps_connections_by_shedding_the_oldest_stalled_ones_and_cuts_the_rest() {
-    use readyprism::admin::MAX_CONNECTIONS;
-    let lab = Lab::new();
-    let (_a, app) = lab.one_ready("").await;
+/// 100 half-sent requests (a slowloris) to the admin port of a balancer in front of one ready
+/// fake: the fake, the balancer and the stalled connections, oldest first.
+async fn slowloris(lab: &Lab) -> (FakeApiserver, App, Vec<TcpStream>) {
+    let (a, app) = lab.one_ready("").await;
     let admin = app.admin_addr();
-    // 100 half-sent requests (a slowloris): the head never ends.
+    // The head never ends.
     let mut slow = Vec::new();
     for _ in 0..100 {
         let mut s = TcpStream::connect(admin).await.expect("connect");
@@ -37,6 +38,15 @@ async fn the_admin_server_caps_connections_by_shedding_the_oldest_stalled_ones_a
             .expect("write");
         slow.push(s);
     }
+    (a, app, slow)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_admin_server_caps_connections_by_shedding_the_oldest_stalled_ones() {
+    use readyprism::admin::MAX_CONNECTIONS;
+    let lab = Lab::new();
+    let (_a, app, mut slow) = slowloris(&lab).await;
+    let admin = app.admin_addr();
     // The cap holds: each one past it shed the oldest, so the first ones are closed at once.
     for s in &mut slow[..100 - MAX_CONNECTIONS] {
         let mut buf = Vec::new();
@@ -56,6 +66,15 @@ async fn the_admin_server_caps_connections_by_shedding_the_oldest_stalled_ones_a
     assert!(answer.starts_with("HTTP/1.0 200"), "{answer}");
     // The relay is untouched by the admin server's trouble.
     assert_eq!(landed(app.listen_addrs()[0]).await, "a");
+    app.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_admin_server_cuts_half_sent_requests_at_its_header_read_timeout() {
+    use readyprism::admin::MAX_CONNECTIONS;
+    let lab = Lab::new();
+    let (_a, app, mut slow) = slowloris(&lab).await;
+    let admin = app.admin_addr();
     // The header-read timeout closes every half-sent request left...
     for s in &mut slow[100 - MAX_CONNECTIONS..] {
         let mut buf = Vec::new();

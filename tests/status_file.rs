@@ -12,6 +12,7 @@ use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 use readyprism::admin::StatusDoc;
+use readyprism::sim::apiserver::FakeApiserver;
 use readyprism::verdict::State;
 
 use crate::support::process::Proc;
@@ -262,12 +263,26 @@ fn an_unready_backend_failing_for_another_reason_is_logged_once() {
     drop(p);
 }
 
-#[test]
-fn the_admin_port_shows_the_running_config_with_its_file_and_last_reload() {
+/// The binary run with no status file from `node.yaml` in `lab`: its runtime and fake apiserver
+/// (kept for the test's length), its config file, and the process.
+fn running_without_a_status_file(
+    lab: &Lab,
+) -> (
+    tokio::runtime::Runtime,
+    FakeApiserver,
+    std::path::PathBuf,
+    Proc,
+) {
     let rt = tokio::runtime::Runtime::new().expect("runtime");
-    let lab = Lab::new();
-    let (_a, config) = lab.fake_and_config(&rt, "node.yaml", "status_file: \"\"\n");
+    let (a, config) = lab.fake_and_config(&rt, "node.yaml", "status_file: \"\"\n");
     let p = Proc::start(&config);
+    (rt, a, config, p)
+}
+
+#[test]
+fn the_admin_port_shows_the_running_config() {
+    let lab = Lab::new();
+    let (_rt, _a, _, p) = running_without_a_status_file(&lab);
     let (code, yaml) = blocking_get(p.admin, "/config");
     assert_eq!(code, 200);
     assert!(
@@ -279,6 +294,13 @@ fn the_admin_port_shows_the_running_config_with_its_file_and_last_reload() {
         "{yaml}"
     );
     assert!(!yaml.contains("BEGIN"), "no key material: {yaml}");
+    drop(p);
+}
+
+#[test]
+fn a_rejected_reload_shows_in_status_with_its_error() {
+    let lab = Lab::new();
+    let (_rt, _a, config, p) = running_without_a_status_file(&lab);
     // A rejected reload shows in /status with its error; the running config stays.
     let good = std::fs::read_to_string(&config).expect("read");
     std::fs::write(&config, format!("{good}health: {{ rise: 0 }}\n")).expect("write");
