@@ -196,7 +196,7 @@ async fn kubectl_reaches_an_apiserver_through_the_balancer_with_a_kubelet_style_
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn sim_apiserver_runs_as_its_own_process_and_its_readyz_can_follow_etcd() {
+async fn sim_apiserver_runs_as_its_own_process_with_a_readyz_that_can_follow_etcd() {
     let lab = Lab::new();
     let server = lab.cluster.ca.server(&["127.0.0.1"]).expect("cert");
     let cert = lab.write("server.crt", &server.cert_pem);

@@ -68,7 +68,7 @@ fn expired_client(lab: &Lab) -> readyprism::sim::pki::Issued {
 }
 
 #[test]
-fn an_expired_client_certificate_is_named_as_ours_in_log_status_and_reason() {
+fn an_expired_client_certificate_is_named_as_ours_everywhere_it_shows() {
     let rt = tokio::runtime::Runtime::new().expect("runtime");
     let lab = Lab::new();
     // An apiserver that verifies client certificates against the cluster CA, as kube-apiserver's

@@ -210,8 +210,8 @@ for _ in range(int(sys.argv[2])):
 "#;
 
 #[test]
-fn a_syn_black_hole_gets_three_syns_per_dial_and_probes_at_most_one_a_second() {
-    let test = "a_syn_black_hole_gets_three_syns_per_dial_and_probes_at_most_one_a_second";
+fn a_syn_black_hole_gets_three_syns_per_dial_with_probes_at_most_one_a_second() {
+    let test = "a_syn_black_hole_gets_three_syns_per_dial_with_probes_at_most_one_a_second";
     let Some(mut node) = node(test) else {
         return;
     };

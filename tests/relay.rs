@@ -141,8 +141,7 @@ async fn while_nothing_is_ready_connections_stay_until_a_backend_is_ready() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn failback_brings_a_connection_home_once_the_local_backend_stays_ready_and_never_while_it_flaps(
-) {
+async fn failback_brings_a_connection_home_only_once_the_local_backend_stays_ready() {
     let lab = Lab::new();
     // 5 s: well above a flap's ready spell here (turning unready takes a probe interval, 1 s,
     // plus a fast re-probe), well below the test's patience.
@@ -242,7 +241,7 @@ fn pattern(len: usize) -> Vec<u8> {
 }
 
 #[test]
-fn bulk_through_the_binary_is_spliced_and_a_connection_gone_idle_holds_two_descriptors_again() {
+fn bulk_through_the_binary_is_spliced_through_pipes_released_once_idle() {
     use tokio::io::AsyncReadExt;
     let rt = tokio::runtime::Runtime::new().expect("runtime");
     let lab = Lab::new();
