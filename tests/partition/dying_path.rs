@@ -110,14 +110,13 @@ fn checks_failed(lab: &NetLab, host: Host) -> u64 {
 }
 
 #[test]
-fn partition_7_a_request_in_flight_and_the_stream_on_a_dying_path_are_cut_and_land_on_a_good_backend(
-) {
+fn partition_7_a_request_in_flight_or_a_stream_on_a_dying_path_moves_to_a_good_backend() {
     let spec = Spec {
         good: &[DcA, Witness],
         settled: &[(DcB, "unready")],
         client_flags: &["--slow"],
         ..Spec::new(
-            "partition_7_a_request_in_flight_and_the_stream_on_a_dying_path_are_cut_and_land_on_a_good_backend",
+            "partition_7_a_request_in_flight_or_a_stream_on_a_dying_path_moves_to_a_good_backend",
             "7. in-flight on a dying path: node <-> dc-b cut both ways while a request (held 2 s) and the stream are on dc-b",
         )
     };
@@ -220,12 +219,12 @@ struct Herd {
 }
 
 #[test]
-fn partition_8_an_apiserver_dropping_syns_gets_few_syns_from_a_herd_of_dials_and_from_probes() {
+fn partition_8_an_apiserver_dropping_syns_gets_few_syns_from_dial_herds_or_probes() {
     let spec = Spec {
         good: &[DcA, Witness],
         settled: &[(DcB, "unready")],
         ..Spec::new(
-            "partition_8_an_apiserver_dropping_syns_gets_few_syns_from_a_herd_of_dials_and_from_probes",
+            "partition_8_an_apiserver_dropping_syns_gets_few_syns_from_dial_herds_or_probes",
             "8. overloaded apiserver: SYNs to dc-b dropped while 50 clients dial at once",
         )
     };

@@ -262,7 +262,7 @@ fn partition_3_one_way_block_to_a_remote_site_costs_the_node_nothing() {
 }
 
 #[test]
-fn partition_4_site_isolation_fails_open_to_the_local_apiserver_and_back() {
+fn partition_4_site_isolation_fails_open_to_the_local_apiserver_while_it_lasts() {
     let spec = Spec {
         readyz: DCB_ETCD_DOWN,
         before: DCB_UNREADY,
@@ -274,7 +274,7 @@ fn partition_4_site_isolation_fails_open_to_the_local_apiserver_and_back() {
             longer: Duration::ZERO,
         }),
         ..Spec::new(
-            "partition_4_site_isolation_fails_open_to_the_local_apiserver_and_back",
+            "partition_4_site_isolation_fails_open_to_the_local_apiserver_while_it_lasts",
             "4. site isolation: the node sees only dc-b, whose apiserver is unready; then heal",
         )
     };
