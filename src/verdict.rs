@@ -3,6 +3,7 @@
 //! Plain values, no behaviour beyond naming: the picker, the snapshot and the status document all
 //! read them. Does not own how they are decided (`health::rise_fall`).
 
+mod checks;
 mod fail_class;
 
 use std::sync::Arc;
@@ -10,6 +11,7 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
+pub use checks::FailingChecks;
 pub use fail_class::FailClass;
 
 /// Health state after hysteresis.
@@ -69,6 +71,8 @@ pub struct CheckFailure {
     /// An HTTP answer arrived (any status but 200): alive, not ready. False for timeouts, refused
     /// or failed dials, TLS failures. Failing open prefers backends that answer.
     pub answered: bool,
+    /// The checks the answer named as failing (`[-]etcd failed`); none without an answer.
+    pub checks: FailingChecks,
 }
 
 impl Health {

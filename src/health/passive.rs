@@ -135,6 +135,7 @@ mod tests {
             reason: "HTTP 500: [-]etcd failed".into(),
             latency: Some(Duration::from_millis(2)),
             class: crate::verdict::FailClass::Http5xx,
+            checks: crate::verdict::FailingChecks::of(&["etcd"]),
         };
         let step = step.then(machine.observe(&answered));
         assert_eq!((step.changed, step.pending), (None, true));

@@ -16,7 +16,7 @@ use crate::config::DurationValue;
 use crate::https::reason::{answer_reason, Reason};
 use crate::https::{self, ConnectError, GetError};
 use crate::tls::{unix_now, TlsSource, TlsState};
-use crate::verdict::FailClass;
+use crate::verdict::{FailClass, FailingChecks};
 
 /// Most of an answer we read. A `/readyz?verbose` body is ~2 KiB; anything longer is cut off and the
 /// connection dropped, so a hostile backend cannot make us buffer without bound.
@@ -58,6 +58,7 @@ enum Failure {
         reason: String,
         latency: Option<Duration>,
         class: FailClass,
+        checks: FailingChecks,
     },
 }
 
@@ -68,6 +69,7 @@ impl Failure {
             reason: reason.text,
             latency: None,
             class: reason.class,
+            checks: FailingChecks::none(),
         }
     }
 }
@@ -139,15 +141,18 @@ impl HttpsProbe {
                 reason: reason.text.into(),
                 latency: None,
                 class: reason.class,
+                checks: FailingChecks::none(),
             }),
             Err(Failure::Backend {
                 reason,
                 latency,
                 class,
+                checks,
             }) => Ok(Outcome::Fail {
                 reason: reason.into(),
                 latency,
                 class,
+                checks,
             }),
         }
     }
@@ -211,6 +216,7 @@ impl HttpsProbe {
             reason: reason.text,
             latency: Some(answer.latency),
             class: reason.class,
+            checks: FailingChecks::parse(&answer.body),
         })
     }
 }

@@ -6,7 +6,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::verdict::{CheckFailure, FailClass, Health, Pending, State};
+use crate::verdict::{CheckFailure, FailClass, FailingChecks, Health, Pending, State};
 
 /// Weight of a new latency sample. 0.3 follows a real change within a few probes while one slow
 /// answer moves the average by less than a third.
@@ -29,6 +29,8 @@ pub enum Outcome {
         latency: Option<Duration>,
         /// What kind of failure, for the metric.
         class: FailClass,
+        /// The checks an answer named as failing; none without an answer.
+        checks: FailingChecks,
     },
 }
 
@@ -39,6 +41,7 @@ impl Outcome {
             reason,
             latency: None,
             class: FailClass::Dial,
+            checks: FailingChecks::none(),
         }
     }
 
@@ -143,10 +146,14 @@ impl RiseFall {
         self.health.last_failure = match outcome {
             Outcome::Pass { .. } => None,
             Outcome::Fail {
-                reason, latency, ..
+                reason,
+                latency,
+                checks,
+                ..
             } => Some(CheckFailure {
                 reason: reason.clone(),
                 answered: latency.is_some(),
+                checks: checks.clone(),
             }),
         };
         let pass = outcome.passed();
@@ -211,6 +218,7 @@ mod tests {
             reason: "HTTP 500: [-]etcd failed".into(),
             latency: Some(Duration::from_millis(2)),
             class: crate::verdict::FailClass::Http5xx,
+            checks: crate::verdict::FailingChecks::none(),
         }
     }
 

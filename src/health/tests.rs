@@ -44,6 +44,7 @@ impl Probe for Scripted {
                     reason: "HTTP 500".into(),
                     latency: Some(latency),
                     class: crate::verdict::FailClass::Http5xx,
+                    checks: crate::verdict::FailingChecks::none(),
                 }
             })
         }

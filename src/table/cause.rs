@@ -131,6 +131,7 @@ mod tests {
             last_failure: reason.map(|r| CheckFailure {
                 reason: r.into(),
                 answered: true,
+                checks: crate::verdict::FailingChecks::none(),
             }),
             ..Health::UNKNOWN
         }
