@@ -20,7 +20,7 @@
    discovery cache's directory read-write, everything else read-only, no mountPropagation), and
    is the same pod as the others but for the config directory; worker and control-plane patches
    differ only in the worker's cluster endpoint.
-4. The alert rules and the dashboard use only metric names and labels that README.md lists.
+4. The alert rules and the dashboard use only metric names and labels that docs/metrics.md lists.
 5. No per-zone copies: the old per-zone marker comment appears in no file under talos/ or .ci/.
 7. The scraping advice (talos/scraping/): admin.yaml merged into the v1.14 config passes
    `readyprism check` and is refused without `allow_remote_admin`; talos/README.md shows the same
@@ -337,13 +337,16 @@ def check_readme():
 
 
 def known_metrics():
-    """{metric: {labels}} from README.md's metrics list (the names the binary exports)."""
-    text = open(os.path.join(ROOT, "README.md")).read()
-    section = text[text.index("**Metrics**"):]
-    section = section[:section.index("\n\n")]
+    """{metric: {labels}} from docs/metrics.md's tables (the names the binary exports): a row's
+    first column names the metric, its third the labels (values in parentheses are not labels)."""
     out = {}
-    for name, labels in re.findall(r"`(readyprism_[a-z_]+)(?:\{([a-z_,]*)\})?`", section):
-        out[name] = set(filter(None, labels.split(",")))
+    for line in open(os.path.join(ROOT, "docs", "metrics.md")).read().splitlines():
+        cols = [c.strip() for c in line.split("|")]
+        if len(cols) < 5 or not cols[1].startswith("`readyprism_"):
+            continue
+        labels = set(re.findall(r"`([a-z_]+)`", re.sub(r"\([^)]*\)", "", cols[3])))
+        for name in re.findall(r"`(readyprism_[a-z_]+)`", cols[1]):
+            out[name] = labels
     return out
 
 
@@ -352,11 +355,11 @@ def check_metric_use(where, expr, metrics):
     for name, matchers in re.findall(r"\b(readyprism_[a-z_]+)(\{[^}]*\})?", expr):
         base = re.sub(r"_(bucket|sum|count)$", "", name) if name not in metrics else name
         if base not in metrics:
-            fail(where, f"metric {name} is not in README.md's metrics list")
+            fail(where, f"metric {name} is not in docs/metrics.md's tables")
             continue
         for label in re.findall(r"([a-z_]+)\s*(?:=~|!~|!=|=)", matchers or ""):
             if label not in metrics[base] | scrape:
-                fail(where, f"{name} has no label {label!r} (README lists {sorted(metrics[base])})")
+                fail(where, f"{name} has no label {label!r} (docs/metrics.md lists {sorted(metrics[base])})")
     for clause in re.findall(r"\b(?:by|without)\s*\(([^)]*)\)", expr):
         for label in filter(None, (s.strip() for s in clause.split(","))):
             names = [n for n in re.findall(r"\b(readyprism_[a-z_]+)", expr)]
@@ -368,7 +371,7 @@ def check_metric_use(where, expr, metrics):
 def check_observability():
     metrics = known_metrics()
     if len(metrics) < 10:
-        fail("README.md", f"found only {len(metrics)} metrics in the metrics list; did its format change?")
+        fail("docs/metrics.md", f"found only {len(metrics)} metrics in its tables; did their format change?")
     rules = yaml.safe_load(open(os.path.join(TALOS, "alerts", "readyprism-rules.yaml")))
     n = 0
     for g in rules["spec"]["groups"]:
@@ -382,7 +385,7 @@ def check_observability():
     for v in dash["templating"]["list"]:
         if v.get("type") == "query":
             check_metric_use(f"dashboard variable {v['name']}", v["definition"], metrics)
-    ok("alerts and dashboard", f"{n} rules and {len(exprs)} panel queries use only the {len(metrics)} metrics README.md lists")
+    ok("alerts and dashboard", f"{n} rules and {len(exprs)} panel queries use only the {len(metrics)} metrics docs/metrics.md lists")
 
 
 def check_scraping(docs, binary, tmp, stand):
