@@ -10,9 +10,105 @@
 
 use std::io::Write;
 use std::os::unix::fs::OpenOptionsExt;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
-use crate::watched_file;
+use crate::watched_file::{self, Kind};
+
+/// Why a path cannot hold a writer's file, seen before a run (`readyprism check`): the writes
+/// would fail or be refused. Names the path first; `name` is the file's name in words
+/// (`discovery cache`, `status file`).
+#[derive(Debug, thiserror::Error)]
+pub enum Unfit {
+    /// Something other than a regular file is at the path: never read nor written over.
+    #[error("{} is {}, not a regular file: the {name} is neither read nor written there", path.display(), kind.as_str())]
+    NotRegular {
+        /// The path.
+        path: PathBuf,
+        /// What is there.
+        kind: Kind,
+        /// The file in words.
+        name: &'static str,
+    },
+    /// A regular file that is not the writer's own (a mistyped path): left alone, never written.
+    #[error("{}: not a readyprism {name} ({why}); it is left alone and the {name} is never written", path.display())]
+    NotOurs {
+        /// The path.
+        path: PathBuf,
+        /// What is there instead.
+        why: String,
+        /// The file in words.
+        name: &'static str,
+    },
+    /// The directory the file (and its temporary file) would be written in does not exist.
+    #[error("{}: its directory {} does not exist: the {name} cannot be written", path.display(), dir.display())]
+    NoDirectory {
+        /// The path.
+        path: PathBuf,
+        /// Its directory.
+        dir: PathBuf,
+        /// The file in words.
+        name: &'static str,
+    },
+    /// The directory is something else, or cannot be written in (permissions, a read-only
+    /// filesystem).
+    #[error("{}: its directory {} {why}: the {name} cannot be written", path.display(), dir.display())]
+    Unwritable {
+        /// The path.
+        path: PathBuf,
+        /// Its directory.
+        dir: PathBuf,
+        /// Why, as a predicate: `is a regular file, not a directory`, `is not writable: …`.
+        why: String,
+        /// The file in words.
+        name: &'static str,
+    },
+}
+
+/// Whether `path` can hold the file `name` (blocks; a few `stat`s, a read and an `access(2)`,
+/// nothing created): nothing at all at the path, or a regular file `ours` accepts (its content
+/// called `what` otherwise), in a directory that exists and this process may write in.
+pub fn preflight(
+    path: &Path,
+    ours: impl FnOnce(&[u8]) -> bool,
+    what: &str,
+    name: &'static str,
+) -> Result<(), Unfit> {
+    // Nothing there (a first start) is fine; a failed look is the directory's fault: see below.
+    if let Ok(m) = std::fs::symlink_metadata(path) {
+        if let Some(kind) = Kind::of(m.file_type()) {
+            let path = path.to_path_buf();
+            return Err(Unfit::NotRegular { path, kind, name });
+        }
+        if let Some(why) = not_ours(path, ours, what) {
+            let path = path.to_path_buf();
+            return Err(Unfit::NotOurs { path, why, name });
+        }
+    }
+    let dir = directory(path);
+    let unwritable = |why: String| Unfit::Unwritable {
+        path: path.to_path_buf(),
+        dir: dir.to_path_buf(),
+        why,
+        name,
+    };
+    match std::fs::metadata(dir) {
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Err(Unfit::NoDirectory {
+            path: path.to_path_buf(),
+            dir: dir.to_path_buf(),
+            name,
+        }),
+        Err(e) => Err(unwritable(format!("cannot be looked at: {e}"))),
+        Ok(m) => match Kind::of(m.file_type()) {
+            Some(Kind::Directory) => {
+                use rustix::fs::Access;
+                rustix::fs::access(dir, Access::WRITE_OK | Access::EXEC_OK)
+                    .map_err(|e| unwritable(format!("is not writable: {e}")))
+            }
+            Some(kind) => Err(unwritable(format!("is {}, not a directory", kind.as_str()))),
+            None => Err(unwritable("is a regular file, not a directory".into())),
+        },
+    }
+}
 
 /// The directory a file at `path` is written in (with its temporary file).
 pub fn directory(path: &Path) -> &Path {

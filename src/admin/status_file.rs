@@ -214,8 +214,17 @@ pub fn store(path: &Path, doc: &StatusDoc) -> Result<(), WriteError> {
 
 /// What is at `path` if it is neither missing nor a readyprism status document.
 fn not_ours(path: &Path) -> Option<String> {
-    let is_status = |bytes: &[u8]| serde_json::from_slice::<StatusDoc>(bytes).is_ok();
     atomic_write::not_ours(path, is_status, "a status document")
+}
+
+/// Whether `path` can hold the status file (blocks), for `readyprism check`: see
+/// [`atomic_write::preflight`].
+pub fn preflight(path: &Path) -> Result<(), atomic_write::Unfit> {
+    atomic_write::preflight(path, is_status, "a status document", "status file")
+}
+
+fn is_status(bytes: &[u8]) -> bool {
+    serde_json::from_slice::<StatusDoc>(bytes).is_ok()
 }
 
 /// Reads a status document from `bytes` (a status file, or its copy on stdin).

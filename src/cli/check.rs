@@ -1,28 +1,31 @@
 //! `readyprism check`: a config validated as `run` would load it, then printed with every default
 //! written out, followed by the NotReady budget and this node's zone as YAML comments (so the
-//! output stays a config). The certificate files are read too, and the discovery cache's path
-//! looked at, unless told the config is for another node.
+//! output stays a config). The certificate files are read too, and the paths of the discovery
+//! cache and the status file looked at, unless told the config is for another node.
 //!
 //! Owns the report; does not own validation (`config`), the files' loading (`tls`), what makes a
-//! cache path unfit (`discovery::cache`) or the budget's arithmetic (`budget`).
+//! path unfit (`atomic_write::preflight`) or the budget's arithmetic (`budget`).
 
 pub mod budget;
 
 use std::time::Duration;
 
+use crate::admin::status_file;
 use crate::app::{check_files, Placed};
 use crate::config::{Config, ConfigError, Node, Source};
 use crate::discovery::cache;
 use budget::Budget;
 
 /// What `check` prints: the report on stdout, and warnings on stderr: the budget is tight, this
-/// node's addresses leave its zone unknown, or the discovery cache cannot be kept where it is.
+/// node's addresses leave its zone unknown, or the discovery cache or the status file cannot be
+/// kept where it is.
 #[derive(Debug)]
 pub struct Checked {
     /// The config, the budget and this node's zone.
     pub report: String,
-    /// The zone tie (two zones, neither network more specific), the discovery cache's path that
-    /// cannot hold it, then the budget's worst case over half of the node grace period.
+    /// The zone tie (two zones, neither network more specific), the discovery cache's and the
+    /// status file's paths that cannot hold them, then the budget's worst case over half of the
+    /// node grace period.
     pub warnings: Vec<String>,
 }
 
@@ -74,6 +77,7 @@ pub fn check(source: &Source, node: Node, node_grace: Duration) -> Result<Checke
         .collect();
     if here {
         warnings.extend(cache_warning(source, &config));
+        warnings.extend(status_file_warning(source, &config));
     }
     if budget.over_half_of(node_grace) {
         warnings.push(budget.warning(node_grace));
@@ -91,4 +95,11 @@ fn cache_warning(source: &Source, config: &Config) -> Option<String> {
     }
     let unfit = cache::preflight(path).err()?;
     Some(format!("{}: {unfit}", source.place("discovery.cache")))
+}
+
+/// The status file's path cannot hold it: one line placed at `status_file`. A warning, not a
+/// rejection: the balancer runs without it (and says so once).
+fn status_file_warning(source: &Source, config: &Config) -> Option<String> {
+    let unfit = status_file::preflight(config.status_file.as_ref()?).err()?;
+    Some(format!("{}: {unfit}", source.place("status_file")))
 }

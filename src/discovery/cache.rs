@@ -11,8 +11,8 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
-use crate::atomic_write::{self, directory};
-use crate::watched_file::{self, FileError, Kind, ReadError};
+use crate::atomic_write::{self, Unfit};
+use crate::watched_file::{self, FileError, ReadError};
 
 /// The cache file's content. `version` lets a later format be told apart.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -69,89 +69,10 @@ pub enum LoadError {
     Corrupt(String),
 }
 
-/// Why a path cannot hold the discovery cache, seen before a run (`readyprism check`): the write
-/// after each change would fail or be refused, so the next start-up would find no list. Names
-/// the cache path first, as every cache message does.
-#[derive(Debug, thiserror::Error)]
-pub enum Unfit {
-    /// Something other than a regular file is at the path: never read as a cache nor written over.
-    #[error("{} is {}, not a regular file: the discovery cache is neither read nor written there", path.display(), kind.as_str())]
-    NotRegular {
-        /// The cache path.
-        path: PathBuf,
-        /// What is there.
-        kind: Kind,
-    },
-    /// A regular file that is not a readyprism cache (a mistyped path): left alone, never written.
-    #[error("{}: not a readyprism discovery cache ({why}); it is left alone and the cache is never written", path.display())]
-    NotACache {
-        /// The cache path.
-        path: PathBuf,
-        /// What is there instead.
-        why: String,
-    },
-    /// The directory the cache (and its temporary file) would be written in does not exist.
-    #[error("{}: its directory {} does not exist: the discovery cache cannot be written", path.display(), dir.display())]
-    NoDirectory {
-        /// The cache path.
-        path: PathBuf,
-        /// Its directory.
-        dir: PathBuf,
-    },
-    /// The directory is something else, or cannot be written in (permissions, a read-only
-    /// filesystem).
-    #[error("{}: its directory {} {why}: the discovery cache cannot be written", path.display(), dir.display())]
-    Unwritable {
-        /// The cache path.
-        path: PathBuf,
-        /// Its directory.
-        dir: PathBuf,
-        /// Why, as a predicate: `is a regular file, not a directory`, `is not writable: …`.
-        why: String,
-    },
-}
-
-/// Whether `path` can hold the discovery cache (blocks; a few `stat`s and an `access(2)`, nothing
-/// created): nothing but a readyprism cache or nothing at all at the path, in a directory that
-/// exists and this process may write in.
+/// Whether `path` can hold the discovery cache (blocks), for `readyprism check`: see
+/// [`atomic_write::preflight`].
 pub fn preflight(path: &Path) -> Result<(), Unfit> {
-    // Nothing there (a first start) is fine; a failed look is the directory's fault: see below.
-    if let Ok(m) = std::fs::symlink_metadata(path) {
-        if let Some(kind) = Kind::of(m.file_type()) {
-            return Err(Unfit::NotRegular {
-                path: path.to_path_buf(),
-                kind,
-            });
-        }
-        if let Some(why) = not_a_cache(path) {
-            return Err(Unfit::NotACache {
-                path: path.to_path_buf(),
-                why,
-            });
-        }
-    }
-    let dir = directory(path);
-    let unwritable = |why: String| Unfit::Unwritable {
-        path: path.to_path_buf(),
-        dir: dir.to_path_buf(),
-        why,
-    };
-    match std::fs::metadata(dir) {
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Err(Unfit::NoDirectory {
-            path: path.to_path_buf(),
-            dir: dir.to_path_buf(),
-        }),
-        Err(e) => Err(unwritable(format!("cannot be looked at: {e}"))),
-        Ok(m) => match Kind::of(m.file_type()) {
-            Some(Kind::Directory) => {
-                use rustix::fs::Access;
-                rustix::fs::access(dir, Access::WRITE_OK | Access::EXEC_OK)
-                    .map_err(|e| unwritable(format!("is not writable: {e}")))
-            }
-            Some(kind) => Err(unwritable(format!("is {}, not a directory", kind.as_str()))),
-            None => Err(unwritable("is a regular file, not a directory".into())),
-        },
-    }
+    atomic_write::preflight(path, is_cache, "a discovery cache", "discovery cache")
 }
 
 /// Reads the cache at `path` (blocks; a small file read once at start-up).
@@ -199,14 +120,16 @@ pub fn store(path: &Path, backends: &[SocketAddr]) -> Result<(), WriteError> {
 /// What is at `path` if it is neither missing nor a readyprism cache (any version). A symlink or
 /// an unreadable file counts as not one: only what was read as a cache is replaced.
 fn not_a_cache(path: &Path) -> Option<String> {
-    let is_cache = |bytes: &[u8]| {
-        let shape = serde_json::from_slice::<serde_json::Value>(bytes).ok();
-        shape.is_some_and(|v| {
-            v.get("version").is_some_and(|n| n.is_u64())
-                && v.get("backends").is_some_and(|b| b.is_array())
-        })
-    };
     atomic_write::not_ours(path, is_cache, "a discovery cache")
+}
+
+/// Whether `bytes` are a readyprism cache of any version (its shape, not its addresses).
+fn is_cache(bytes: &[u8]) -> bool {
+    let shape = serde_json::from_slice::<serde_json::Value>(bytes).ok();
+    shape.is_some_and(|v| {
+        v.get("version").is_some_and(|n| n.is_u64())
+            && v.get("backends").is_some_and(|b| b.is_array())
+    })
 }
 
 #[cfg(test)]
