@@ -20,7 +20,7 @@ use crate::support::*;
 const DEAD: &str = "10.88.0.2";
 const GOOD: &str = "10.88.0.3";
 const PORT: u16 = 6443;
-/// The balancer's `proxy::BACKEND_USER_TIMEOUT`.
+/// The balancer's default `dead_path_timeout`.
 const USER_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// The test's node: a namespace with [`DEAD`] and [`GOOD`] on `lo`, checked for `iptables` and
@@ -137,19 +137,17 @@ except OSError as e:
 print(json.dumps({"closed_after": time.monotonic() - start, "error": error}), flush=True)
 "#;
 
-#[test]
-fn a_backend_that_stops_acknowledging_is_cut_by_tcp_as_a_failed_check() {
-    let test = "a_backend_that_stops_acknowledging_is_cut_by_tcp_as_a_failed_check";
-    let Some(mut node) = node(test) else {
-        return;
-    };
-    let lab = Lab::new();
-    node.apiserver(&lab, "dead", DEAD);
+/// A dead path cut by TCP: a balancer in front of one backend (probed at start-up only, fall 1,
+/// and `extra` config), a client whose connection's path dies both ways once it is relayed, then
+/// sends 1000 bytes. Returns the balancer and how long after its send the client was cut.
+fn cut_dead_path(node: &mut Node, lab: &Lab, extra: &str, bound: Duration) -> (Proc, f64) {
+    node.apiserver(lab, "dead", DEAD);
     // Probes only at start-up, fall 1: whatever turns it unready now is the dead path.
-    let health = "health: { interval: 60s, timeout: 2s, fast_interval: 1s, fall: 1 }\n";
-    let p = balancer(&lab, &node, &[(DEAD, "dc-a")], health);
+    let health =
+        format!("health: {{ interval: 60s, timeout: 2s, fast_interval: 1s, fall: 1 }}\n{extra}");
+    let p = balancer(lab, node, &[(DEAD, "dc-a")], &health);
     became(&p, DEAD, "ready");
-    let bound = (USER_TIMEOUT + patience()).as_secs_f64();
+    let bound = bound.as_secs_f64();
     let mut client = node
         .ns
         .command("python3")
@@ -179,7 +177,17 @@ fn a_backend_that_stops_acknowledging_is_cut_by_tcp_as_a_failed_check() {
     let took = end["closed_after"].as_f64().expect("closed_after");
     eprintln!("dead path: client cut after {took:.2} s ({end})");
     assert!(took < bound, "cut within the user timeout: {took} s");
+    (p, took)
+}
 
+#[test]
+fn a_backend_that_stops_acknowledging_is_cut_by_tcp_as_a_failed_check() {
+    let test = "a_backend_that_stops_acknowledging_is_cut_by_tcp_as_a_failed_check";
+    let Some(mut node) = node(test) else {
+        return;
+    };
+    let lab = Lab::new();
+    let (p, _) = cut_dead_path(&mut node, &lab, "", USER_TIMEOUT + patience());
     let record = p.wait_log("connection ended", |v| v["fields"]["reason"] == "dead_path");
     assert_eq!(record["fields"]["ended_by"], "balancer", "{record}");
     let error = record["fields"]["error"].as_str().unwrap_or_default();
@@ -187,7 +195,7 @@ fn a_backend_that_stops_acknowledging_is_cut_by_tcp_as_a_failed_check() {
     let change = became(&p, DEAD, "unready");
     assert_eq!(
         change["fields"]["reason"],
-        "relay: data to the backend unacknowledged for 10s (TCP user timeout)",
+        "relay: data to the backend unacknowledged for 10s (dead_path_timeout, TCP user timeout)",
         "a failed check from the dead path: {change}"
     );
     let labels = format!("backend=\"{DEAD}:{PORT}\",reason=\"dead_path\"");
@@ -195,6 +203,30 @@ fn a_backend_that_stops_acknowledging_is_cut_by_tcp_as_a_failed_check() {
     assert_eq!(
         metric(&text, "readyprism_connections_closed_total", &labels),
         Some(1.0)
+    );
+}
+
+#[test]
+fn a_dead_path_is_cut_after_the_configured_dead_path_timeout() {
+    let test = "a_dead_path_is_cut_after_the_configured_dead_path_timeout";
+    let Some(mut node) = node(test) else {
+        return;
+    };
+    let lab = Lab::new();
+    let set = Duration::from_secs(3);
+    let (p, took) = cut_dead_path(&mut node, &lab, "dead_path_timeout: 3s\n", USER_TIMEOUT);
+    // Not before the timeout (the kernel's timer starts at the relay's send, after the client's),
+    // and well before the 10 s default: 3 s plus scheduling, however loaded the machine.
+    assert!(
+        took >= set.as_secs_f64() - 0.5
+            && took < (USER_TIMEOUT - Duration::from_secs(2)).as_secs_f64(),
+        "cut after about {set:?}, not the 10 s default: {took:.2} s"
+    );
+    let change = became(&p, DEAD, "unready");
+    assert_eq!(
+        change["fields"]["reason"],
+        "relay: data to the backend unacknowledged for 3s (dead_path_timeout, TCP user timeout)",
+        "{change}"
     );
 }
 
