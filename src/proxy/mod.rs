@@ -341,7 +341,8 @@ enum Dialed {
 
 /// How a relay that ended by itself ended the connection. A backend leg that TCP gave up on (data
 /// unacknowledged for the leg's `dead_path_timeout`) is a dead path: a passive failure of the
-/// backend, as a failed dial is. A backend that reset its leg gets the client's leg reset too, when it is
+/// backend, as a failed dial is; unless the backend had stopped reading (a zero window, as the
+/// relay sampled it): a stalled reader, alive, counted apart and not against its health. A backend that reset its leg gets the client's leg reset too, when it is
 /// closed: the client sees the abort, not a clean end.
 fn relay_ended(
     client: &TcpStream,
@@ -350,6 +351,11 @@ fn relay_ended(
 ) -> End {
     match r {
         Ok(ended) => End::from(ended),
+        Err(e @ crate::relay::RelayError::StalledReader(_)) => {
+            link.live.counters.closes[CloseReason::StalledReader.index()]
+                .fetch_add(1, Ordering::Relaxed);
+            End::StalledReader(e.to_string())
+        }
         Err(e) if e.backend_timed_out() => {
             link.live.counters.closes[CloseReason::DeadPath.index()]
                 .fetch_add(1, Ordering::Relaxed);
@@ -366,7 +372,8 @@ fn relay_ended(
             End::Error {
                 leg: match e {
                     crate::relay::RelayError::Client(_) => Leg::Client,
-                    crate::relay::RelayError::Backend(_) => Leg::Backend,
+                    crate::relay::RelayError::Backend(_)
+                    | crate::relay::RelayError::StalledReader(_) => Leg::Backend,
                 },
                 error: e.to_string(),
             }
