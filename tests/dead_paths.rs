@@ -117,8 +117,8 @@ fn records(p: &Proc) -> Vec<serde_json::Value> {
 }
 
 /// A client in the namespace: one raw connection through the balancer; prints the greeting,
-/// then on a line on stdin sends 1000 bytes and waits for the connection's end (at most
-/// `argv[2]` seconds).
+/// then on a line on stdin sends `argv[3]` bytes and waits for the connection's end (at most
+/// `argv[2]` seconds in all).
 const HOLD: &str = r#"
 import json, socket, sys, time
 s = socket.create_connection(("127.0.0.1", int(sys.argv[1])))
@@ -126,10 +126,10 @@ s.sendall(b"RAW\n")
 print(json.dumps({"name": s.makefile("rb").readline().decode().strip()}), flush=True)
 sys.stdin.readline()
 start = time.monotonic()
-s.sendall(b"x" * 1000)
 s.settimeout(float(sys.argv[2]))
 error = None
 try:
+    s.sendall(b"x" * int(sys.argv[3]))
     while s.recv(65536):
         pass
 except OSError as e:
@@ -139,8 +139,14 @@ print(json.dumps({"closed_after": time.monotonic() - start, "error": error}), fl
 
 /// A dead path cut by TCP: a balancer in front of one backend (probed at start-up only, fall 1,
 /// and `extra` config), a client whose connection's path dies both ways once it is relayed, then
-/// sends 1000 bytes. Returns the balancer and how long after its send the client was cut.
-fn cut_dead_path(node: &mut Node, lab: &Lab, extra: &str, bound: Duration) -> (Proc, f64) {
+/// sends `bytes`. Returns the balancer and how long after its send the client was cut.
+fn cut_dead_path(
+    node: &mut Node,
+    lab: &Lab,
+    extra: &str,
+    bound: Duration,
+    bytes: usize,
+) -> (Proc, f64) {
     node.apiserver(lab, "dead", DEAD);
     // Probes only at start-up, fall 1: whatever turns it unready now is the dead path.
     let health =
@@ -152,6 +158,7 @@ fn cut_dead_path(node: &mut Node, lab: &Lab, extra: &str, bound: Duration) -> (P
         .ns
         .command("python3")
         .args(["-c", HOLD, &p.listen.port().to_string(), &bound.to_string()])
+        .arg(bytes.to_string())
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .spawn()
@@ -187,7 +194,7 @@ fn a_backend_that_stops_acknowledging_is_cut_by_tcp_as_a_failed_check() {
         return;
     };
     let lab = Lab::new();
-    let (p, _) = cut_dead_path(&mut node, &lab, "", USER_TIMEOUT + patience());
+    let (p, _) = cut_dead_path(&mut node, &lab, "", USER_TIMEOUT + patience(), 1000);
     let record = p.wait_log("connection ended", |v| v["fields"]["reason"] == "dead_path");
     assert_eq!(record["fields"]["ended_by"], "balancer", "{record}");
     let error = record["fields"]["error"].as_str().unwrap_or_default();
@@ -214,7 +221,13 @@ fn a_dead_path_is_cut_after_the_configured_dead_path_timeout() {
     };
     let lab = Lab::new();
     let set = Duration::from_secs(3);
-    let (p, took) = cut_dead_path(&mut node, &lab, "dead_path_timeout: 3s\n", USER_TIMEOUT);
+    let (p, took) = cut_dead_path(
+        &mut node,
+        &lab,
+        "dead_path_timeout: 3s\n",
+        USER_TIMEOUT,
+        1000,
+    );
     // Not before the timeout (the kernel's timer starts at the relay's send, after the client's),
     // and well before the 10 s default: 3 s plus scheduling, however loaded the machine.
     assert!(
@@ -228,6 +241,26 @@ fn a_dead_path_is_cut_after_the_configured_dead_path_timeout() {
         "relay: data to the backend unacknowledged for 3s (dead_path_timeout, TCP user timeout)",
         "{change}"
     );
+}
+
+#[test]
+fn a_dead_path_whose_writes_are_stuck_is_still_a_dead_path() {
+    let test = "a_dead_path_whose_writes_are_stuck_is_still_a_dead_path";
+    let Some(mut node) = node(test) else {
+        return;
+    };
+    let lab = Lab::new();
+    // 8 MiB: every buffer on the way fills, the balancer's write to the backend is stuck, and
+    // its leg is sampled (retransmitting: unacknowledged) before TCP gives up.
+    let extra = "dead_path_timeout: 3s\n";
+    let (p, _) = cut_dead_path(&mut node, &lab, extra, USER_TIMEOUT, 8 << 20);
+    let record = p.wait_log("connection ended", |_| true);
+    assert_eq!(record["fields"]["reason"], "dead_path", "{record}");
+    assert!(
+        record["fields"]["to_backend_bytes"].as_u64() < Some(8 << 20),
+        "the write was stuck: {record}"
+    );
+    became(&p, DEAD, "unready");
 }
 
 /// A client in the namespace: `argv[2]` raw connections through the balancer, one after another,
