@@ -16,7 +16,8 @@ use tokio::net::TcpStream;
 
 use super::splice::{self, Pipe};
 use super::{Moved, TIERS};
-use crate::stall::Stall;
+
+mod stuck;
 
 /// The top tier: a direction whose reads fill the buffer below it moves bulk, and splices.
 const TOP: u8 = (TIERS.len() - 1) as u8;
@@ -90,15 +91,12 @@ pub(super) struct Half {
     /// Moved bytes since the relay last looked.
     pub(super) moved: bool,
     /// Idle ticks ([`super::IDLE_RELEASE`]) this direction's write has been stuck since its last
-    /// sample (or its last progress), up to [`SAMPLE_EVERY`].
+    /// sample (or its last progress), up to [`stuck::SAMPLE_EVERY`].
     stuck_ticks: u8,
     /// The last sample of the stuck write's socket said its peer stopped reading (zero window).
     /// Cleared by any progress.
     stopped_reading: bool,
 }
-
-/// A stuck write's socket is sampled once per this many idle ticks: once a second.
-pub(super) const SAMPLE_EVERY: u8 = 10;
 
 impl Half {
     /// Moves bytes `from` → `to` until one of them is not ready; `Ready` once EOF is relayed.
@@ -329,28 +327,6 @@ impl Half {
         self.store = Store::Buffer(buf);
         self.end = offset(held);
         Ok(())
-    }
-
-    /// Holds bytes its write could not pass on yet: the socket written to takes no more.
-    pub(super) fn write_stuck(&self) -> bool {
-        self.start < self.end
-    }
-
-    /// One idle tick with the write stuck: every [`SAMPLE_EVERY`]th, `sample` reads why from the
-    /// socket written to (`None`: it could not be read). Returns whether it sampled.
-    pub(super) fn stuck_tick(&mut self, sample: impl FnOnce() -> Option<Stall>) -> bool {
-        self.stuck_ticks += 1;
-        if self.stuck_ticks < SAMPLE_EVERY {
-            return false;
-        }
-        self.stuck_ticks = 0;
-        self.stopped_reading = sample() == Some(Stall::StoppedReading);
-        true
-    }
-
-    /// The last sample of its stuck write said the peer stopped reading.
-    pub(super) fn stopped_reading(&self) -> bool {
-        self.stopped_reading
     }
 
     /// Its EOF has been relayed: this direction has ended.

@@ -1,7 +1,9 @@
 //! Unit tests of one direction of a relay (`super`): its tiers, its release when idle, a small
 //! read the peer cannot take at once, the last bytes sent with their FIN, and its size.
 
+use super::stuck::SAMPLE_EVERY;
 use super::*;
+use crate::stall::Stall;
 
 #[test]
 fn a_full_read_moves_up_a_tier_up_to_the_top() {
