@@ -90,6 +90,11 @@ fn node(test: &str) -> Option<Node> {
 /// The balancer in the namespace, in zone dc-a, in front of `backends` (`(ip, zone)`), with
 /// `health`.
 fn balancer(lab: &Lab, node: &Node, backends: &[(&str, &str)], health: &str) -> Proc {
+    Proc::start_under(&node.ns.exec(), &configure(lab, backends, health))
+}
+
+/// Writes the balancer's config (as [`balancer`] takes it); returns its path.
+fn configure(lab: &Lab, backends: &[(&str, &str)], health: &str) -> std::path::PathBuf {
     let list: String = backends
         .iter()
         .map(|(ip, zone)| format!("  - {{ address: \"{ip}:{PORT}\", zone: {zone} }}\n"))
@@ -99,7 +104,7 @@ fn balancer(lab: &Lab, node: &Node, backends: &[(&str, &str)], health: &str) -> 
         .replace("backends:\n", &format!("backends:\n{list}"));
     let file = lab.path("readyprism.yaml");
     std::fs::write(&file, yaml).expect("write");
-    Proc::start_under(&node.ns.exec(), &file)
+    file
 }
 
 fn became(p: &Proc, ip: &str, to: &'static str) -> serde_json::Value {
@@ -138,21 +143,26 @@ print(json.dumps({"closed_after": time.monotonic() - start, "error": error}), fl
 "#;
 
 /// A dead path cut by TCP: a balancer in front of one backend (probed at start-up only, fall 1,
-/// and `extra` config), a client whose connection's path dies both ways once it is relayed, then
-/// sends `bytes`. Returns the balancer and how long after its send the client was cut.
+/// and `extra` config; reloaded with `reload` config instead once ready, if given), a client whose
+/// connection's path dies both ways once it is relayed, then sends `bytes`. Returns the balancer
+/// and how long after its send the client was cut.
 fn cut_dead_path(
     node: &mut Node,
     lab: &Lab,
-    extra: &str,
+    (extra, reload): (&str, Option<&str>),
     bound: Duration,
     bytes: usize,
 ) -> (Proc, f64) {
     node.apiserver(lab, "dead", DEAD);
     // Probes only at start-up, fall 1: whatever turns it unready now is the dead path.
-    let health =
-        format!("health: {{ interval: 60s, timeout: 2s, fast_interval: 1s, fall: 1 }}\n{extra}");
-    let p = balancer(lab, node, &[(DEAD, "dc-a")], &health);
+    let health = "health: { interval: 60s, timeout: 2s, fast_interval: 1s, fall: 1 }\n";
+    let p = balancer(lab, node, &[(DEAD, "dc-a")], &format!("{health}{extra}"));
     became(&p, DEAD, "ready");
+    if let Some(reload) = reload {
+        configure(lab, &[(DEAD, "dc-a")], &format!("{health}{reload}"));
+        p.signal("HUP");
+        p.wait_log("config reloaded", |_| true);
+    }
     let bound = bound.as_secs_f64();
     let mut client = node
         .ns
@@ -194,7 +204,7 @@ fn a_backend_that_stops_acknowledging_is_cut_by_tcp_as_a_failed_check() {
         return;
     };
     let lab = Lab::new();
-    let (p, _) = cut_dead_path(&mut node, &lab, "", USER_TIMEOUT + patience(), 1000);
+    let (p, _) = cut_dead_path(&mut node, &lab, ("", None), USER_TIMEOUT + patience(), 1000);
     let record = p.wait_log("connection ended", |v| v["fields"]["reason"] == "dead_path");
     assert_eq!(record["fields"]["ended_by"], "balancer", "{record}");
     let error = record["fields"]["error"].as_str().unwrap_or_default();
@@ -213,6 +223,11 @@ fn a_backend_that_stops_acknowledging_is_cut_by_tcp_as_a_failed_check() {
     );
 }
 
+/// `dead_path_timeout: 3s` from the start; and the same set by a reload (from `0s`: none).
+const CUT_IN_3S: (&str, Option<&str>) = ("dead_path_timeout: 3s\n", None);
+const RELOADED_TO_3S: (&str, Option<&str>) =
+    ("dead_path_timeout: 0s\n", Some("dead_path_timeout: 3s\n"));
+
 #[test]
 fn a_dead_path_is_cut_after_the_configured_dead_path_timeout() {
     let test = "a_dead_path_is_cut_after_the_configured_dead_path_timeout";
@@ -221,13 +236,7 @@ fn a_dead_path_is_cut_after_the_configured_dead_path_timeout() {
     };
     let lab = Lab::new();
     let set = Duration::from_secs(3);
-    let (p, took) = cut_dead_path(
-        &mut node,
-        &lab,
-        "dead_path_timeout: 3s\n",
-        USER_TIMEOUT,
-        1000,
-    );
+    let (p, took) = cut_dead_path(&mut node, &lab, CUT_IN_3S, USER_TIMEOUT, 1000);
     // Not before the timeout (the kernel's timer starts at the relay's send, after the client's),
     // and well before the 10 s default: 3 s plus scheduling, however loaded the machine.
     assert!(
@@ -252,8 +261,7 @@ fn a_dead_path_whose_writes_are_stuck_is_still_a_dead_path() {
     let lab = Lab::new();
     // 8 MiB: every buffer on the way fills, the balancer's write to the backend is stuck, and
     // its leg is sampled (retransmitting: unacknowledged) before TCP gives up.
-    let extra = "dead_path_timeout: 3s\n";
-    let (p, _) = cut_dead_path(&mut node, &lab, extra, USER_TIMEOUT, 8 << 20);
+    let (p, _) = cut_dead_path(&mut node, &lab, CUT_IN_3S, USER_TIMEOUT, 8 << 20);
     let record = p.wait_log("connection ended", |_| true);
     assert_eq!(record["fields"]["reason"], "dead_path", "{record}");
     assert!(
@@ -261,6 +269,24 @@ fn a_dead_path_whose_writes_are_stuck_is_still_a_dead_path() {
         "the write was stuck: {record}"
     );
     became(&p, DEAD, "unready");
+}
+
+#[test]
+fn a_reloaded_dead_path_timeout_applies_to_new_backend_legs() {
+    let test = "a_reloaded_dead_path_timeout_applies_to_new_backend_legs";
+    let Some(mut node) = node(test) else {
+        return;
+    };
+    let lab = Lab::new();
+    // Started with it off (the kernel would hold the dead leg for minutes), reloaded to 3 s
+    // before the client connects: its leg is cut in about 3 s.
+    let (p, took) = cut_dead_path(&mut node, &lab, RELOADED_TO_3S, USER_TIMEOUT, 1000);
+    assert!(
+        took < (USER_TIMEOUT - Duration::from_secs(2)).as_secs_f64(),
+        "cut after about 3 s: {took:.2} s"
+    );
+    let record = p.wait_log("connection ended", |_| true);
+    assert_eq!(record["fields"]["reason"], "dead_path", "{record}");
 }
 
 /// A client in the namespace: `argv[2]` raw connections through the balancer, one after another,
