@@ -19,9 +19,12 @@ fn checks(text: &str, backend: &str, result: &str) -> f64 {
 fn a_backend_that_stops_reading_is_cut_as_a_stalled_reader_not_a_failed_check() {
     let rt = tokio::runtime::Runtime::new().expect("runtime");
     let lab = Lab::new();
-    // fall 1: a single passive failure would turn it unready at once.
-    let extra = "health: { interval: 1s, timeout: 800ms, fast_interval: 150ms, fall: 1 }\ndead_path_timeout: 3s\n";
-    let (a, file) = lab.fake_and_config(&rt, "stall.yaml", extra);
+    // fall 1: a single passive failure would turn it unready at once (probes with room to spare
+    // on a loaded machine, so none fails by itself). 4 s: the stuck write, sampled once a
+    // second, is sampled more than once before TCP gives up.
+    let health = "health: { interval: 2s, timeout: 1500ms, fast_interval: 150ms, fall: 1 }\n";
+    let extra = format!("{health}dead_path_timeout: 4s\n");
+    let (a, file) = lab.fake_and_config(&rt, "stall.yaml", &extra);
     let p = process::Proc::start(&file);
     rt.block_on(poll("ready", || {
         blocking_get(p.admin, "/status").1.contains("\"ready\"")
