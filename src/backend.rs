@@ -14,7 +14,7 @@ use rustls_pki_types::ServerName;
 use tokio::sync::Notify;
 
 pub use crate::eviction::Eviction;
-pub use routing::{NodeZone, Routing, ZoneSource};
+pub use routing::{NodeZone, Routing, ZoneSource, DEFAULT_DEAD_PATH_TIMEOUT};
 
 pub mod probe_counts;
 mod routing;

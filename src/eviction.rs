@@ -42,11 +42,14 @@ pub enum CloseReason {
     /// for the proxy's user timeout, a dead path). Listed here so every close the backend caused
     /// is counted in one family; no snapshot rule bumps it.
     DeadPath,
+    /// Not an eviction either: TCP gave up on a backend leg whose backend stopped reading (a
+    /// zero window for the user timeout). The backend is alive: not a failed check.
+    StalledReader,
 }
 
 impl CloseReason {
     /// Every reason, in a stable order (metric series are initialised from it).
-    pub const ALL: [CloseReason; 7] = [
+    pub const ALL: [CloseReason; 8] = [
         CloseReason::TurnedUnready,
         CloseReason::LeftNoneReady,
         CloseReason::Refusing,
@@ -54,6 +57,7 @@ impl CloseReason {
         CloseReason::Removed,
         CloseReason::Failback,
         CloseReason::DeadPath,
+        CloseReason::StalledReader,
     ];
 
     /// The name used in logs, connection records and the `reason` metric label.
@@ -66,6 +70,7 @@ impl CloseReason {
             CloseReason::Removed => "removed",
             CloseReason::Failback => "failback",
             CloseReason::DeadPath => "dead_path",
+            CloseReason::StalledReader => "stalled_reader",
         }
     }
 

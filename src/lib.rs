@@ -16,7 +16,8 @@
 //! [`verdict`] (a backend's health as decided), [`eviction`] (closing a backend's connections,
 //! and why), [`table`] (the one `ArcSwap`, its writer and its pure transitions), [`health`]
 //! (probe, rise/fall, monitor), [`https`] (the apiserver client the probe and discovery share),
-//! [`pick`] (pure), [`proxy`] (and its per-connection record) + [`relay`], [`dial`] (and what a
+//! [`pick`] (pure), [`proxy`] (and its per-connection record) + [`relay`] (and [`stall`]: why its writes to a
+//! backend are stuck), [`dial`] (and what a
 //! failed dial means), [`jitter`], [`accept`], [`admin`] (and the `/status` type), [`metrics`],
 //! [`tls`], [`discovery`] (the backend list following the cluster's Endpoints object), [`app`]
 //! (wiring and the one loop), [`signals`], [`watched_file`] (reading a config or certificate file
@@ -29,8 +30,8 @@
 //! the import that breaks it, and a module missing from the list:
 //!
 //! ```text
-//! layer 0: accept eviction jitter relay signals verdict watched_file
-//! layer 1: atomic_write dial pick
+//! layer 0: accept eviction jitter signals stall verdict watched_file
+//! layer 1: atomic_write dial pick relay
 //! layer 2: backend
 //! layer 3: config metrics
 //! layer 4: tls
@@ -70,6 +71,7 @@ pub(crate) mod relay;
 pub mod signals;
 #[cfg(feature = "sim")]
 pub mod sim;
+pub(crate) mod stall;
 pub(crate) mod table;
 #[cfg(any(test, feature = "sim"))]
 pub mod testing;

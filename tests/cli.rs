@@ -283,6 +283,8 @@ fn check_prints_the_not_ready_budget_of_the_defaults_within_the_node_grace_perio
         "12s  + spread 0.5s",
         "12.5s  + connect_timeout 1s",
         "worst case           12.5s",
+        "request in flight      10s  dead_path_timeout 10s",
+        "dead_path_timeout: 10s",
         "node grace period 40s (--node-grace): the worst case is 31 % of it",
     ] {
         assert!(out.contains(want), "missing {want:?} in:\n{out}");

@@ -18,6 +18,7 @@ fn each_kind_of_config_error_names_where_it_is() {
         (format!("backends: []\ntls:\n  ca: {ca}\n"), "1:", "backends"),
         (format!("backends:\n  - address: a:1\ntls:\n  ca: {ca}\nconnect_timeout: 0s\n"), "5:", "connect_timeout"),
         (format!("backends:\n  - address: a:1\ntls:\n  ca: {ca}\nwhen_none_ready: sometimes\n"), "5:", "when_none_ready"),
+        (format!("backends:\n  - address: a:1\ntls:\n  ca: {ca}\ndead_path_timeout: 500ms\n"), "5:", "dead_path_timeout"),
         (format!("backends:\n  - address: a:1\ntls:\n  ca: {ca}\nadmin: localhost:7446\n"), "5:", "admin"),
         (format!("backends:\n  - address: a:1\ntls:\n  ca: {ca}\n  client_key: /k.pem\n"), "5:", "tls.client_key"),
         (format!("backends:\n  - address: a:1\ntls:\n  ca: {ca}\ndiscovery:\n  endpoints: true\n  interval: 500ms\n"), "7:", "discovery.interval"),

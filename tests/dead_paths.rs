@@ -20,7 +20,7 @@ use crate::support::*;
 const DEAD: &str = "10.88.0.2";
 const GOOD: &str = "10.88.0.3";
 const PORT: u16 = 6443;
-/// The balancer's `proxy::BACKEND_USER_TIMEOUT`.
+/// The balancer's default `dead_path_timeout`.
 const USER_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// The test's node: a namespace with [`DEAD`] and [`GOOD`] on `lo`, checked for `iptables` and
@@ -90,6 +90,11 @@ fn node(test: &str) -> Option<Node> {
 /// The balancer in the namespace, in zone dc-a, in front of `backends` (`(ip, zone)`), with
 /// `health`.
 fn balancer(lab: &Lab, node: &Node, backends: &[(&str, &str)], health: &str) -> Proc {
+    Proc::start_under(&node.ns.exec(), &configure(lab, backends, health))
+}
+
+/// Writes the balancer's config (as [`balancer`] takes it); returns its path.
+fn configure(lab: &Lab, backends: &[(&str, &str)], health: &str) -> std::path::PathBuf {
     let list: String = backends
         .iter()
         .map(|(ip, zone)| format!("  - {{ address: \"{ip}:{PORT}\", zone: {zone} }}\n"))
@@ -99,7 +104,7 @@ fn balancer(lab: &Lab, node: &Node, backends: &[(&str, &str)], health: &str) -> 
         .replace("backends:\n", &format!("backends:\n{list}"));
     let file = lab.path("readyprism.yaml");
     std::fs::write(&file, yaml).expect("write");
-    Proc::start_under(&node.ns.exec(), &file)
+    file
 }
 
 fn became(p: &Proc, ip: &str, to: &'static str) -> serde_json::Value {
@@ -117,8 +122,8 @@ fn records(p: &Proc) -> Vec<serde_json::Value> {
 }
 
 /// A client in the namespace: one raw connection through the balancer; prints the greeting,
-/// then on a line on stdin sends 1000 bytes and waits for the connection's end (at most
-/// `argv[2]` seconds).
+/// then on a line on stdin sends `argv[3]` bytes and waits for the connection's end (at most
+/// `argv[2]` seconds in all).
 const HOLD: &str = r#"
 import json, socket, sys, time
 s = socket.create_connection(("127.0.0.1", int(sys.argv[1])))
@@ -126,10 +131,10 @@ s.sendall(b"RAW\n")
 print(json.dumps({"name": s.makefile("rb").readline().decode().strip()}), flush=True)
 sys.stdin.readline()
 start = time.monotonic()
-s.sendall(b"x" * 1000)
 s.settimeout(float(sys.argv[2]))
 error = None
 try:
+    s.sendall(b"x" * int(sys.argv[3]))
     while s.recv(65536):
         pass
 except OSError as e:
@@ -137,23 +142,33 @@ except OSError as e:
 print(json.dumps({"closed_after": time.monotonic() - start, "error": error}), flush=True)
 "#;
 
-#[test]
-fn a_backend_that_stops_acknowledging_is_cut_by_tcp_as_a_failed_check() {
-    let test = "a_backend_that_stops_acknowledging_is_cut_by_tcp_as_a_failed_check";
-    let Some(mut node) = node(test) else {
-        return;
-    };
-    let lab = Lab::new();
-    node.apiserver(&lab, "dead", DEAD);
+/// A dead path cut by TCP: a balancer in front of one backend (probed at start-up only, fall 1,
+/// and `extra` config; reloaded with `reload` config instead once ready, if given), a client whose
+/// connection's path dies both ways once it is relayed, then sends `bytes`. Returns the balancer
+/// and how long after its send the client was cut.
+fn cut_dead_path(
+    node: &mut Node,
+    lab: &Lab,
+    (extra, reload): (&str, Option<&str>),
+    bound: Duration,
+    bytes: usize,
+) -> (Proc, f64) {
+    node.apiserver(lab, "dead", DEAD);
     // Probes only at start-up, fall 1: whatever turns it unready now is the dead path.
     let health = "health: { interval: 60s, timeout: 2s, fast_interval: 1s, fall: 1 }\n";
-    let p = balancer(&lab, &node, &[(DEAD, "dc-a")], health);
+    let p = balancer(lab, node, &[(DEAD, "dc-a")], &format!("{health}{extra}"));
     became(&p, DEAD, "ready");
-    let bound = (USER_TIMEOUT + patience()).as_secs_f64();
+    if let Some(reload) = reload {
+        configure(lab, &[(DEAD, "dc-a")], &format!("{health}{reload}"));
+        p.signal("HUP");
+        p.wait_log("config reloaded", |_| true);
+    }
+    let bound = bound.as_secs_f64();
     let mut client = node
         .ns
         .command("python3")
         .args(["-c", HOLD, &p.listen.port().to_string(), &bound.to_string()])
+        .arg(bytes.to_string())
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .spawn()
@@ -179,7 +194,17 @@ fn a_backend_that_stops_acknowledging_is_cut_by_tcp_as_a_failed_check() {
     let took = end["closed_after"].as_f64().expect("closed_after");
     eprintln!("dead path: client cut after {took:.2} s ({end})");
     assert!(took < bound, "cut within the user timeout: {took} s");
+    (p, took)
+}
 
+#[test]
+fn a_backend_that_stops_acknowledging_is_cut_by_tcp_as_a_failed_check() {
+    let test = "a_backend_that_stops_acknowledging_is_cut_by_tcp_as_a_failed_check";
+    let Some(mut node) = node(test) else {
+        return;
+    };
+    let lab = Lab::new();
+    let (p, _) = cut_dead_path(&mut node, &lab, ("", None), USER_TIMEOUT + patience(), 1000);
     let record = p.wait_log("connection ended", |v| v["fields"]["reason"] == "dead_path");
     assert_eq!(record["fields"]["ended_by"], "balancer", "{record}");
     let error = record["fields"]["error"].as_str().unwrap_or_default();
@@ -187,7 +212,7 @@ fn a_backend_that_stops_acknowledging_is_cut_by_tcp_as_a_failed_check() {
     let change = became(&p, DEAD, "unready");
     assert_eq!(
         change["fields"]["reason"],
-        "relay: data to the backend unacknowledged for 10s (TCP user timeout)",
+        "relay: data to the backend unacknowledged for 10s (dead_path_timeout, TCP user timeout)",
         "a failed check from the dead path: {change}"
     );
     let labels = format!("backend=\"{DEAD}:{PORT}\",reason=\"dead_path\"");
@@ -196,6 +221,72 @@ fn a_backend_that_stops_acknowledging_is_cut_by_tcp_as_a_failed_check() {
         metric(&text, "readyprism_connections_closed_total", &labels),
         Some(1.0)
     );
+}
+
+/// `dead_path_timeout: 3s` from the start; and the same set by a reload (from `0s`: none).
+const CUT_IN_3S: (&str, Option<&str>) = ("dead_path_timeout: 3s\n", None);
+const RELOADED_TO_3S: (&str, Option<&str>) =
+    ("dead_path_timeout: 0s\n", Some("dead_path_timeout: 3s\n"));
+
+#[test]
+fn a_dead_path_is_cut_after_the_configured_dead_path_timeout() {
+    let test = "a_dead_path_is_cut_after_the_configured_dead_path_timeout";
+    let Some(mut node) = node(test) else {
+        return;
+    };
+    let lab = Lab::new();
+    let set = Duration::from_secs(3);
+    let (p, took) = cut_dead_path(&mut node, &lab, CUT_IN_3S, USER_TIMEOUT, 1000);
+    // Not before the timeout (the kernel's timer starts at the relay's send, after the client's),
+    // and well before the 10 s default: 3 s plus scheduling, however loaded the machine.
+    assert!(
+        took >= set.as_secs_f64() - 0.5
+            && took < (USER_TIMEOUT - Duration::from_secs(2)).as_secs_f64(),
+        "cut after about {set:?}, not the 10 s default: {took:.2} s"
+    );
+    let change = became(&p, DEAD, "unready");
+    assert_eq!(
+        change["fields"]["reason"],
+        "relay: data to the backend unacknowledged for 3s (dead_path_timeout, TCP user timeout)",
+        "{change}"
+    );
+}
+
+#[test]
+fn a_dead_path_whose_writes_are_stuck_is_still_a_dead_path() {
+    let test = "a_dead_path_whose_writes_are_stuck_is_still_a_dead_path";
+    let Some(mut node) = node(test) else {
+        return;
+    };
+    let lab = Lab::new();
+    // 8 MiB: every buffer on the way fills, the balancer's write to the backend is stuck, and
+    // its leg is sampled (retransmitting: unacknowledged) before TCP gives up.
+    let (p, _) = cut_dead_path(&mut node, &lab, CUT_IN_3S, USER_TIMEOUT, 8 << 20);
+    let record = p.wait_log("connection ended", |_| true);
+    assert_eq!(record["fields"]["reason"], "dead_path", "{record}");
+    assert!(
+        record["fields"]["to_backend_bytes"].as_u64() < Some(8 << 20),
+        "the write was stuck: {record}"
+    );
+    became(&p, DEAD, "unready");
+}
+
+#[test]
+fn a_reloaded_dead_path_timeout_applies_to_new_backend_legs() {
+    let test = "a_reloaded_dead_path_timeout_applies_to_new_backend_legs";
+    let Some(mut node) = node(test) else {
+        return;
+    };
+    let lab = Lab::new();
+    // Started with it off (the kernel would hold the dead leg for minutes), reloaded to 3 s
+    // before the client connects: its leg is cut in about 3 s.
+    let (p, took) = cut_dead_path(&mut node, &lab, RELOADED_TO_3S, USER_TIMEOUT, 1000);
+    assert!(
+        took < (USER_TIMEOUT - Duration::from_secs(2)).as_secs_f64(),
+        "cut after about 3 s: {took:.2} s"
+    );
+    let record = p.wait_log("connection ended", |_| true);
+    assert_eq!(record["fields"]["reason"], "dead_path", "{record}");
 }
 
 /// A client in the namespace: `argv[2]` raw connections through the balancer, one after another,

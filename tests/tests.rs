@@ -28,6 +28,7 @@ mod picking;
 mod properties;
 mod records;
 mod relay;
+mod stalled_readers;
 mod status_file;
 mod tls_files;
 mod zones;

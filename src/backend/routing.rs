@@ -1,5 +1,6 @@
 //! The config-derived settings that decide routing (this node's zone and where it came from,
-//! the behaviour with no ready backend, the dial bound, failback), carried by every snapshot.
+//! the behaviour with no ready backend, the dial bound, failback, the
+//! dead-path timeout of new backend legs), carried by every snapshot.
 //!
 //! Does not own the backends or their health (`backend`), nor how the zone is found (`config`).
 
@@ -21,7 +22,14 @@ pub struct Routing {
     /// Once a backend in this node's zone has been ready this long, connections relayed to other
     /// zones are closed so their clients come home; `None`: never.
     pub failback_after: Option<Duration>,
+    /// `TCP_USER_TIMEOUT` on every new backend leg (`dead_path_timeout`): data relayed to the
+    /// backend and unacknowledged this long ends the connection as a dead path; `None`: not set
+    /// (the kernel's retransmission limit, about 15 minutes).
+    pub dead_path_timeout: Option<Duration>,
 }
+
+/// `dead_path_timeout` unless the config says otherwise. Why 10 s: `docs/config.md`, "Dead paths".
+pub const DEFAULT_DEAD_PATH_TIMEOUT: Duration = Duration::from_secs(10);
 
 impl Routing {
     /// The default routing of a node in zone `name`, as a config's `zone:` sets it.
@@ -100,6 +108,7 @@ impl Default for Routing {
             when_none_ready: WhenNoneReady::FailOpen,
             connect_timeout: Duration::from_secs(1),
             failback_after: Some(Duration::from_secs(60)),
+            dead_path_timeout: Some(DEFAULT_DEAD_PATH_TIMEOUT),
         }
     }
 }

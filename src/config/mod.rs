@@ -245,6 +245,9 @@ impl Config {
             failback_after: Some(DurationValue(
                 self.routing.failback_after.unwrap_or_default(),
             )),
+            dead_path_timeout: Some(DurationValue(
+                self.routing.dead_path_timeout.unwrap_or_default(),
+            )),
             discovery: Some(self.discovery.to_raw()),
             allow_remote_admin: self.allow_remote_admin.then_some(true),
             status_file: Some(

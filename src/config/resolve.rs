@@ -17,6 +17,7 @@ use super::{Config, ConfigError, TlsFiles, DEFAULT_ADMIN, DEFAULT_LISTEN};
 use crate::backend::{BackendId, BackendSource, BackendSpec, NodeZone, Routing, ZoneSource};
 use crate::pick::WhenNoneReady;
 
+mod dead_path;
 mod health;
 
 // (default, maximum) of every duration. The maxima are far beyond any sensible setting and keep
@@ -139,6 +140,7 @@ impl Resolver<'_> {
             when_none_ready: raw.when_none_ready.unwrap_or(WhenNoneReady::FailOpen),
             connect_timeout,
             failback_after: (!failback_after.is_zero()).then_some(failback_after),
+            dead_path_timeout: self.dead_path_timeout(raw.dead_path_timeout)?,
             ..Routing::default()
         };
         routing.zone = zone;

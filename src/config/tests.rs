@@ -34,6 +34,38 @@ fn defaults_are_filled_in() {
 }
 
 #[test]
+fn dead_path_timeout_is_ten_seconds_unless_set() {
+    let at = |extra: &str| {
+        Config::parse(&format!("{MINIMAL}{extra}"), "node.yaml")
+            .expect("valid")
+            .routing
+            .dead_path_timeout
+    };
+    assert_eq!(at(""), Some(Duration::from_secs(10)));
+    assert_eq!(at("dead_path_timeout: 4s\n"), Some(Duration::from_secs(4)));
+    assert_eq!(at("dead_path_timeout: 2s\n"), Some(Duration::from_secs(2)));
+    assert_eq!(
+        at("dead_path_timeout: 2m\n"),
+        Some(Duration::from_secs(120))
+    );
+    assert_eq!(at("dead_path_timeout: 0s\n"), None, "0 turns it off");
+}
+
+#[test]
+fn dead_path_timeout_prints_as_it_was_set() {
+    for (extra, printed) in [
+        ("", "dead_path_timeout: 10s"),
+        ("dead_path_timeout: 0s\n", "dead_path_timeout: 0s"),
+        ("dead_path_timeout: 3s\n", "dead_path_timeout: 3s"),
+    ] {
+        let c = Config::parse(&format!("{MINIMAL}{extra}"), "node.yaml").expect("valid");
+        let yaml = c.to_yaml().expect("printable");
+        assert!(yaml.contains(printed), "{extra:?}: {yaml}");
+        assert_eq!(Config::parse(&yaml, "b.yaml").expect("valid"), c);
+    }
+}
+
+#[test]
 fn resolved_form_parses_back_to_the_same_config() {
     let src = "zone: dc-a\nlisten: [\"127.0.0.1:7445\", \"[::1]:7445\"]\nbackends:\n  - { address: \"[fd00::1]:6443\", zone: dc-a }\n  - { address: \"api.example:6443\", server_name: kubernetes }\ntls:\n  ca: /ca.crt\n  client_cert: /kubelet.pem\n";
     let c = Config::parse(src, "a.yaml").expect("valid");
@@ -83,6 +115,9 @@ fn errors_name_where_they_are() {
         ("backends:\n  - address: a:1\ntls:\n  ca: /ca\nhealth:\n  interval: 17000000000000000000s\n", vec!["node.yaml:6:", "health.interval", "maximum of 10m"]),
         ("backends:\n  - address: a:1\ntls:\n  ca: /ca\nshutdown_grace: 18446744073709551615s\n", vec!["node.yaml:5:", "shutdown_grace", "maximum"]),
         ("backends:\n  - address: a:1\ntls:\n  ca: /ca\nconnect_timeout: 2m\n", vec!["node.yaml:5:", "connect_timeout", "maximum of 1m"]),
+        ("backends:\n  - address: a:1\ntls:\n  ca: /ca\ndead_path_timeout: 1s\n", vec!["node.yaml:5:", "dead_path_timeout", "1s is outside 2s..2m"]),
+        ("backends:\n  - address: a:1\ntls:\n  ca: /ca\ndead_path_timeout: 121s\n", vec!["node.yaml:5:", "dead_path_timeout", "121s is outside 2s..2m", "0s"]),
+        ("backends:\n  - address: a:1\ntls:\n  ca: /ca\ndead_path_timeout: 10\n", vec!["node.yaml:5:", "dead_path_timeout: invalid duration"]),
         ("admin: \"0.0.0.0:7446\"\nbackends:\n  - address: a:1\ntls:\n  ca: /ca\n", vec!["node.yaml:1:", "admin", "not a loopback address", "allow_remote_admin"]),
         ("backends:\n  - address: a:1\ntls:\n  ca: /ca\nhealth:\n  interval: 2s\n  timeout: 1s\n  fast_interval: 3s\n", vec!["node.yaml:8:", "health.fast_interval", "must not exceed health.interval"]),
         ("backends:\n  - address: a:1\ntls:\n  ca: /ca\nhealth:\n  fall: 0\n", vec!["node.yaml:6:", "health.fall", "at least 1"]),

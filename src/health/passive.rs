@@ -1,7 +1,8 @@
 //! Passive health: what the proxy's client dials say about a backend, folded into its rise/fall
 //! machine. The one place the rule lives:
 //!
-//! - a failed client dial, or a relay TCP gave up on (a dead path), counts as a failed check at
+//! - a failed client dial, or a relay TCP gave up on (a dead path; not a backend that stopped
+//!   reading, `stall`), counts as a failed check at
 //!   once (a kept-alive probe connection proves nothing about new connections), at most `fall`
 //!   of them per report, so one burst from a site's kubelets cannot count for more;
 //! - while a fall that such failures started is pending, a client dial that connects calls it

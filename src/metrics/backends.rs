@@ -198,7 +198,7 @@ impl Collector for Backends {
         }
         let mut m = encoder.encode_descriptor(
             "connections_closed",
-            "Connections closed because of the backend's state, by reason (turned_unready, left_none_ready, refusing, silent, removed, failback, dead_path)",
+            "Connections closed because of the backend's state, by reason (turned_unready, left_none_ready, refusing, silent, removed, failback, dead_path, stalled_reader)",
             None,
             MetricType::Counter,
         )?;

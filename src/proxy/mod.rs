@@ -34,25 +34,6 @@ use race::First;
 use record::{End, Leg, Record};
 pub use sockets::listen;
 
-/// `TCP_USER_TIMEOUT` on the backend leg: once data we relayed to the backend has stayed
-/// unacknowledged this long, the kernel aborts the connection (`ETIMEDOUT`), the client is cut
-/// and re-dials, and the backend gets a failed check (a dead path: nothing else at L4 notices a
-/// backend that stopped acknowledging while a request is in flight). HAProxy calls it `tcp-ut`.
-///
-/// It must not fire on a lossy but working path. Linux retransmits an unacknowledged segment
-/// after its RTO (at least 200 ms plus the smoothed RTT), doubling: at 0.2, 0.6, 1.4, 3.0, 6.2,
-/// 12.6 s after the first send with a 200 ms RTO. Within 10 s that is 6 transmissions for any
-/// RTO up to 10 s / 31 ≈ 320 ms (round trips up to ~120 ms). At 20 % loss each way (scenario 6)
-/// a transmission goes unanswered when it or its ACK is lost, at worst 1 − 0.8² = 36 %: all six
-/// fail with 0.36⁶ ≈ 0.2 % for one flight of data (0.2⁶ ≈ 0.006 % counting data loss alone, as
-/// the backend's own answers carry the ACK again). 5 s would leave 5 transmissions (0.36⁵ ≈
-/// 0.6 %), 3 s only 4 (1.7 %): a lossy link would be cut, and flap passive health. A flight
-/// stalled 10 s has also outlasted the lab client's (and client-go's typical) per-request
-/// patience, so the abort turns a hang into a reset a client retries, not a success into an error.
-/// Keepalive still finds dead idle legs; with the user timeout set Linux aborts an idle leg once
-/// a keepalive probe goes unanswered for this long.
-pub const BACKEND_USER_TIMEOUT: Duration = Duration::from_secs(10);
-
 /// Shared by every listener and connection.
 #[derive(Debug)]
 pub struct Proxy {
@@ -217,6 +198,7 @@ impl Proxy {
     /// other backend would fail the same way) and is counted apart, against no backend.
     async fn dial_first(&self, plan: &Picked, record: &mut Record) -> Dialed {
         let mut evicted = false;
+        let options = sockets::backend(plan.snap.routing.dead_path_timeout);
         let ranked = plan
             .order
             .pick()
@@ -240,7 +222,7 @@ impl Proxy {
                 plan.snap.routing.connect_timeout,
                 &tally,
                 &t.live.dial_memory,
-                &sockets::BACKEND,
+                &options,
             );
             let dialed = tokio::select! {
                 _ = self.cut.cancelled() => {
@@ -358,8 +340,9 @@ enum Dialed {
 }
 
 /// How a relay that ended by itself ended the connection. A backend leg that TCP gave up on (data
-/// unacknowledged for [`BACKEND_USER_TIMEOUT`]) is a dead path: a passive failure of the backend,
-/// as a failed dial is. A backend that reset its leg gets the client's leg reset too, when it is
+/// unacknowledged for the leg's `dead_path_timeout`) is a dead path: a passive failure of the
+/// backend, as a failed dial is; unless the backend had stopped reading (a zero window, as the
+/// relay sampled it): a stalled reader, alive, counted apart and not against its health. A backend that reset its leg gets the client's leg reset too, when it is
 /// closed: the client sees the abort, not a clean end.
 fn relay_ended(
     client: &TcpStream,
@@ -368,11 +351,17 @@ fn relay_ended(
 ) -> End {
     match r {
         Ok(ended) => End::from(ended),
+        Err(e @ crate::relay::RelayError::StalledReader(_)) => {
+            link.live.counters.closes[CloseReason::StalledReader.index()]
+                .fetch_add(1, Ordering::Relaxed);
+            End::StalledReader(e.to_string())
+        }
         Err(e) if e.backend_timed_out() => {
             link.live.counters.closes[CloseReason::DeadPath.index()]
                 .fetch_add(1, Ordering::Relaxed);
             link.live.dials.report(format!(
-                "relay: data to the backend unacknowledged for {BACKEND_USER_TIMEOUT:?} (TCP user timeout)"
+                "relay: data to the backend unacknowledged for {} (dead_path_timeout, TCP user timeout)",
+                sockets::user_timeout_text(&link.backend)
             ));
             End::DeadPath(e.to_string())
         }
@@ -383,7 +372,8 @@ fn relay_ended(
             End::Error {
                 leg: match e {
                     crate::relay::RelayError::Client(_) => Leg::Client,
-                    crate::relay::RelayError::Backend(_) => Leg::Backend,
+                    crate::relay::RelayError::Backend(_)
+                    | crate::relay::RelayError::StalledReader(_) => Leg::Backend,
                 },
                 error: e.to_string(),
             }

@@ -35,6 +35,9 @@ pub enum End {
     /// TCP gave up on the backend leg (data unacknowledged for the user timeout, or keepalive
     /// unanswered): a dead path, counted as a failed check of the backend. The error as said.
     DeadPath(String),
+    /// TCP gave up on the backend leg while the backend stopped reading (a zero window for the
+    /// user timeout): alive, so not a failed check. The error as said.
+    StalledReader(String),
     /// Closed by us because its backend was evicted, with why.
     Evicted(CloseReason),
     /// Cut at shutdown after the grace period.
@@ -88,6 +91,7 @@ impl End {
             End::HalfClosedIdle => "half_closed_idle",
             End::Error { .. } => "error",
             End::DeadPath(_) => CloseReason::DeadPath.as_str(),
+            End::StalledReader(_) => CloseReason::StalledReader.as_str(),
             End::Evicted(r) => r.as_str(),
             End::Shutdown => "shutdown",
             End::NoReadyBackend => "no_ready_backend",
@@ -210,7 +214,7 @@ impl Record {
         let to_backend_bytes = moved.to_backend.load(Ordering::Relaxed);
         let to_client_bytes = moved.to_client.load(Ordering::Relaxed);
         let error = match end {
-            End::Error { error: e, .. } | End::DeadPath(e) => e.as_str(),
+            End::Error { error: e, .. } | End::DeadPath(e) | End::StalledReader(e) => e.as_str(),
             _ => "",
         };
         let (client, dials, attempts) = (self.client(), self.dials, self.attempts);

@@ -3,7 +3,8 @@
 //! accepts) and on each backend dial attempt before its `connect` (by `dial`). An accepted or
 //! dialed connection then needs no `setsockopt` of its own; the one exception is a client leg
 //! whose backend reset: it is reset too ([`reset_on_close`]). Does not own how options are set
-//! (`dial::SocketOptions`) or the user timeout's reasoning ([`super::BACKEND_USER_TIMEOUT`]).
+//! (`dial::SocketOptions`) or the user timeout's value (`dead_path_timeout`, in the snapshot's
+//! routing; its reasoning is in `docs/config.md`, "Dead paths").
 
 use std::io;
 use std::net::SocketAddr;
@@ -11,12 +12,12 @@ use std::time::Duration;
 
 use tokio::net::{TcpListener, TcpSocket, TcpStream};
 
-use super::BACKEND_USER_TIMEOUT;
 use crate::dial::{Keepalive, SocketOptions};
 
 /// TCP keepalive on both legs: the first probe after 30 s of quiet, then every 10 s, three
 /// unanswered probes end a client leg (about a minute to find a dead peer behind NAT); a backend
-/// leg ends once a probe is unanswered for [`BACKEND_USER_TIMEOUT`].
+/// leg with a user timeout ends once a probe is unanswered for that long (without one, as the
+/// client leg).
 const KEEPALIVE: Keepalive = Keepalive {
     idle: Duration::from_secs(30),
     interval: Duration::from_secs(10),
@@ -30,11 +31,23 @@ pub const CLIENT: SocketOptions = SocketOptions {
     user_timeout: None,
 };
 
-/// The backend leg: the client leg's options and the user timeout that cuts a dead path.
-pub const BACKEND: SocketOptions = SocketOptions {
-    user_timeout: Some(BACKEND_USER_TIMEOUT),
-    ..CLIENT
-};
+/// The backend leg: the client leg's options and the user timeout that cuts a dead path
+/// (`dead_path_timeout`; `None`: not set, the kernel's default).
+pub fn backend(user_timeout: Option<Duration>) -> SocketOptions {
+    SocketOptions {
+        user_timeout,
+        ..CLIENT
+    }
+}
+
+/// The user timeout `backend` carries, as the log says it (`10s`); `unset` if it has none or it
+/// cannot be read. One `getsockopt`, at the end of a connection cut as a dead path only.
+pub fn user_timeout_text(backend: &TcpStream) -> String {
+    match socket2::SockRef::from(backend).tcp_user_timeout() {
+        Ok(Some(t)) => crate::config::DurationValue(t).to_string(),
+        _ => "unset".to_string(),
+    }
+}
 
 /// A client listener on `addr` whose accepted connections carry [`CLIENT`]'s options, set before
 /// it listens so none is accepted without them. Otherwise as `TcpListener::bind`: SO_REUSEADDR,
@@ -105,5 +118,35 @@ mod tests {
             None,
             "the client leg has no user timeout"
         );
+    }
+
+    /// The user timeout a backend dial with `dead_path_timeout` leaves on its connection.
+    async fn dialed_user_timeout(dead_path_timeout: Option<Duration>) -> Option<Duration> {
+        let l = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind");
+        let port = l.local_addr().expect("addr").port();
+        let s = crate::dial::connect(
+            "127.0.0.1",
+            port,
+            Duration::from_secs(30),
+            &crate::dial::Tally::default(),
+            &crate::dial::Memory::default(),
+            &backend(dead_path_timeout),
+        )
+        .await
+        .expect("dial");
+        SockRef::from(&s).tcp_user_timeout().expect("get")
+    }
+
+    #[tokio::test]
+    async fn a_backend_leg_carries_the_dead_path_timeout() {
+        let t = Duration::from_secs(3);
+        assert_eq!(dialed_user_timeout(Some(t)).await, Some(t));
+    }
+
+    #[tokio::test]
+    async fn a_zero_dead_path_timeout_leaves_the_user_timeout_unset() {
+        assert_eq!(dialed_user_timeout(None).await, None);
     }
 }

@@ -17,6 +17,8 @@ use tokio::net::TcpStream;
 use super::splice::{self, Pipe};
 use super::{Moved, TIERS};
 
+mod stuck;
+
 /// The top tier: a direction whose reads fill the buffer below it moves bulk, and splices.
 const TOP: u8 = (TIERS.len() - 1) as u8;
 
@@ -88,6 +90,12 @@ pub(super) struct Half {
     done: bool,
     /// Moved bytes since the relay last looked.
     pub(super) moved: bool,
+    /// Idle ticks ([`super::IDLE_RELEASE`]) this direction's write has been stuck since its last
+    /// sample (or its last progress), up to [`stuck::SAMPLE_EVERY`].
+    stuck_ticks: u8,
+    /// The last sample of the stuck write's socket said its peer stopped reading (zero window).
+    /// Cleared by any progress.
+    stopped_reading: bool,
 }
 
 impl Half {
@@ -278,6 +286,7 @@ impl Half {
     fn wrote(&mut self, n: usize, counters: &Counters<'_>) {
         if n > 0 {
             self.moved = true;
+            (self.stuck_ticks, self.stopped_reading) = (0, false);
             counters.add(n, self.piped());
         }
     }

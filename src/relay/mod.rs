@@ -66,6 +66,10 @@ pub enum RelayError {
     /// The backend's socket failed.
     #[error("backend: {0}")]
     Backend(io::Error),
+    /// TCP gave up on the backend leg (`ETIMEDOUT`) while the last sample of its stuck write said
+    /// the backend stopped reading (a zero window, [`crate::stall`]): alive, not a dead path.
+    #[error("backend: the backend stopped reading (zero window): {0}")]
+    StalledReader(io::Error),
 }
 
 impl RelayError {
@@ -97,7 +101,10 @@ pub struct Moved {
 }
 
 /// Relays until both directions have ended (EOF each way), either fails (saying which leg), or
-/// one has ended and the other stays silent for [`HALF_CLOSED_IDLE`]. Bytes are added to the
+/// one has ended and the other stays silent for [`HALF_CLOSED_IDLE`]. While a write to the backend
+/// is stuck, the idle timer keeps ticking and the backend leg's TCP state is sampled once a second
+/// ([`crate::stall`]): a leg TCP then gives up on is a [`RelayError::StalledReader`] if the last
+/// sample said the backend stopped reading. Bytes are added to the
 /// connection's tally `moved` and to the backend's `total`.
 ///
 /// Not an `async fn`: the relay is where an idle connection waits, and an async fn would keep
@@ -132,7 +139,7 @@ pub fn relay<'a>(
             )
             .map_err(|f| match f {
                 Failed::Reading(e) => RelayError::Client(e),
-                Failed::Writing(e) => RelayError::Backend(e),
+                Failed::Writing(e) => backend_failed(e, up.stopped_reading()),
             })?;
         let b = down
             .poll(
@@ -146,7 +153,7 @@ pub fn relay<'a>(
                 a.is_ready(),
             )
             .map_err(|f| match f {
-                Failed::Reading(e) => RelayError::Backend(e),
+                Failed::Reading(e) => backend_failed(e, up.stopped_reading()),
                 Failed::Writing(e) => RelayError::Client(e),
             })?;
         if first_done.is_none() {
@@ -174,7 +181,8 @@ pub fn relay<'a>(
         }
         active |= moved;
         (up.moved, down.moved) = (false, false);
-        if !(up.holds_large() || down.holds_large()) {
+        let stuck = up.write_stuck();
+        if !(up.holds_large() || down.holds_large() || stuck) {
             idle = None;
             return Poll::Pending;
         }
@@ -183,11 +191,18 @@ pub fn relay<'a>(
         }
         let timer = idle.get_or_insert_with(|| Box::pin(tokio::time::sleep(IDLE_RELEASE)));
         while timer.as_mut().poll(cx).is_ready() {
+            if stuck {
+                up.stuck_tick(|| {
+                    crate::stall::sample(backend.local_addr().ok()?, backend.peer_addr().ok()?)
+                });
+            }
             if !std::mem::take(&mut active) {
                 up.release_idle();
                 down.release_idle();
-                idle = None;
-                break;
+                if !stuck {
+                    idle = None;
+                    break;
+                }
             }
             timer
                 .as_mut()
@@ -195,6 +210,16 @@ pub fn relay<'a>(
         }
         Poll::Pending
     })
+}
+
+/// The backend's socket failed with `e`; `stopped_reading`: the last sample of the stuck write to
+/// it said the backend stopped reading, which makes TCP's giving up a stalled reader.
+fn backend_failed(e: io::Error, stopped_reading: bool) -> RelayError {
+    if stopped_reading && e.raw_os_error() == Some(libc::ETIMEDOUT) {
+        RelayError::StalledReader(e)
+    } else {
+        RelayError::Backend(e)
+    }
 }
 
 #[cfg(test)]

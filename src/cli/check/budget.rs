@@ -41,6 +41,10 @@ pub struct Budget {
     /// A client dial to the backend begun just before it turned unready waits out this budget
     /// (`connect_timeout`) before the next backend is dialed: an eviction does not interrupt it.
     pub dial: Duration,
+    /// A backend that stops acknowledging (a dead path) has each connection with data in flight
+    /// cut by TCP this long after the data's send (`dead_path_timeout`), before the probe path
+    /// may; `None`: off, such a connection waits for the probe path's cut.
+    pub dead_path: Option<Duration>,
 }
 
 impl Budget {
@@ -55,6 +59,7 @@ impl Budget {
             failing_probes,
             spread: EVICT_SPREAD,
             dial: routing.connect_timeout,
+            dead_path: routing.dead_path_timeout,
         }
     }
 
@@ -66,6 +71,13 @@ impl Budget {
     /// When the last of its connections has been cut.
     pub fn cut_by(&self) -> Duration {
         self.unready_after() + self.spread
+    }
+
+    /// When a request sent to it as it went bad is cut if it stops acknowledging: by TCP after
+    /// `dead_path_timeout`, or with the other connections, whichever comes first.
+    pub fn in_flight_cut_by(&self) -> Duration {
+        self.dead_path
+            .map_or(self.cut_by(), |d| d.min(self.cut_by()))
     }
 
     /// When no client is left waiting on it: its connections cut, and a dial begun just before
@@ -116,6 +128,17 @@ impl Budget {
                 "connections cut".to_string(),
                 self.cut_by(),
                 format!("+ spread {}", s(self.spread)),
+            ),
+            (
+                "request in flight".to_string(),
+                self.in_flight_cut_by(),
+                match self.dead_path {
+                    Some(d) => format!(
+                        "dead_path_timeout {}: cut by TCP once unacknowledged that long, if sooner",
+                        s(d)
+                    ),
+                    None => "dead_path_timeout 0s (off): cut with the others".to_string(),
+                },
             ),
             (
                 "dial under way".to_string(),
@@ -233,6 +256,31 @@ mod tests {
     }
 
     #[test]
+    fn a_request_in_flight_is_cut_by_the_dead_path_timeout_when_sooner() {
+        let h = health(5000, 3000, 1000, 2);
+        let with = |dead_path: Option<u64>| {
+            let routing = Routing {
+                dead_path_timeout: dead_path.map(Duration::from_secs),
+                ..routing(1000)
+            };
+            Budget::of(&h, &routing)
+        };
+        let (cut, ms) = (with(None).cut_by(), Duration::from_millis);
+        assert_eq!(cut, ms(12_000));
+        assert_eq!(with(Some(10)).in_flight_cut_by(), ms(10_000));
+        assert_eq!(with(Some(4)).in_flight_cut_by(), ms(4000));
+        assert_eq!(
+            with(Some(60)).in_flight_cut_by(),
+            cut,
+            "the probe path cuts first"
+        );
+        assert_eq!(with(None).in_flight_cut_by(), cut, "off: with the others");
+        let off = with(None).render(DEFAULT_NODE_GRACE);
+        assert!(off.contains("12s  dead_path_timeout 0s (off)"), "{off}");
+        assert_eq!(with(Some(4)).worst_case(), with(None).worst_case());
+    }
+
+    #[test]
     fn exactly_half_the_grace_period_does_not_warn() {
         let b = Budget::of(&health(5000, 3000, 1000, 2), &routing(1000));
         assert!(!b.over_half_of(b.worst_case() * 2));
@@ -251,6 +299,7 @@ mod tests {
             "11.5s  new connections avoid it",
             "12s  + spread 0.5s",
             "12.5s  + connect_timeout 1s",
+            "request in flight      10s  dead_path_timeout 10s: cut by TCP",
             "node grace period 50s (--node-grace): the worst case is 25 % of it",
         ] {
             assert!(text.contains(want), "missing {want:?} in:\n{text}");

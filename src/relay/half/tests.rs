@@ -1,7 +1,9 @@
 //! Unit tests of one direction of a relay (`super`): its tiers, its release when idle, a small
 //! read the peer cannot take at once, the last bytes sent with their FIN, and its size.
 
+use super::stuck::SAMPLE_EVERY;
 use super::*;
+use crate::stall::Stall;
 
 #[test]
 fn a_full_read_moves_up_a_tier_up_to_the_top() {
@@ -120,9 +122,47 @@ async fn a_small_read_the_peer_cannot_take_yet_waits_in_a_buffer_to_arrive_in_or
 }
 
 #[test]
+fn a_stuck_write_is_sampled_once_per_ten_ticks() {
+    let mut h = Half::default();
+    let mut samples = 0;
+    for _ in 0..25 {
+        h.stuck_tick(|| {
+            samples += 1;
+            Some(Stall::StoppedReading)
+        });
+    }
+    assert_eq!(samples, 2, "25 ticks of 100 ms: a sample a second, no more");
+    assert!(h.stopped_reading());
+    h.stuck_tick(|| Some(Stall::Unacknowledged));
+    assert!(h.stopped_reading(), "not a sample tick: the verdict stands");
+}
+
+#[test]
+fn progress_clears_a_stopped_reader_verdict() {
+    let mut h = Half::default();
+    for _ in 0..SAMPLE_EVERY {
+        h.stuck_tick(|| Some(Stall::StoppedReading));
+    }
+    assert!(h.stopped_reading());
+    let (a, b) = (Moved::default(), Moved::default());
+    let counters = Counters {
+        tallies: [&a, &b],
+        to_backend: true,
+    };
+    h.wrote(1, &counters);
+    assert!(!h.stopped_reading(), "it read again");
+    for _ in 0..SAMPLE_EVERY - 1 {
+        assert!(
+            !h.stuck_tick(|| Some(Stall::StoppedReading)),
+            "the count started over"
+        );
+    }
+}
+
+#[test]
 fn a_direction_costs_no_more_than_before_it_could_splice() {
     // A Box<[u8]> (16 B) and a pipe (two descriptors, 8 B) share one word pair; two 4 B
-    // offsets, the tier and three flags take the other 16 B.
+    // offsets, the tier, four flags and the stuck write's tick count take the other 16 B.
     assert_eq!(std::mem::size_of::<Store>(), 16);
     assert_eq!(std::mem::size_of::<Half>(), 32);
 }
