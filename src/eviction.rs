@@ -42,11 +42,16 @@ pub enum CloseReason {
     /// for the proxy's user timeout, a dead path). Listed here so every close the backend caused
     /// is counted in one family; no snapshot rule bumps it.
     DeadPath,
+    /// Its only failing check is `shutdown` (a graceful apiserver shutdown, still serving): each
+    /// connection is closed at a random point of `handoff_window`, so the fleet's re-dials spread
+    /// over seconds. A failure of any other check before its turn closes the rest as for
+    /// [`CloseReason::TurnedUnready`].
+    Handoff,
 }
 
 impl CloseReason {
     /// Every reason, in a stable order (metric series are initialised from it).
-    pub const ALL: [CloseReason; 7] = [
+    pub const ALL: [CloseReason; 8] = [
         CloseReason::TurnedUnready,
         CloseReason::LeftNoneReady,
         CloseReason::Refusing,
@@ -54,6 +59,7 @@ impl CloseReason {
         CloseReason::Removed,
         CloseReason::Failback,
         CloseReason::DeadPath,
+        CloseReason::Handoff,
     ];
 
     /// The name used in logs, connection records and the `reason` metric label.
@@ -66,15 +72,24 @@ impl CloseReason {
             CloseReason::Removed => "removed",
             CloseReason::Failback => "failback",
             CloseReason::DeadPath => "dead_path",
+            CloseReason::Handoff => "handoff",
         }
     }
 
     /// Over how long the closes are spread: [`FAILBACK_SPREAD`] for a failback, else
-    /// [`EVICT_SPREAD`].
+    /// [`EVICT_SPREAD`] (a hand-off's window is a setting: [`CloseReason::window`]).
     pub fn spread(self) -> Duration {
         match self {
             CloseReason::Failback => FAILBACK_SPREAD,
             _ => EVICT_SPREAD,
+        }
+    }
+
+    /// [`CloseReason::spread`], with `handoff` (the `handoff_window` setting) for a hand-off.
+    pub fn window(self, handoff: Duration) -> Duration {
+        match self {
+            CloseReason::Handoff => handoff,
+            _ => self.spread(),
         }
     }
 

@@ -21,6 +21,12 @@ pub struct Routing {
     /// Once a backend in this node's zone has been ready this long, connections relayed to other
     /// zones are closed so their clients come home; `None`: never.
     pub failback_after: Option<Duration>,
+    /// A draining backend's connections (its only failing check is `shutdown`) are closed each at
+    /// a random point of this window.
+    pub handoff_window: Duration,
+    /// The health checks' steady interval: after a spell with no backend ready, connections on a
+    /// backend still unready (and not rising) this long after the first turned ready are moved.
+    pub probe_interval: Duration,
 }
 
 impl Routing {
@@ -100,6 +106,8 @@ impl Default for Routing {
             when_none_ready: WhenNoneReady::FailOpen,
             connect_timeout: Duration::from_secs(1),
             failback_after: Some(Duration::from_secs(60)),
+            handoff_window: Duration::from_secs(5),
+            probe_interval: Duration::from_secs(5),
         }
     }
 }

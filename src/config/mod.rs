@@ -245,6 +245,7 @@ impl Config {
             failback_after: Some(DurationValue(
                 self.routing.failback_after.unwrap_or_default(),
             )),
+            handoff_window: d(self.routing.handoff_window),
             discovery: Some(self.discovery.to_raw()),
             allow_remote_admin: self.allow_remote_admin.then_some(true),
             status_file: Some(

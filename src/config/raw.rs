@@ -30,6 +30,7 @@ pub struct RawConfig {
     pub when_none_ready: Option<WhenNoneReady>,
     pub shutdown_grace: Option<DurationValue>,
     pub failback_after: Option<DurationValue>,
+    pub handoff_window: Option<DurationValue>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub discovery: Option<RawDiscovery>,
     #[serde(skip_serializing_if = "Option::is_none")]
