@@ -14,6 +14,7 @@ mod config_errors;
 mod config_watch;
 mod dead_paths;
 mod demo;
+mod escape;
 mod discovery;
 mod discovery_hardening;
 mod failback;
