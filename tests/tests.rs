@@ -8,6 +8,7 @@ mod admin_hardening;
 mod admin_page;
 mod alerts;
 mod architecture;
+mod blink;
 mod cli;
 mod client_cert;
 mod config_errors;
