@@ -41,7 +41,9 @@ impl Blink {
         // `a` unready at first, so the first connection goes to `b` and stays there.
         a.control.set_ready(false);
         let p = Proc::start(&file);
-        rt.block_on(poll("a unready, b ready", || p.states() == [Unready, Ready]));
+        rt.block_on(poll("a unready, b ready", || {
+            p.states() == [Unready, Ready]
+        }));
         let (on_b, name) = rt.block_on(raw(p.listen)).expect("relayed");
         assert_eq!(name, "b");
         a.control.set_ready(true);
@@ -63,8 +65,9 @@ impl Blink {
     fn fail_both(&self) {
         self.a.control.set_ready(false);
         self.b.control.set_ready(false);
-        self.rt
-            .block_on(poll("both unready", || self.p.states() == [Unready, Unready]));
+        self.rt.block_on(poll("both unready", || {
+            self.p.states() == [Unready, Unready]
+        }));
     }
 
     fn closed(&self) -> u64 {
@@ -118,8 +121,7 @@ fn connections_on_a_recovering_backend_stay_after_a_cluster_wide_blink() {
     t.fail_both();
     t.a.control.set_ready(true);
     t.b.control.set_ready(true);
-    t.rt
-        .block_on(poll("both ready", || t.p.states() == [Ready, Ready]));
+    t.rt.block_on(poll("both ready", || t.p.states() == [Ready, Ready]));
     // A negative needs a window: well past one probe interval after the first turned ready and
     // the close spread (each has passed four more probes since both were ready, ≥ 0.9 s apart).
     let (a, b) = (t.passes(&t.a), t.passes(&t.b));

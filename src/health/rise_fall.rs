@@ -259,7 +259,11 @@ mod tests {
         );
         let mut c = RiseFall::new(2, 3, Health::UNKNOWN);
         c.observe(&pass(1));
-        assert_eq!(c.observe(&fail()), PENDING, "any other check waits for fall");
+        assert_eq!(
+            c.observe(&fail()),
+            PENDING,
+            "any other check waits for fall"
+        );
     }
 
     #[test]

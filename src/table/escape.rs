@@ -108,8 +108,7 @@ impl Escapes {
             let Some(i) = snap.position(&w.id) else {
                 return false;
             };
-            let Some(to) = route.filter(|_| snap.backends[i].health.state == State::Unready)
-            else {
+            let Some(to) = route.filter(|_| snap.backends[i].health.state == State::Unready) else {
                 return false;
             };
             let to_id = &snap.backends[to].spec.id;

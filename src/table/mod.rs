@@ -408,4 +408,3 @@ impl Table {
         self.publish(snap);
     }
 }
-

@@ -25,7 +25,11 @@ fn snap(courses: &str) -> Snapshot {
                     source: crate::backend::BackendSource::Config,
                 }),
                 health: Health {
-                    state: if c == 'R' { State::Ready } else { State::Unready },
+                    state: if c == 'R' {
+                        State::Ready
+                    } else {
+                        State::Unready
+                    },
                     pending: (c == 'r').then_some(Pending {
                         toward: State::Ready,
                         count: 1,
@@ -63,15 +67,23 @@ fn a_rising_backend_keeps_its_connections_unless_its_rise_fails() {
     let s = |secs| t0 + Duration::from_secs(secs);
     let mut r = Recovery::default();
     r.observe(false, &snap("RrU"), t0);
-    assert_eq!(r.take(WAIT, &snap("RrU"), s(5)), vec![2], "the rising one stays");
+    assert_eq!(
+        r.take(WAIT, &snap("RrU"), s(5)),
+        vec![2],
+        "the rising one stays"
+    );
     assert!(r.take(WAIT, &snap("RrU"), s(6)).is_empty(), "still rising");
     assert_eq!(r.take(WAIT, &snap("RUU"), s(7)), vec![1], "its rise failed");
     assert!(r.take(WAIT, &snap("RUU"), s(8)).is_empty(), "once");
     let mut r = Recovery::default();
     r.observe(false, &snap("RrU"), t0);
     r.take(WAIT, &snap("RrU"), s(5));
+    r.observe(true, &snap("RRU"), s(6));
     assert!(r.take(WAIT, &snap("RRU"), s(6)).is_empty(), "it rose");
-    assert!(r.take(WAIT, &snap("RUU"), s(7)).is_empty(), "a later fall is not ours");
+    assert!(
+        r.take(WAIT, &snap("RUU"), s(7)).is_empty(),
+        "a later fall is not ours"
+    );
 }
 
 #[test]
@@ -83,4 +95,26 @@ fn a_new_spell_before_the_wait_is_over_moves_nothing() {
     r.observe(true, &snap("UU"), s(2));
     assert_eq!(r.next_due(WAIT), None);
     assert!(r.take(WAIT, &snap("UU"), s(5)).is_empty());
+}
+
+#[test]
+fn a_backend_falling_after_the_spell_is_not_moved_by_the_recovery() {
+    let t0 = Instant::now();
+    let s = |secs| t0 + Duration::from_secs(secs);
+    let mut r = Recovery::default();
+    r.observe(false, &snap("RU"), t0);
+    r.observe(true, &snap("RR"), s(1));
+    r.observe(true, &snap("UR"), s(2));
+    assert!(
+        r.take(WAIT, &snap("UR"), s(5)).is_empty(),
+        "not unready since the spell"
+    );
+    let mut r = Recovery::default();
+    r.observe(false, &snap("RU"), t0);
+    r.observe(true, &snap("RR"), s(1));
+    r.observe(true, &snap("RU"), s(2));
+    assert!(
+        r.take(WAIT, &snap("RU"), s(5)).is_empty(),
+        "recovered, then fell again"
+    );
 }

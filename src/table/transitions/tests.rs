@@ -72,14 +72,20 @@ fn a_backend_turning_unready_beside_a_ready_one_awaits_its_escape_route() {
         scene(true, FailOpen, false, false),
         &[step(Some(Unready), Unready), step(Some(Ready), Ready)],
     );
-    assert!(t.confirm.is_empty() && t.evict.is_empty(), "already unready");
+    assert!(
+        t.confirm.is_empty() && t.evict.is_empty(),
+        "already unready"
+    );
 }
 
 #[test]
 fn a_draining_backend_is_handed_off() {
     let t = decide(
         scene(true, FailOpen, false, false),
-        &[drain(Some(Ready), Unready, false, true), step(Some(Ready), Ready)],
+        &[
+            drain(Some(Ready), Unready, false, true),
+            step(Some(Ready), Ready),
+        ],
     );
     assert_eq!((t.evict, t.confirm), (vec![(0, Handoff)], vec![]));
 }
@@ -88,12 +94,18 @@ fn a_draining_backend_is_handed_off() {
 fn a_draining_backend_failing_another_check_closes_the_rest_at_once() {
     let t = decide(
         scene(true, FailOpen, false, false),
-        &[drain(Some(Unready), Unready, true, false), step(Some(Ready), Ready)],
+        &[
+            drain(Some(Unready), Unready, true, false),
+            step(Some(Ready), Ready),
+        ],
     );
     assert_eq!(t.evict, vec![(0, TurnedUnready)]);
     let t = decide(
         scene(true, FailOpen, false, false),
-        &[drain(Some(Unready), Unready, true, true), step(Some(Ready), Ready)],
+        &[
+            drain(Some(Unready), Unready, true, true),
+            step(Some(Ready), Ready),
+        ],
     );
     assert!(t.evict.is_empty(), "still draining: the hand-off goes on");
 }
@@ -102,7 +114,10 @@ fn a_draining_backend_failing_another_check_closes_the_rest_at_once() {
 fn every_backend_failing_closes_nothing() {
     let t = decide(
         scene(true, FailOpen, false, false),
-        &[step(Some(Ready), Unready), drain(Some(Ready), Unready, false, true)],
+        &[
+            step(Some(Ready), Unready),
+            drain(Some(Ready), Unready, false, true),
+        ],
     );
     assert_eq!((t.evict, t.confirm), (vec![], vec![]));
     assert_eq!(t.alarm, Alarm::Raise);
