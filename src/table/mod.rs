@@ -367,7 +367,7 @@ fn apply(
                 WhenNoneReady::Refuse => "refusing client connections",
             };
             metrics.no_ready_events.inc();
-            tracing::warn!(backends = %cause::reasons(&next), checks = %cause::checks(&next), "no backend is ready; {action}; no connection is moved");
+            tracing::warn!(backends = %cause::reasons(&next), checks = %cause::checks(&next), "no backend is ready; {action}");
         }
         Alarm::Clear => {
             tracing::warn!("a backend is ready again; leaving the no-ready-backend state")
