@@ -314,21 +314,15 @@ impl Proxy {
         let eviction = &link.live.eviction;
         loop {
             let window = why.window(self.table.load().routing.handoff_window);
-            tokio::select! {
+            let next = tokio::select! {
                 _ = tokio::time::sleep(spread(seq, window)) => return Some(why),
                 _ = self.cut.cancelled() => return None,
-                _ = eviction.called_off(by) => {}
+                _ = eviction.called_off(by) => eviction.stopped(by).await,
                 // A later bump before the turn (a draining backend failed another check): the
-                // connection's turn is taken again in the later bump's window.
-                later = eviction.stopped(by) => match later {
-                    Stop::Shutdown => return None,
-                    Stop::Evicted(next, next_by) => {
-                        (why, by) = (next, next_by);
-                        continue;
-                    }
-                },
-            }
-            match eviction.stopped(by).await {
+                // turn is taken again in the later bump's window.
+                later = eviction.stopped(by) => later,
+            };
+            match next {
                 Stop::Shutdown => return None,
                 Stop::Evicted(next, next_by) => (why, by) = (next, next_by),
             }

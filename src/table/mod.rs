@@ -13,6 +13,7 @@
 //! reason while none is ready; and the last few state transitions for people ([`recent`]). Does
 //! not own probing (`health/`) or connection handling (`proxy`).
 
+mod bump;
 pub mod cause;
 mod configure;
 pub mod escape;
@@ -27,11 +28,12 @@ use arc_swap::ArcSwap;
 use tokio::sync::{mpsc, oneshot, watch};
 use tokio_util::sync::CancellationToken;
 
-use crate::backend::{BackendId, BackendLive, BackendSpec, Routing, Snapshot};
+use crate::backend::{BackendId, BackendSpec, Routing, Snapshot};
 use crate::eviction::CloseReason;
 use crate::metrics::Metrics;
 use crate::pick::WhenNoneReady;
 use crate::verdict::{Health, State};
+use bump::{evict_now, publish_then_bump, stamp};
 use configure::configure;
 use escape::Escapes;
 use failback::Failback;
@@ -251,18 +253,6 @@ fn recover(table: &Table, recovery: &mut Recovery) {
     evict_now(table, &evict);
 }
 
-/// Closes the connections of `evict`'s backends in the current snapshot: stamp, publish, bump.
-fn evict_now(table: &Table, evict: &[(usize, CloseReason)]) {
-    if evict.is_empty() {
-        return;
-    }
-    let old = table.load();
-    let mut next = (*old).clone();
-    next.generation = old.generation + 1;
-    let bumps = stamp(&mut next, evict);
-    publish_then_bump(table, next, bumps);
-}
-
 /// Completes at `due`; never when `None`.
 async fn sleep_until_some(due: Option<Instant>) {
     match due {
@@ -291,35 +281,6 @@ fn call_off_failback(table: &Table) {
             let active = b.live.active.load(std::sync::atomic::Ordering::Relaxed);
             tracing::info!(backend = %b.spec.id, reason = CloseReason::Failback.as_str(), active, "no backend in this node's zone is ready; failback called off, the backend's connections not yet closed stay");
         }
-    }
-}
-
-/// An eviction to announce once its snapshot is published: the backend, its new epoch, why.
-type Bump = (Arc<BackendLive>, u64, CloseReason);
-
-/// Stamps each `(index, reason)` of `evict` in `next` with a new eviction epoch (logging the
-/// backends that have connections to close): new connections that read `next` see it.
-fn stamp(next: &mut Snapshot, evict: &[(usize, CloseReason)]) -> Vec<Bump> {
-    evict
-        .iter()
-        .map(|&(i, reason)| {
-            let b = &mut next.backends[i];
-            b.evict_epoch = b.live.eviction.next();
-            let active = b.live.active.load(std::sync::atomic::Ordering::Relaxed);
-            if active > 0 {
-                tracing::info!(backend = %b.spec.id, reason = reason.as_str(), active, "closing the backend's connections");
-            }
-            (b.live.clone(), b.evict_epoch, reason)
-        })
-        .collect()
-}
-
-/// The eviction protocol's order: publish the stamped snapshot, then bump, so that no connection
-/// dialed from the old snapshot outlives the eviction.
-fn publish_then_bump(table: &Table, next: Snapshot, bumps: Vec<Bump>) {
-    table.publish(next);
-    for (live, epoch, reason) in bumps {
-        live.eviction.bump_to(epoch, reason);
     }
 }
 
