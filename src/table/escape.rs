@@ -8,6 +8,8 @@
 //! ([`judge`], pure; the caller passes instants). Does not own asking the monitor or closing
 //! (the table writer does both).
 
+use std::sync::atomic::Ordering;
+
 use tokio::time::Instant;
 
 use crate::backend::{BackendId, Snapshot};
@@ -25,10 +27,12 @@ pub enum Verdict {
     Wait,
 }
 
-/// The decision for a backend that fell at `fell`, whose connections would go to a backend whose
-/// latest pass started at `passed` (`None`: none known), already `asked` for a confirm or not.
-pub fn judge(fell: Instant, passed: Option<Instant>, asked: bool) -> Verdict {
-    if passed.is_some_and(|p| p > fell) {
+/// The decision for a backend that fell at `fell`, relaying something now (`busy`) or not, whose
+/// connections would go to a backend whose latest pass started at `passed` (`None`: none known),
+/// already `asked` for a confirm or not. With nothing to move, nothing is confirmed: the eviction
+/// only stops dials picked from an older snapshot, which then re-plan as new connections do.
+pub fn judge(fell: Instant, busy: bool, passed: Option<Instant>, asked: bool) -> Verdict {
+    if !busy || passed.is_some_and(|p| p > fell) {
         Verdict::Close
     } else if asked {
         Verdict::Wait
@@ -113,7 +117,8 @@ impl Escapes {
             };
             let to_id = &snap.backends[to].spec.id;
             let passed = passes.iter().find(|(b, _)| b == to_id).map(|(_, at)| *at);
-            match judge(w.fell, passed, w.asked.contains(to_id)) {
+            let busy = snap.backends[i].live.active.load(Ordering::Relaxed) > 0;
+            match judge(w.fell, busy, passed, w.asked.contains(to_id)) {
                 Verdict::Close => {
                     review.close.push(i);
                     false
