@@ -57,6 +57,11 @@ impl Route {
     /// while its kept-alive probe connection would still pass.
     fn fail_local(&self) {
         self.local.close_listener();
+        // The fake drops its listener on its own task: wait until a dial is refused.
+        let at = self.local.addr;
+        self.rt.block_on(poll("local refuses", || {
+            std::net::TcpStream::connect(at).is_err()
+        }));
         for _ in 0..2 {
             assert_eq!(self.rt.block_on(landed(self.p.listen)), "remote");
         }
