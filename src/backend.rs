@@ -14,8 +14,10 @@ use rustls_pki_types::ServerName;
 use tokio::sync::Notify;
 
 pub use crate::eviction::Eviction;
+pub use confirm::Confirm;
 pub use routing::{NodeZone, Routing, ZoneSource, DEFAULT_DEAD_PATH_TIMEOUT};
 
+mod confirm;
 pub mod probe_counts;
 mod routing;
 
@@ -198,6 +200,8 @@ pub struct BackendLive {
     /// DNS-named backend: the others are tried first), and the herd of dials waiting on it (whose
     /// re-attempts are skipped while none connects).
     pub dial_memory: crate::dial::Memory,
+    /// The table's asks for a confirm probe (another backend's connections would move here).
+    pub confirm: Confirm,
 }
 
 /// The proxy's per-backend counts: plain atomics (the relay path touches nothing else), read by

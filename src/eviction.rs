@@ -45,11 +45,16 @@ pub enum CloseReason {
     /// Not an eviction either: TCP gave up on a backend leg whose backend stopped reading (a
     /// zero window for the user timeout). The backend is alive: not a failed check.
     StalledReader,
+    /// Its only failing check is `shutdown` (a graceful apiserver shutdown, still serving): each
+    /// connection is closed at a random point of `handoff_window`, so the fleet's re-dials spread
+    /// over seconds. A failure of any other check before its turn closes the rest as for
+    /// [`CloseReason::TurnedUnready`].
+    Handoff,
 }
 
 impl CloseReason {
     /// Every reason, in a stable order (metric series are initialised from it).
-    pub const ALL: [CloseReason; 8] = [
+    pub const ALL: [CloseReason; 9] = [
         CloseReason::TurnedUnready,
         CloseReason::LeftNoneReady,
         CloseReason::Refusing,
@@ -58,6 +63,7 @@ impl CloseReason {
         CloseReason::Failback,
         CloseReason::DeadPath,
         CloseReason::StalledReader,
+        CloseReason::Handoff,
     ];
 
     /// The name used in logs, connection records and the `reason` metric label.
@@ -71,15 +77,24 @@ impl CloseReason {
             CloseReason::Failback => "failback",
             CloseReason::DeadPath => "dead_path",
             CloseReason::StalledReader => "stalled_reader",
+            CloseReason::Handoff => "handoff",
         }
     }
 
     /// Over how long the closes are spread: [`FAILBACK_SPREAD`] for a failback, else
-    /// [`EVICT_SPREAD`].
+    /// [`EVICT_SPREAD`] (a hand-off's window is a setting: [`CloseReason::window`]).
     pub fn spread(self) -> Duration {
         match self {
             CloseReason::Failback => FAILBACK_SPREAD,
             _ => EVICT_SPREAD,
+        }
+    }
+
+    /// [`CloseReason::spread`], with `handoff` (the `handoff_window` setting) for a hand-off.
+    pub fn window(self, handoff: Duration) -> Duration {
+        match self {
+            CloseReason::Handoff => handoff,
+            _ => self.spread(),
         }
     }
 

@@ -89,6 +89,14 @@ impl Health {
         self.last_failure.as_ref().map(|f| &*f.reason)
     }
 
+    /// The most recent check's only failing check is `shutdown`: the apiserver is shutting down
+    /// gracefully and still serves what it has (a planned hand-off).
+    pub fn draining(&self) -> bool {
+        self.last_failure
+            .as_ref()
+            .is_some_and(|f| f.checks.only_shutdown())
+    }
+
     /// The most recent check got an HTTP answer, whatever its status: the apiserver is alive even
     /// if not ready. False before any check.
     pub fn answering(&self) -> bool {

@@ -10,8 +10,6 @@ use std::time::Instant;
 use readyprism::admin::status::StatusDoc;
 use readyprism::sim::apiserver::FakeApiserver;
 use readyprism::verdict::State::{self, Ready, Unready};
-use tokio::io::{AsyncReadExt, AsyncWriteExt, BufReader};
-use tokio::net::TcpStream;
 
 use crate::support::process::Proc;
 use crate::support::*;
@@ -30,18 +28,6 @@ fn closes(p: &Proc, f: &FakeApiserver, reason: &str) -> usize {
     let labels = format!("backend=\"{}\",reason=\"{reason}\"", addr(f));
     let text = blocking_get(p.admin, "/metrics").1;
     metric(&text, "readyprism_connections_closed_total", &labels).unwrap_or(0.0) as usize
-}
-
-/// Whether `c` still relays: `ping` comes back (a closed stream reads its end instead).
-async fn echoes(c: &mut BufReader<TcpStream>) -> bool {
-    if c.get_mut().write_all(b"ping").await.is_err() {
-        return false;
-    }
-    let mut back = [0u8; 4];
-    let read = tokio::time::timeout(patience(), c.read_exact(&mut back))
-        .await
-        .expect("an answer or an end in time");
-    read.is_ok() && &back == b"ping"
 }
 
 #[test]

@@ -26,6 +26,12 @@ pub struct Routing {
     /// backend and unacknowledged this long ends the connection as a dead path; `None`: not set
     /// (the kernel's retransmission limit, about 15 minutes).
     pub dead_path_timeout: Option<Duration>,
+    /// A draining backend's connections (its only failing check is `shutdown`) are closed each at
+    /// a random point of this window.
+    pub handoff_window: Duration,
+    /// The health checks' steady interval: after a spell with no backend ready, connections on a
+    /// backend still unready (and not rising) this long after the first turned ready are moved.
+    pub probe_interval: Duration,
 }
 
 /// `dead_path_timeout` unless the config says otherwise. Why 10 s: `docs/config.md`, "Dead paths".
@@ -109,6 +115,8 @@ impl Default for Routing {
             connect_timeout: Duration::from_secs(1),
             failback_after: Some(Duration::from_secs(60)),
             dead_path_timeout: Some(DEFAULT_DEAD_PATH_TIMEOUT),
+            handoff_window: Duration::from_secs(5),
+            probe_interval: Duration::from_secs(5),
         }
     }
 }

@@ -248,6 +248,7 @@ impl Config {
             dead_path_timeout: Some(DurationValue(
                 self.routing.dead_path_timeout.unwrap_or_default(),
             )),
+            handoff_window: d(self.routing.handoff_window),
             discovery: Some(self.discovery.to_raw()),
             allow_remote_admin: self.allow_remote_admin.then_some(true),
             status_file: Some(

@@ -31,6 +31,7 @@ pub struct RawConfig {
     pub shutdown_grace: Option<DurationValue>,
     pub failback_after: Option<DurationValue>,
     pub dead_path_timeout: Option<DurationValue>,
+    pub handoff_window: Option<DurationValue>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub discovery: Option<RawDiscovery>,
     #[serde(skip_serializing_if = "Option::is_none")]

@@ -27,6 +27,9 @@ mod health;
 const CONNECT_TIMEOUT: (Duration, Duration) = (Duration::from_secs(1), Duration::from_secs(60));
 /// `failback_after`: 60 s, at most 1 hour; 0 s turns failback off.
 const FAILBACK_AFTER: (Duration, Duration) = (Duration::from_secs(60), Duration::from_secs(3600));
+/// `handoff_window`: 5 s, at most 10 minutes; 0 s closes a draining backend's connections at
+/// once. Must be shorter than the apiservers' `--shutdown-delay-duration` (not known here).
+const HANDOFF_WINDOW: (Duration, Duration) = (Duration::from_secs(5), Duration::from_secs(600));
 /// `shutdown_grace`: 5 s, at most 10 minutes (a drain longer than that is a liability).
 const SHUTDOWN_GRACE: (Duration, Duration) = (Duration::from_secs(5), Duration::from_secs(600));
 
@@ -134,6 +137,8 @@ impl Resolver<'_> {
             self.duration("shutdown_grace", raw.shutdown_grace, SHUTDOWN_GRACE, true)?;
         let failback_after =
             self.duration("failback_after", raw.failback_after, FAILBACK_AFTER, true)?;
+        let handoff_window =
+            self.duration("handoff_window", raw.handoff_window, HANDOFF_WINDOW, true)?;
         let discovery = self.discovery(raw.discovery)?;
         let status_file = self.status_file(raw.status_file)?;
         let mut routing = Routing {
@@ -141,6 +146,8 @@ impl Resolver<'_> {
             connect_timeout,
             failback_after: (!failback_after.is_zero()).then_some(failback_after),
             dead_path_timeout: self.dead_path_timeout(raw.dead_path_timeout)?,
+            handoff_window,
+            probe_interval: health.interval,
             ..Routing::default()
         };
         routing.zone = zone;

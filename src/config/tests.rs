@@ -25,6 +25,8 @@ fn defaults_are_filled_in() {
     assert_eq!(c.health.path, "/readyz");
     assert_eq!(c.routing.connect_timeout, Duration::from_secs(1));
     assert_eq!(c.shutdown_grace, Duration::from_secs(5));
+    assert_eq!(c.routing.handoff_window, Duration::from_secs(5));
+    assert_eq!(c.routing.probe_interval, c.health.interval);
     assert_eq!(
         c.routing.when_none_ready,
         crate::pick::WhenNoneReady::FailOpen
@@ -118,6 +120,7 @@ fn errors_name_where_they_are() {
         ("backends:\n  - address: a:1\ntls:\n  ca: /ca\ndead_path_timeout: 1s\n", vec!["node.yaml:5:", "dead_path_timeout", "1s is outside 2s..2m"]),
         ("backends:\n  - address: a:1\ntls:\n  ca: /ca\ndead_path_timeout: 121s\n", vec!["node.yaml:5:", "dead_path_timeout", "121s is outside 2s..2m", "0s"]),
         ("backends:\n  - address: a:1\ntls:\n  ca: /ca\ndead_path_timeout: 10\n", vec!["node.yaml:5:", "dead_path_timeout: invalid duration"]),
+        ("backends:\n  - address: a:1\ntls:\n  ca: /ca\nhandoff_window: 11m\n", vec!["node.yaml:5:", "handoff_window", "maximum of 10m"]),
         ("admin: \"0.0.0.0:7446\"\nbackends:\n  - address: a:1\ntls:\n  ca: /ca\n", vec!["node.yaml:1:", "admin", "not a loopback address", "allow_remote_admin"]),
         ("backends:\n  - address: a:1\ntls:\n  ca: /ca\nhealth:\n  interval: 2s\n  timeout: 1s\n  fast_interval: 3s\n", vec!["node.yaml:8:", "health.fast_interval", "must not exceed health.interval"]),
         ("backends:\n  - address: a:1\ntls:\n  ca: /ca\nhealth:\n  fall: 0\n", vec!["node.yaml:6:", "health.fall", "at least 1"]),

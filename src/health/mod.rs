@@ -33,6 +33,8 @@ enum Heard<T> {
     Done(T),
     /// Failed client dials were counted, with this step (a fresh probe dial is due).
     Failed(Step),
+    /// The table asked for a confirm probe (only while waiting for the next probe).
+    Confirm,
     /// The table is gone or the monitor cancelled.
     Stop,
 }
@@ -65,7 +67,8 @@ impl Monitor {
 
     /// Probes at once, then as [`next_probe_due`] says: every `interval` (±10 %), or
     /// `fast_interval` while a change is pending, counted from the start of the previous probe;
-    /// a passive failure that leaves a change pending brings it forward. Until cancelled or the
+    /// a passive failure that leaves a change pending brings it forward, and so does the table's
+    /// ask for a confirm probe (at most one per `interval`, counted). Until cancelled or the
     /// table is gone. Probes never overlap: one in flight per backend. Failed client dials (and
     /// relays cut by TCP's user timeout) count at once, also while a probe is in flight (it may
     /// be stuck dialing the same black hole for its whole timeout), and the next probe dials a
@@ -78,6 +81,8 @@ impl Monitor {
         let mut jitter = Jitter::seeded(self.spec.id.as_str(), JITTER_PERCENT);
         // Set while probes cannot be made for a shortage on this node (logged once per spell).
         let mut short = false;
+        // When the latest confirm probe was made: at most one per interval.
+        let mut confirmed: Option<Instant> = None;
         loop {
             // Probe.
             let started = Instant::now();
@@ -87,11 +92,12 @@ impl Monitor {
                 tokio::pin!(probing);
                 loop {
                     match self
-                        .heed(&mut probing, &passive, &mut machine, &cancel)
+                        .heed(&mut probing, &passive, &mut machine, &cancel, false)
                         .await
                     {
                         Heard::Done(outcome) => break outcome,
                         Heard::Failed(_) => fresh = true,
+                        Heard::Confirm => {}
                         Heard::Stop => return,
                     }
                 }
@@ -114,7 +120,7 @@ impl Monitor {
                     let step = machine.observe(&outcome);
                     let step = heard.map_or(step, |h| h.then(step));
                     passive.probed(&outcome, step);
-                    if !self.publish(&machine, step, &cancel).await {
+                    if !self.publish(&machine, step, started, &cancel).await {
                         return;
                     }
                     step.pending
@@ -137,8 +143,20 @@ impl Monitor {
             let sleep = tokio::time::sleep_until(next_probe_due(&due));
             tokio::pin!(sleep);
             loop {
-                match self.heed(&mut sleep, &passive, &mut machine, &cancel).await {
+                match self
+                    .heed(&mut sleep, &passive, &mut machine, &cancel, true)
+                    .await
+                {
                     Heard::Done(()) => break,
+                    Heard::Confirm => {
+                        let now = Instant::now();
+                        if confirmed.is_none_or(|at| now >= at + self.health.interval) {
+                            confirmed = Some(now);
+                            self.live.confirm.made();
+                            break;
+                        }
+                        // One per interval: the scheduled probe confirms.
+                    }
                     Heard::Failed(step) => {
                         probe.reset();
                         if step.pending {
@@ -152,23 +170,26 @@ impl Monitor {
         }
     }
 
-    /// Awaits `until`, folding in what the proxy reports meanwhile; returns when it is done or
-    /// at the first failures counted (published first).
+    /// Awaits `until`, folding in what the proxy reports meanwhile; returns when it is done, at
+    /// the first failures counted (published first), or (with `confirm`) when the table asks for
+    /// a confirm probe.
     async fn heed<F: std::future::Future>(
         &self,
         until: &mut std::pin::Pin<&mut F>,
         passive: &Passive,
         machine: &mut RiseFall,
         cancel: &CancellationToken,
+        confirm: bool,
     ) -> Heard<F::Output> {
         loop {
             tokio::select! {
                 _ = cancel.cancelled() => return Heard::Stop,
                 done = until.as_mut() => return Heard::Done(done),
                 _ = passive.reported() => {}
+                _ = self.live.confirm.asked(), if confirm => return Heard::Confirm,
             }
             if let Some(step) = passive.fold(machine) {
-                return if self.publish(machine, step, cancel).await {
+                return if self.publish(machine, step, Instant::now(), cancel).await {
                     Heard::Failed(step)
                 } else {
                     Heard::Stop
@@ -177,9 +198,16 @@ impl Monitor {
         }
     }
 
-    /// Logs and counts a state change, then sends the health to the table. False once the table
-    /// is gone or the monitor is cancelled.
-    async fn publish(&self, machine: &RiseFall, step: Step, cancel: &CancellationToken) -> bool {
+    /// Logs and counts a state change, then sends the health to the table, with when its
+    /// evidence began (`started`: the probe's start, or when failed client dials were counted).
+    /// False once the table is gone or the monitor is cancelled.
+    async fn publish(
+        &self,
+        machine: &RiseFall,
+        step: Step,
+        started: Instant,
+        cancel: &CancellationToken,
+    ) -> bool {
         if let Some((from, to)) = step.changed {
             log_change(&self.spec, from, to, machine.health());
             self.live.probes.changed_to(to);
@@ -190,6 +218,7 @@ impl Monitor {
         let cmd = TableCmd::Health {
             id: self.spec.id.clone(),
             health: machine.health().clone(),
+            started,
         };
         tokio::select! {
             _ = cancel.cancelled() => false,

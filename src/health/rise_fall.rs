@@ -70,6 +70,11 @@ impl Outcome {
     pub fn answered(&self) -> bool {
         self.latency().is_some()
     }
+
+    /// The answer's only failing check is `shutdown`: the apiserver is shutting down gracefully.
+    pub fn draining(&self) -> bool {
+        matches!(self, Outcome::Fail { checks, .. } if checks.only_shutdown())
+    }
 }
 
 /// Hysteresis for one backend.
@@ -166,6 +171,8 @@ impl RiseFall {
                 self.streak = 0;
                 None
             }
+            // Draining (a graceful shutdown: only `shutdown` fails): no new connections, at once.
+            State::Ready if outcome.draining() => Some(State::Unready),
             _ => {
                 self.streak += 1;
                 let needed = if from == State::Ready {
@@ -233,6 +240,29 @@ mod tests {
         assert_eq!(
             c.observe(&pass(1)).changed,
             Some((State::Unknown, State::Ready))
+        );
+    }
+
+    #[test]
+    fn a_ready_backend_failing_only_shutdown_falls_at_once() {
+        let mut c = RiseFall::new(2, 3, Health::UNKNOWN);
+        c.observe(&pass(1));
+        let draining = Outcome::Fail {
+            reason: "HTTP 500: [-]shutdown failed".into(),
+            latency: Some(Duration::from_millis(2)),
+            class: crate::verdict::FailClass::Http5xx,
+            checks: crate::verdict::FailingChecks::of(&["shutdown"]),
+        };
+        assert_eq!(
+            c.observe(&draining).changed,
+            Some((State::Ready, State::Unready))
+        );
+        let mut c = RiseFall::new(2, 3, Health::UNKNOWN);
+        c.observe(&pass(1));
+        assert_eq!(
+            c.observe(&fail()),
+            PENDING,
+            "any other check waits for fall"
         );
     }
 

@@ -468,3 +468,5 @@ fn the_next_probe_is_due_by_interval_fast_interval_or_a_passive_failure() {
         "a slow fast_interval is brought forward to the gap"
     );
 }
+
+mod confirm;

@@ -83,7 +83,7 @@ type NoExemplar = prometheus_client::encoding::NoLabelSet;
 type Read = fn(&Backend) -> u64;
 
 /// The per-backend counters with only a `backend` label: name, help, and how to read it.
-const COUNTERS: [(&str, &str, Read); 4] = [
+const COUNTERS: [(&str, &str, Read); 5] = [
     (
         "connections",
         "Client connections relayed to the backend",
@@ -103,6 +103,11 @@ const COUNTERS: [(&str, &str, Read); 4] = [
         "dial_reattempts",
         "Connection attempts (SYNs) of client dials and probes to an address the same dial had already tried",
         |b| b.live.counters.dial_reattempts.load(Ordering::Relaxed),
+    ),
+    (
+        "confirm_probes",
+        "Probes made at once to confirm the backend as the escape route of an unready backend's connections (at most one per probe interval)",
+        |b| b.live.confirm.count(),
     ),
 ];
 

@@ -58,6 +58,9 @@ pub struct Metrics {
     /// 1 from the moment every backend has answered and none is ready (failing open or
     /// refusing) until one is ready again.
     pub no_ready_backends: Gauge,
+    /// Times `no_ready_backends` went up: cluster-wide events (every backend failing its checks
+    /// at once: a control-plane blink or roll, or this node cut off).
+    pub no_ready_events: Counter,
     /// Client connections closed without a backend because none was ready (`refuse`).
     pub rejected_no_backend: Counter,
     /// Client connections closed because every candidate's dial failed.
@@ -86,6 +89,7 @@ impl Metrics {
         let m = Metrics {
             local_dial_failures: Family::default(),
             no_ready_backends: Gauge::default(),
+            no_ready_events: Counter::default(),
             rejected_no_backend: rejected.get_or_create_owned(&ReasonLabel {
                 reason: "no_ready_backend",
             }),
@@ -113,6 +117,8 @@ impl Metrics {
                 m.local_dial_failures.clone();
             "no_ready_backends", "1 while no backend is ready (failing open or refusing)",
                 m.no_ready_backends.clone();
+            "no_ready_backends_events", "Times no backend was ready (every backend failing at once: a cluster-wide event); nothing is moved meanwhile",
+                m.no_ready_events.clone();
             "connections_rejected", "Client connections closed without a backend, by reason",
                 rejected;
             "connections_failed_open", "Client connections relayed to a backend failing its checks because none was ready",

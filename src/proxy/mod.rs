@@ -282,7 +282,8 @@ impl Proxy {
     }
 
     /// An evicted connection's turn to close, spread by its sequence number over the reason's
-    /// window; `None` if shutdown cuts it first. An eviction called off before the turn (a
+    /// window, taken again in a later bump's window if one comes first; `None` if shutdown cuts
+    /// it first. An eviction called off before the turn (a
     /// failback whose home zone has no ready backend left) leaves the connection relaying,
     /// watching on from the called-off bump (in this box: only such a connection keeps it).
     async fn evicted(
@@ -294,12 +295,16 @@ impl Proxy {
     ) -> Option<CloseReason> {
         let eviction = &link.live.eviction;
         loop {
-            tokio::select! {
-                _ = tokio::time::sleep(spread(seq, why.spread())) => return Some(why),
+            let window = why.window(self.table.load().routing.handoff_window);
+            let next = tokio::select! {
+                _ = tokio::time::sleep(spread(seq, window)) => return Some(why),
                 _ = self.cut.cancelled() => return None,
-                _ = eviction.called_off(by) => {}
-            }
-            match eviction.stopped(by).await {
+                _ = eviction.called_off(by) => eviction.stopped(by).await,
+                // A later bump before the turn (a draining backend failed another check): the
+                // turn is taken again in the later bump's window.
+                later = eviction.stopped(by) => later,
+            };
+            match next {
                 Stop::Shutdown => return None,
                 Stop::Evicted(next, next_by) => (why, by) = (next, next_by),
             }

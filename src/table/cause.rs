@@ -81,6 +81,33 @@ pub fn next_reminder(announced: bool, last: Option<Instant>) -> Option<Instant> 
     }
 }
 
+/// Each backend's failing checks as one line, for the WARN of a cluster-wide event:
+/// `10.0.1.10:6443: etcd, shutdown; 10.0.2.10:6443: no answer`, at most [`REMINDER_BACKENDS`] of
+/// them (then `and N more`). `none named` for an answer that named no check.
+pub fn checks(snap: &Snapshot) -> String {
+    let mut parts: Vec<String> = snap
+        .backends
+        .iter()
+        .take(REMINDER_BACKENDS)
+        .map(|b| {
+            let checks = match &b.health.last_failure {
+                None => "none failing".to_string(),
+                Some(f) if !f.answered => "no answer".to_string(),
+                Some(f) if f.checks.is_empty() => "none named".to_string(),
+                Some(f) => f.checks.to_string(),
+            };
+            format!("{}: {checks}", b.spec.id)
+        })
+        .collect();
+    if snap.backends.len() > REMINDER_BACKENDS {
+        parts.push(format!(
+            "and {} more",
+            snap.backends.len() - REMINDER_BACKENDS
+        ));
+    }
+    parts.join("; ")
+}
+
 /// Each backend's reason as one line: `10.0.1.10:6443 unready: HTTP 500: [-]etcd failed;
 /// 10.0.2.10:6443 unready: dial: timeout after 1s`, at most [`REMINDER_BACKENDS`] of them (then
 /// `and N more`), each reason on one line and cut at [`REMINDER_REASON`] characters.

@@ -5,14 +5,21 @@
 //! then bump the evicted backends (see [`crate::backend::Eviction`]). It also brings connections
 //! home: when a same-zone backend has been ready for `failback_after` ([`failback`], pure), the
 //! connections relayed to other zones are evicted the same way, and the failback is called off
-//! if the zone has no ready backend left before every turn has come. It keeps the log's cause
+//! if the zone has no ready backend left before every turn has come. A backend that turned unready
+//! keeps its connections until their escape route is confirmed ([`escape`], pure: the writer asks
+//! the route's monitor for a confirm probe); after a spell with none ready, connections move only
+//! off backends still down one probe interval later ([`recovery`], pure). It keeps the log's cause
 //! current ([`cause`], pure): an unready backend's changed reason, and a reminder of every
 //! reason while none is ready; and the last few state transitions for people ([`recent`]). Does
 //! not own probing (`health/`) or connection handling (`proxy`).
 
+mod bump;
 pub mod cause;
+mod configure;
+pub mod escape;
 pub mod failback;
 pub mod recent;
+pub mod recovery;
 pub mod transitions;
 
 use std::sync::Arc;
@@ -21,12 +28,16 @@ use arc_swap::ArcSwap;
 use tokio::sync::{mpsc, oneshot, watch};
 use tokio_util::sync::CancellationToken;
 
-use crate::backend::{Backend, BackendId, BackendLive, BackendSpec, Routing, Snapshot};
+use crate::backend::{BackendId, BackendSpec, Routing, Snapshot};
 use crate::eviction::CloseReason;
 use crate::metrics::Metrics;
 use crate::pick::WhenNoneReady;
 use crate::verdict::{Health, State};
+use bump::{evict_now, publish_then_bump, stamp};
+use configure::configure;
+use escape::Escapes;
 use failback::Failback;
+use recovery::Recovery;
 use tokio::time::Instant;
 use transitions::{Alarm, Change, Scene};
 
@@ -48,6 +59,9 @@ pub enum TableCmd {
         id: BackendId,
         /// The new health.
         health: Health,
+        /// When the result's evidence began: the probe's start, or when failed client dials
+        /// were counted (a fall's time; a pass's, for confirming escape routes).
+        started: Instant,
     },
     /// Replace the backend list and routing settings (start-up and reload).
     Configure {
@@ -106,8 +120,11 @@ pub async fn run_writer(
     // said (the alarm or a reminder).
     let mut said = cause::Said::new();
     let mut reminded: Option<Instant> = None;
+    let mut escapes = Escapes::default();
+    let mut recovery = Recovery::default();
     loop {
         let due = failback.next_due(table.load().routing.failback_after);
+        let recovered = recovery.next_due(table.load().routing.probe_interval);
         let cmd = tokio::select! {
             _ = cancel.cancelled() => return,
             _ = sleep_until_some(cause::next_reminder(announced, reminded)) => {
@@ -122,21 +139,37 @@ pub async fn run_writer(
                 }
                 continue;
             }
+            _ = sleep_until_some(recovered) => {
+                recover(&table, &mut recovery);
+                continue;
+            }
             cmd = rx.recv() => match cmd { Some(c) => c, None => return },
         };
         let old = table.load();
         match cmd {
-            TableCmd::Health { id, health } => {
+            TableCmd::Health {
+                id,
+                health,
+                started,
+            } => {
                 let Some(i) = old.position(&id) else {
                     continue; // a probe of a backend removed by a reload
                 };
+                if health.state != State::Unknown && health.last_failure.is_none() {
+                    escapes.passed(&id, started);
+                }
                 if old.backends[i].health == health {
+                    escape(&table, &mut escapes);
                     continue;
                 }
                 let note = cause::on_health(said.get(&id), old.backends[i].health.state, &health);
                 let mut next = (*old).clone();
                 next.backends[i].health = health;
-                announced = apply(&table, &metrics, &old, next, announced);
+                let fell;
+                (announced, fell) = apply(&table, &metrics, &old, next, announced);
+                for b in fell {
+                    escapes.fell(&b, started);
+                }
                 match note {
                     cause::Note::Nothing => {}
                     cause::Note::Remember(reason) => {
@@ -159,7 +192,11 @@ pub async fn run_writer(
             } => {
                 let (next, removed) = configure(&old, routing, backends);
                 said.retain(|id, _| next.position(id).is_some());
-                announced = apply(&table, &metrics, &old, next, announced);
+                let fell;
+                (announced, fell) = apply(&table, &metrics, &old, next, announced);
+                for b in fell {
+                    escapes.fell(&b, Instant::now());
+                }
                 // After publishing: a connection that still read the old snapshot sees the new
                 // epoch, skips the removed backend and re-plans on the snapshot just published.
                 for live in removed {
@@ -178,7 +215,42 @@ pub async fn run_writer(
         if failback.take_call_off(now) {
             call_off_failback(&table);
         }
+        recovery.observe(old.any_ready(), &table.load(), now);
+        recover(&table, &mut recovery);
+        escape(&table, &mut escapes);
     }
+}
+
+/// Judges the backends waiting for their escape route: asks the routes' monitors for a confirm
+/// probe, and closes the connections of those whose route is confirmed (turned_unready).
+fn escape(table: &Table, escapes: &mut Escapes) {
+    if !escapes.is_waiting() {
+        return;
+    }
+    let snap = table.load();
+    let review = escapes.review(&snap);
+    for &to in &review.ask {
+        tracing::debug!(backend = %snap.backends[to].spec.id, "asking for a confirm probe of the escape route");
+        snap.backends[to].live.confirm.ask();
+    }
+    let evict: Vec<(usize, CloseReason)> = review
+        .close
+        .iter()
+        .map(|&i| (i, CloseReason::TurnedUnready))
+        .collect();
+    evict_now(table, &evict);
+}
+
+/// Moves the connections a recovery says to (left_none_ready): those on a backend still down
+/// one probe interval after a spell with none ready ended, or whose rise failed since.
+fn recover(table: &Table, recovery: &mut Recovery) {
+    let snap = table.load();
+    let moves = recovery.take(snap.routing.probe_interval, &snap, Instant::now());
+    let evict: Vec<(usize, CloseReason)> = moves
+        .iter()
+        .map(|&i| (i, CloseReason::LeftNoneReady))
+        .collect();
+    evict_now(table, &evict);
 }
 
 /// Completes at `due`; never when `None`.
@@ -193,16 +265,11 @@ async fn sleep_until_some(due: Option<Instant>) {
 /// for `failback_after`): stamp, publish, then bump, as for any eviction, with reason failback.
 fn fail_back(table: &Table) {
     let old = table.load();
-    let away = failback::away(&old);
-    if away.is_empty() {
-        return;
-    }
-    let mut next = (*old).clone();
-    next.generation = old.generation + 1;
-    let evict: Vec<(usize, CloseReason)> =
-        away.iter().map(|&i| (i, CloseReason::Failback)).collect();
-    let bumps = stamp(&mut next, &evict);
-    publish_then_bump(table, next, bumps);
+    let evict: Vec<(usize, CloseReason)> = failback::away(&old)
+        .iter()
+        .map(|&i| (i, CloseReason::Failback))
+        .collect();
+    evict_now(table, &evict);
 }
 
 /// Calls off the failback under way (no backend in this node's zone is ready any more): the
@@ -217,102 +284,16 @@ fn call_off_failback(table: &Table) {
     }
 }
 
-/// An eviction to announce once its snapshot is published: the backend, its new epoch, why.
-type Bump = (Arc<BackendLive>, u64, CloseReason);
-
-/// Stamps each `(index, reason)` of `evict` in `next` with a new eviction epoch (logging the
-/// backends that have connections to close): new connections that read `next` see it.
-fn stamp(next: &mut Snapshot, evict: &[(usize, CloseReason)]) -> Vec<Bump> {
-    evict
-        .iter()
-        .map(|&(i, reason)| {
-            let b = &mut next.backends[i];
-            b.evict_epoch = b.live.eviction.next();
-            let active = b.live.active.load(std::sync::atomic::Ordering::Relaxed);
-            if active > 0 {
-                tracing::info!(backend = %b.spec.id, reason = reason.as_str(), active, "closing the backend's connections");
-            }
-            (b.live.clone(), b.evict_epoch, reason)
-        })
-        .collect()
-}
-
-/// The eviction protocol's order: publish the stamped snapshot, then bump, so that no connection
-/// dialed from the old snapshot outlives the eviction.
-fn publish_then_bump(table: &Table, next: Snapshot, bumps: Vec<Bump>) {
-    table.publish(next);
-    for (live, epoch, reason) in bumps {
-        live.eviction.bump_to(epoch, reason);
-    }
-}
-
-/// The snapshot for a new config, and the live state of removed backends (to evict once the
-/// snapshot is published). Backends are matched by id: a new zone or server name keeps the
-/// health and the connections (the probe restarts with the new name). An id listed twice is
-/// one backend (the first listing): the table never holds two backends with one identity.
-fn configure(
-    old: &Snapshot,
-    routing: Routing,
-    listed: Vec<Arc<BackendSpec>>,
-) -> (Snapshot, Vec<Arc<BackendLive>>) {
-    let mut specs: Vec<Arc<BackendSpec>> = Vec::with_capacity(listed.len());
-    for spec in listed {
-        if specs.iter().any(|s| s.id == spec.id) {
-            tracing::warn!(backend = %spec.id, source = spec.source.as_str(), "backend listed twice; the first listing is kept");
-        } else {
-            specs.push(spec);
-        }
-    }
-    let mut removed = Vec::new();
-    for gone in old
-        .backends
-        .iter()
-        .filter(|o| !specs.iter().any(|s| s.id == o.spec.id))
-    {
-        let active = gone.live.active.load(std::sync::atomic::Ordering::Relaxed);
-        tracing::info!(backend = %gone.spec.id, source = gone.spec.source.as_str(), reason = CloseReason::Removed.as_str(), active, "backend removed; closing its connections");
-        removed.push(gone.live.clone());
-    }
-    let backends = specs
-        .into_iter()
-        .map(|spec| match old.position(&spec.id) {
-            Some(i) => {
-                let kept = &old.backends[i];
-                Backend {
-                    spec,
-                    ..kept.clone()
-                }
-            }
-            None => {
-                let live = Arc::new(BackendLive::default());
-                let evict_epoch = live.eviction.epoch();
-                Backend {
-                    live,
-                    spec,
-                    health: Health::UNKNOWN,
-                    evict_epoch,
-                }
-            }
-        })
-        .collect();
-    let next = Snapshot {
-        generation: old.generation,
-        routing,
-        backends,
-    };
-    (next, removed)
-}
-
 /// Decides what `next` means compared with `old`, then applies it: stamp evicted backends with
 /// their next epoch, set gauges, log the alarm, publish, and only then bump. Returns whether the
-/// no-ready alarm is up.
+/// no-ready alarm is up, and the backends that turned unready (their escape route to confirm).
 fn apply(
     table: &Table,
     metrics: &Metrics,
     old: &Snapshot,
     mut next: Snapshot,
     announced: bool,
-) -> bool {
+) -> (bool, Vec<BackendId>) {
     next.generation = old.generation + 1;
     let changes: Vec<Change> = next
         .backends
@@ -324,6 +305,8 @@ fn apply(
                 after: b.health.state,
                 was_answering: before.is_some_and(|h| h.answering()),
                 answering: b.health.answering(),
+                was_draining: before.is_some_and(|h| h.draining()),
+                draining: b.health.draining(),
             }
         })
         .collect();
@@ -344,7 +327,8 @@ fn apply(
                 WhenNoneReady::FailOpen => "failing open: routing to all backends",
                 WhenNoneReady::Refuse => "refusing client connections",
             };
-            tracing::warn!(backends = %cause::reasons(&next), "no backend is ready; {action}");
+            metrics.no_ready_events.inc();
+            tracing::warn!(backends = %cause::reasons(&next), checks = %cause::checks(&next), "no backend is ready; {action}");
         }
         Alarm::Clear => {
             tracing::warn!("a backend is ready again; leaving the no-ready-backend state")
@@ -368,9 +352,14 @@ fn apply(
             reason: b.health.last_error().map(str::to_string),
         })
         .collect();
+    let fell = decision
+        .confirm
+        .iter()
+        .map(|&i| next.backends[i].spec.id.clone())
+        .collect();
     publish_then_bump(table, next, bumps);
     table.recent.push(turned);
-    decision.announced
+    (decision.announced, fell)
 }
 
 #[cfg(test)]
@@ -378,49 +367,5 @@ impl Table {
     /// Publishes a hand-made snapshot (unit tests of readers).
     pub(crate) fn test_publish(&self, snap: Snapshot) {
         self.publish(snap);
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::backend::BackendSource;
-
-    fn spec(address: &str, source: BackendSource) -> Arc<BackendSpec> {
-        let (host, port) = address.rsplit_once(':').expect("host:port");
-        Arc::new(BackendSpec {
-            id: BackendId::new(address),
-            host: host.to_string(),
-            port: port.parse().expect("port"),
-            zone: None,
-            server_name: rustls::pki_types::ServerName::try_from("apiserver")
-                .expect("name")
-                .to_owned(),
-            source,
-        })
-    }
-
-    #[test]
-    fn an_id_listed_twice_is_one_backend_the_first_listing() {
-        let listed = vec![
-            spec("10.0.1.10:6443", BackendSource::Config),
-            spec("10.0.1.10:6443", BackendSource::Cache),
-            spec("10.0.2.10:6443", BackendSource::Cache),
-            spec("10.0.2.10:6443", BackendSource::Cache),
-        ];
-        let (next, removed) = configure(&Snapshot::default(), Routing::default(), listed);
-        let ids: Vec<(&str, BackendSource)> = next
-            .backends
-            .iter()
-            .map(|b| (b.spec.id.as_str(), b.spec.source))
-            .collect();
-        assert_eq!(
-            ids,
-            [
-                ("10.0.1.10:6443", BackendSource::Config),
-                ("10.0.2.10:6443", BackendSource::Cache)
-            ]
-        );
-        assert!(removed.is_empty());
     }
 }

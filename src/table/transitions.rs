@@ -1,7 +1,10 @@
 //! What a new snapshot means for the backends' connections and for the no-ready alarm: a pure
 //! decision from the states before and after, table-tested like the picker.
 //!
-//! Does not own applying it (stamping epochs, publishing, bumping, logging): `table` does.
+//! A backend that turned unready is not closed here: it is handed to `escape` (its connections
+//! move once the backend they would go to has passed a probe since). Leaving a spell with no
+//! backend ready closes nothing here either: `recovery` decides, one probe interval later. Does
+//! not own applying it (stamping epochs, publishing, bumping, logging): `table` does.
 
 use crate::eviction::CloseReason;
 use crate::pick::WhenNoneReady;
@@ -18,6 +21,10 @@ pub struct Change {
     pub was_answering: bool,
     /// ... and as of the new one.
     pub answering: bool,
+    /// Its only failing check was `shutdown` (draining), as of the previous snapshot ...
+    pub was_draining: bool,
+    /// ... and as of the new one.
+    pub draining: bool,
 }
 
 impl Change {
@@ -46,6 +53,9 @@ pub enum Alarm {
 pub struct Transitions {
     /// Backends (indices into the new snapshot) whose connections must be closed, and why.
     pub evict: Vec<(usize, CloseReason)>,
+    /// Backends that turned unready while another is ready: closed with `turned_unready` once
+    /// their escape route is confirmed (`escape`), not now.
+    pub confirm: Vec<usize>,
     /// What happens to the no-ready alarm.
     pub alarm: Alarm,
     /// Whether the alarm is up after this snapshot (the value to carry to the next decision).
@@ -80,19 +90,27 @@ struct Facts {
 /// A rule: the reason to close `c`'s connections, if it applies.
 type Rule = fn(&Facts, &Change) -> Option<CloseReason>;
 
-/// The rules, first match wins; each names its reason.
-const RULES: [Rule; 4] = [turned_unready, left_none_ready, refusing, silent];
+/// The rules, first match wins; each names its reason. A backend that turned unready while
+/// another is ready and is not draining goes to [`Transitions::confirm`] instead.
+const RULES: [Rule; 4] = [handoff, handoff_broken, refusing, silent];
 
-/// It turned unready while another backend is ready: its clients re-dial a ready one.
-fn turned_unready(f: &Facts, c: &Change) -> Option<CloseReason> {
-    (c.just_failed() && !f.none_ready).then_some(CloseReason::TurnedUnready)
+/// It turned unready while another backend is ready: its clients re-dial a ready one, once the
+/// escape route is confirmed. Not while draining (a hand-off).
+fn turned_unready(f: &Facts, c: &Change) -> bool {
+    c.just_failed() && !f.none_ready && !c.draining
 }
 
-/// A backend became ready after a spell with none: every unready backend's connections (those
-/// that failed open to it) go to the ready one.
-fn left_none_ready(f: &Facts, c: &Change) -> Option<CloseReason> {
-    let left = !f.scene.was_any_ready && !f.none_ready;
-    (left && c.after == State::Unready).then_some(CloseReason::LeftNoneReady)
+/// It turned unready draining (only `shutdown` fails) while another backend is ready: a planned
+/// hand-off, each connection closed at a random point of the hand-off window.
+fn handoff(f: &Facts, c: &Change) -> Option<CloseReason> {
+    (c.just_failed() && c.draining && !f.none_ready).then_some(CloseReason::Handoff)
+}
+
+/// Draining, it now fails another check or stops answering: the connections whose hand-off turn
+/// has not come are closed as when it turns unready (no confirm: the hand-off already moves them).
+fn handoff_broken(f: &Facts, c: &Change) -> Option<CloseReason> {
+    let broken = c.long_unready() && c.was_draining && !c.draining;
+    (broken && !f.none_ready).then_some(CloseReason::TurnedUnready)
 }
 
 /// With `refuse`, nothing may relay to an unready backend: one that just failed is closed at
@@ -116,8 +134,8 @@ fn silent(f: &Facts, c: &Change) -> Option<CloseReason> {
 
 /// Decides evictions (each rule above, with its reason) and the alarm.
 ///
-/// While nothing is ready and we fail open, nothing else is evicted: re-dialling would only land
-/// on the same backends. The alarm is raised only once every backend has answered ("settled"):
+/// While nothing is ready, nothing is evicted but what `refuse` and `silent` say: re-dialling
+/// would only land on the same failing backends (a cluster-wide blink). The alarm is raised only once every backend has answered ("settled"):
 /// at start-up the local apiserver without quorum answers its 500 before the remote ones answer
 /// their 200.
 pub fn decide(scene: Scene, changes: &[Change]) -> Transitions {
@@ -133,9 +151,13 @@ pub fn decide(scene: Scene, changes: &[Change]) -> Transitions {
                 .iter()
                 .any(|c| c.before == Some(State::Unready) && c.was_answering),
     };
+    let confirm = (0..changes.len())
+        .filter(|&i| turned_unready(&facts, &changes[i]))
+        .collect::<Vec<usize>>();
     let evict = changes
         .iter()
         .enumerate()
+        .filter(|(i, _)| !confirm.contains(i))
         .filter_map(|(i, c)| {
             RULES
                 .iter()
@@ -159,6 +181,7 @@ pub fn decide(scene: Scene, changes: &[Change]) -> Transitions {
     };
     Transitions {
         evict,
+        confirm,
         alarm,
         announced,
         // A backend added while nothing is ready does not end the alert until it is ready.

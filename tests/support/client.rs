@@ -41,6 +41,18 @@ pub async fn read_to_end(r: &mut BufReader<TcpStream>) -> Vec<u8> {
     out
 }
 
+/// Whether `c` still relays: `ping` comes back (a closed stream reads its end instead).
+pub async fn echoes(c: &mut BufReader<TcpStream>) -> bool {
+    if c.get_mut().write_all(b"ping").await.is_err() {
+        return false;
+    }
+    let mut back = [0u8; 4];
+    let read = tokio::time::timeout(patience(), c.read_exact(&mut back))
+        .await
+        .expect("an answer or an end in time");
+    read.is_ok() && &back == b"ping"
+}
+
 /// GET `path` from the admin server; returns (status code, body).
 pub async fn admin_get(admin: SocketAddr, path: &str) -> (u16, String) {
     let a = readyprism::cli::http::get(&admin.to_string(), path)

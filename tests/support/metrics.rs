@@ -58,6 +58,7 @@ pub fn unready_closes(app: &App, address: &str, reason: Option<&str>) -> u64 {
         "silent",
         "removed",
         "failback",
+        "handoff",
     ];
     reasons
         .iter()

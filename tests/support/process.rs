@@ -126,6 +126,35 @@ impl Proc {
         }
     }
 
+    /// Every backend's state, in config order, from `/status`.
+    pub fn states(&self) -> Vec<readyprism::verdict::State> {
+        self.status().backends.iter().map(|b| b.state).collect()
+    }
+
+    /// The `/status` document.
+    pub fn status(&self) -> readyprism::admin::StatusDoc {
+        serde_json::from_str(&super::blocking_get(self.admin, "/status").1).expect("status")
+    }
+
+    /// One sample from `/metrics` (`labels` matched as a substring), 0 when absent.
+    pub fn metric(&self, name: &str, labels: &str) -> f64 {
+        let text = super::blocking_get(self.admin, "/metrics").1;
+        super::metric(&text, name, labels).unwrap_or(0.0)
+    }
+
+    /// Connections to the backend at `address` closed for `reason`, from `/metrics`.
+    pub fn closes(&self, address: &str, reason: &str) -> u64 {
+        let labels = format!("backend=\"{address}\",reason=\"{reason}\"");
+        self.metric("readyprism_connections_closed_total", &labels) as u64
+    }
+
+    /// Whether a log line with `message` for which `pred` holds was written so far.
+    pub fn logged(&self, message: &str, pred: impl Fn(&serde_json::Value) -> bool) -> bool {
+        self.logs()
+            .iter()
+            .any(|v| v["fields"]["message"] == message && pred(v))
+    }
+
     /// The process id (to read `/proc/<pid>/`).
     pub fn pid(&self) -> u32 {
         self.child.id()

@@ -13,6 +13,17 @@ fn step(before: Option<State>, after: State) -> Change {
         after,
         was_answering: true,
         answering: true,
+        was_draining: false,
+        draining: false,
+    }
+}
+
+/// A backend whose only failing check is `shutdown` before / after (draining).
+fn drain(before: Option<State>, after: State, was_draining: bool, draining: bool) -> Change {
+    Change {
+        was_draining,
+        draining,
+        ..step(before, after)
     }
 }
 
@@ -23,6 +34,8 @@ fn quiet(before: Option<State>, after: State, was_answering: bool, answering: bo
         after,
         was_answering,
         answering,
+        was_draining: false,
+        draining: false,
     }
 }
 
@@ -41,16 +54,73 @@ fn scene(
 }
 
 #[test]
-fn with_refuse_a_backend_that_turns_unready_while_others_are_ready_is_turned_unready() {
+fn a_backend_turning_unready_beside_a_ready_one_awaits_its_escape_route() {
+    for policy in [FailOpen, Refuse] {
+        let t = decide(
+            scene(true, policy, false, false),
+            &[step(Some(Ready), Unready), step(Some(Ready), Ready)],
+        );
+        assert_eq!(t.confirm, vec![0], "{policy:?}: confirmed first");
+        assert!(t.evict.is_empty(), "{policy:?}: nothing closed yet");
+    }
     let t = decide(
-        scene(true, Refuse, false, false),
-        &[step(Some(Ready), Unready), step(Some(Ready), Ready)],
+        scene(true, FailOpen, false, false),
+        &[step(Some(Ready), Ready), step(None, Unready)],
     );
-    assert_eq!(
-        t.evict,
-        vec![(0, TurnedUnready)],
-        "the first rule that applies names it"
+    assert_eq!(t.confirm, vec![1], "added unready beside a ready one");
+    let t = decide(
+        scene(true, FailOpen, false, false),
+        &[step(Some(Unready), Unready), step(Some(Ready), Ready)],
     );
+    assert!(
+        t.confirm.is_empty() && t.evict.is_empty(),
+        "already unready"
+    );
+}
+
+#[test]
+fn a_draining_backend_is_handed_off() {
+    let t = decide(
+        scene(true, FailOpen, false, false),
+        &[
+            drain(Some(Ready), Unready, false, true),
+            step(Some(Ready), Ready),
+        ],
+    );
+    assert_eq!((t.evict, t.confirm), (vec![(0, Handoff)], vec![]));
+}
+
+#[test]
+fn a_draining_backend_failing_another_check_closes_the_rest_at_once() {
+    let t = decide(
+        scene(true, FailOpen, false, false),
+        &[
+            drain(Some(Unready), Unready, true, false),
+            step(Some(Ready), Ready),
+        ],
+    );
+    assert_eq!(t.evict, vec![(0, TurnedUnready)]);
+    let t = decide(
+        scene(true, FailOpen, false, false),
+        &[
+            drain(Some(Unready), Unready, true, true),
+            step(Some(Ready), Ready),
+        ],
+    );
+    assert!(t.evict.is_empty(), "still draining: the hand-off goes on");
+}
+
+#[test]
+fn every_backend_failing_closes_nothing() {
+    let t = decide(
+        scene(true, FailOpen, false, false),
+        &[
+            step(Some(Ready), Unready),
+            drain(Some(Ready), Unready, false, true),
+        ],
+    );
+    assert_eq!((t.evict, t.confirm), (vec![], vec![]));
+    assert_eq!(t.alarm, Alarm::Raise);
 }
 
 /// A row of a decision table: (name, was_any_ready, steps, policy, announced, want evict,
@@ -74,42 +144,7 @@ fn assert_decisions(cases: Vec<Case>) {
     }
 }
 
-/// Failing open, a backend that turns (or is added) unready while another is ready is
-/// evicted, once.
-#[test]
-fn a_backend_turning_unready_beside_a_ready_one_is_evicted_once() {
-    assert_decisions(vec![
-        (
-            "unready while another is ready: evict",
-            true,
-            vec![step(Some(Ready), Unready), step(Some(Ready), Ready)],
-            FailOpen,
-            false,
-            vec![(0, TurnedUnready)],
-            Alarm::Unchanged,
-        ),
-        (
-            "already unready: no second eviction",
-            true,
-            vec![step(Some(Unready), Unready), step(Some(Ready), Ready)],
-            FailOpen,
-            false,
-            vec![],
-            Alarm::Unchanged,
-        ),
-        (
-            "a backend added unready while others are ready: evicted (nothing to close yet)",
-            true,
-            vec![step(Some(Ready), Ready), step(None, Unready)],
-            FailOpen,
-            false,
-            vec![(1, TurnedUnready)],
-            Alarm::Unchanged,
-        ),
-    ]);
-}
-
-/// Refusing, a backend that turns unready is evicted at once, whatever else is ready.
+/// Refusing, a backend that turns unready with nothing else ready is evicted at once.
 #[test]
 fn with_refuse_an_unready_backend_is_evicted_even_with_nothing_ready() {
     assert_decisions(vec![(
@@ -167,16 +202,16 @@ fn the_no_ready_alarm_is_raised_once_nothing_settled_is_ready() {
     ]);
 }
 
-/// Leaving none-ready clears the alarm and evicts every unready backend.
+/// Leaving none-ready clears the alarm and closes nothing at once (`recovery` decides later).
 #[test]
-fn leaving_none_ready_clears_the_alarm_evicting_every_unready_backend() {
+fn leaving_none_ready_clears_the_alarm_closing_nothing_at_once() {
     assert_decisions(vec![(
-        "leaving none-ready: evict every unready",
+        "leaving none-ready: nothing closed now",
         false,
         vec![step(Some(Unready), Unready), step(Some(Unready), Ready)],
         FailOpen,
         true,
-        vec![(0, LeftNoneReady)],
+        vec![],
         Alarm::Clear,
     )]);
 }

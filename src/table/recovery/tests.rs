@@ -1,0 +1,120 @@
+//! The recovery decision, table-tested: who moves one probe interval after a spell with none
+//! ready, and who stays while rising.
+
+use std::sync::Arc;
+
+use super::*;
+use crate::backend::{Backend, BackendLive, BackendSpec, Routing};
+use crate::verdict::Pending;
+
+/// Backends by course: `R` ready, `U` unready and not rising, `r` unready and rising.
+fn snap(courses: &str) -> Snapshot {
+    Snapshot {
+        generation: 1,
+        routing: Routing::default(),
+        backends: courses
+            .chars()
+            .enumerate()
+            .map(|(i, c)| Backend {
+                spec: Arc::new(BackendSpec {
+                    id: BackendId::new(&format!("10.0.0.{i}:6443")),
+                    host: format!("10.0.0.{i}"),
+                    port: 6443,
+                    zone: None,
+                    server_name: rustls_pki_types::ServerName::try_from("x").expect("name"),
+                    source: crate::backend::BackendSource::Config,
+                }),
+                health: Health {
+                    state: if c == 'R' {
+                        State::Ready
+                    } else {
+                        State::Unready
+                    },
+                    pending: (c == 'r').then_some(Pending {
+                        toward: State::Ready,
+                        count: 1,
+                        needed: 2,
+                    }),
+                    ..Health::UNKNOWN
+                },
+                live: Arc::new(BackendLive::default()),
+                evict_epoch: 0,
+            })
+            .collect(),
+    }
+}
+
+const WAIT: Duration = Duration::from_secs(5);
+
+#[test]
+fn after_a_spell_with_none_ready_down_backends_move_one_interval_later() {
+    let t0 = Instant::now();
+    let s = |secs| t0 + Duration::from_secs(secs);
+    let mut r = Recovery::default();
+    r.observe(true, &snap("UU"), t0);
+    assert_eq!(r.next_due(WAIT), None, "in the spell: nothing moves");
+    r.observe(false, &snap("RU"), s(1));
+    assert_eq!(r.next_due(WAIT), Some(s(6)));
+    assert!(r.take(WAIT, &snap("RU"), s(5)).is_empty(), "not yet");
+    assert_eq!(r.take(WAIT, &snap("RU"), s(6)), vec![1]);
+    assert_eq!(r.next_due(WAIT), None, "once");
+    assert!(r.take(WAIT, &snap("RU"), s(20)).is_empty());
+}
+
+#[test]
+fn a_rising_backend_keeps_its_connections_unless_its_rise_fails() {
+    let t0 = Instant::now();
+    let s = |secs| t0 + Duration::from_secs(secs);
+    let mut r = Recovery::default();
+    r.observe(false, &snap("RrU"), t0);
+    assert_eq!(
+        r.take(WAIT, &snap("RrU"), s(5)),
+        vec![2],
+        "the rising one stays"
+    );
+    assert!(r.take(WAIT, &snap("RrU"), s(6)).is_empty(), "still rising");
+    assert_eq!(r.take(WAIT, &snap("RUU"), s(7)), vec![1], "its rise failed");
+    assert!(r.take(WAIT, &snap("RUU"), s(8)).is_empty(), "once");
+    let mut r = Recovery::default();
+    r.observe(false, &snap("RrU"), t0);
+    r.take(WAIT, &snap("RrU"), s(5));
+    r.observe(true, &snap("RRU"), s(6));
+    assert!(r.take(WAIT, &snap("RRU"), s(6)).is_empty(), "it rose");
+    assert!(
+        r.take(WAIT, &snap("RUU"), s(7)).is_empty(),
+        "a later fall is not ours"
+    );
+}
+
+#[test]
+fn a_new_spell_before_the_wait_is_over_moves_nothing() {
+    let t0 = Instant::now();
+    let s = |secs| t0 + Duration::from_secs(secs);
+    let mut r = Recovery::default();
+    r.observe(false, &snap("RU"), t0);
+    r.observe(true, &snap("UU"), s(2));
+    assert_eq!(r.next_due(WAIT), None);
+    assert!(r.take(WAIT, &snap("UU"), s(5)).is_empty());
+}
+
+#[test]
+fn a_backend_falling_after_the_spell_is_not_moved_by_the_recovery() {
+    let t0 = Instant::now();
+    let s = |secs| t0 + Duration::from_secs(secs);
+    let mut r = Recovery::default();
+    r.observe(false, &snap("RU"), t0);
+    r.observe(true, &snap("RR"), s(1));
+    r.observe(true, &snap("UR"), s(2));
+    assert!(
+        r.take(WAIT, &snap("UR"), s(5)).is_empty(),
+        "not unready since the spell"
+    );
+    let mut r = Recovery::default();
+    r.observe(false, &snap("RU"), t0);
+    r.observe(true, &snap("RR"), s(1));
+    r.observe(true, &snap("RU"), s(2));
+    assert!(
+        r.take(WAIT, &snap("RU"), s(5)).is_empty(),
+        "recovered, then fell again"
+    );
+}

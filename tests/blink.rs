@@ -1,0 +1,138 @@
+//! A cluster-wide blink on the real binary: every apiserver fails `/readyz` together (an etcd
+//! leader election, a control-plane roll). Nothing is closed, the event is logged once with each
+//! backend's failing checks and exported; when the apiservers recover, the connections that
+//! failed open to one stay there while it rises.
+//!
+//! Blocking code on OS threads beside the child process: std's `Instant` is right here.
+#![allow(clippy::disallowed_types)]
+
+use readyprism::sim::apiserver::FakeApiserver;
+use readyprism::verdict::State::{Ready, Unready};
+use tokio::io::BufReader;
+use tokio::net::TcpStream;
+use tokio::runtime::Runtime;
+
+use crate::support::process::Proc;
+use crate::support::*;
+
+/// Probes every second; a rise takes two more at one second each, so a backend that recovers
+/// with another is still rising (or ready) one interval after the other turned ready.
+const HEALTH: &str = "health: { interval: 1s, timeout: 800ms, fast_interval: 1s, rise: 3 }\n";
+
+/// Two ready apiservers, `a` in this node's zone and `b` not, with a connection on each.
+struct Blink {
+    _lab: Lab,
+    rt: Runtime,
+    a: FakeApiserver,
+    b: FakeApiserver,
+    p: Proc,
+    on_a: BufReader<TcpStream>,
+    on_b: BufReader<TcpStream>,
+}
+
+impl Blink {
+    fn start() -> Blink {
+        let lab = Lab::new();
+        let rt = Runtime::new().expect("runtime");
+        let (a, b) = rt.block_on(async { (lab.fake("a").await, lab.fake("b").await) });
+        let file = lab.path("blink.yaml");
+        let yaml = lab.yaml("dc-a", &[(addr(&a), "dc-a"), (addr(&b), "dc-b")], HEALTH);
+        std::fs::write(&file, yaml).expect("write config");
+        // `a` unready at first, so the first connection goes to `b` and stays there.
+        a.control.set_ready(false);
+        let p = Proc::start(&file);
+        rt.block_on(poll("a unready, b ready", || {
+            p.states() == [Unready, Ready]
+        }));
+        let (on_b, name) = rt.block_on(raw(p.listen)).expect("relayed");
+        assert_eq!(name, "b");
+        a.control.set_ready(true);
+        rt.block_on(poll("both ready", || p.states() == [Ready, Ready]));
+        let (on_a, name) = rt.block_on(raw(p.listen)).expect("relayed");
+        assert_eq!(name, "a", "zone order");
+        Blink {
+            _lab: lab,
+            rt,
+            a,
+            b,
+            p,
+            on_a,
+            on_b,
+        }
+    }
+
+    /// Every apiserver fails `/readyz` together; returns once both are unready.
+    fn fail_both(&self) {
+        self.a.control.set_ready(false);
+        self.b.control.set_ready(false);
+        self.rt.block_on(poll("both unready", || {
+            self.p.states() == [Unready, Unready]
+        }));
+    }
+
+    fn closed(&self) -> u64 {
+        [&self.a, &self.b]
+            .iter()
+            .flat_map(|f| {
+                ["turned_unready", "left_none_ready", "silent"].map(|r| self.p.closes(&addr(f), r))
+            })
+            .sum()
+    }
+
+    /// Passed probes of `f`, from `/metrics`.
+    fn passes(&self, f: &FakeApiserver) -> f64 {
+        let labels = format!("backend=\"{}\",result=\"pass\"", addr(f));
+        self.p.metric("readyprism_health_checks_total", &labels)
+    }
+}
+
+#[test]
+fn every_backend_failing_closes_nothing() {
+    let mut t = Blink::start();
+    t.fail_both();
+    let warned = t.p.wait_log(
+        "no backend is ready; failing open: routing to all backends",
+        |_| true,
+    );
+    let checks = warned["fields"]["checks"].as_str().unwrap_or_default();
+    for f in [&t.a, &t.b] {
+        assert!(
+            checks.contains(&format!("{}: etcd", addr(f))),
+            "each backend's failing checks: {warned}"
+        );
+    }
+    assert_eq!(t.p.metric("readyprism_no_ready_backends", ""), 1.0);
+    assert_eq!(
+        t.p.metric("readyprism_no_ready_backends_events_total", ""),
+        1.0
+    );
+    assert!(
+        !t.p.logged("closing the backend's connections", |_| true),
+        "a connection was moved during the blink"
+    );
+    assert_eq!(t.closed(), 0);
+    assert!(t.rt.block_on(echoes(&mut t.on_a)), "still on a");
+    assert!(t.rt.block_on(echoes(&mut t.on_b)), "still on b");
+}
+
+#[test]
+fn connections_on_a_recovering_backend_stay_after_a_cluster_wide_blink() {
+    let mut t = Blink::start();
+    t.fail_both();
+    t.a.control.set_ready(true);
+    t.b.control.set_ready(true);
+    t.rt.block_on(poll("both ready", || t.p.states() == [Ready, Ready]));
+    // A negative needs a window: well past one probe interval after the first turned ready and
+    // the close spread (each has passed four more probes since both were ready, ≥ 0.9 s apart).
+    let (a, b) = (t.passes(&t.a), t.passes(&t.b));
+    t.rt.block_on(poll("four more probes each", || {
+        t.passes(&t.a) >= a + 4.0 && t.passes(&t.b) >= b + 4.0
+    }));
+    assert!(
+        !t.p.logged("closing the backend's connections", |_| true),
+        "a connection on a recovering backend was moved"
+    );
+    assert_eq!(t.closed(), 0);
+    assert!(t.rt.block_on(echoes(&mut t.on_a)), "still on a");
+    assert!(t.rt.block_on(echoes(&mut t.on_b)), "still on b");
+}
