@@ -80,6 +80,11 @@ pub struct Spec {
     pub client_flags: &'static [&'static str],
     /// The node's balancer (readyprism but in the head-to-head).
     pub balancer: Balancer,
+    /// More flags for a site's simulated apiserver (`--shutdown-delay 15s`).
+    pub apiserver_flags: &'static [(Host, &'static [&'static str])],
+    /// The heal window lasts until the node lease has been renewed after the heal, so that the
+    /// record holds the whole lease gap the fault caused.
+    pub lease_renewed: bool,
 }
 
 impl Spec {
@@ -107,6 +112,8 @@ impl Spec {
             heal: None,
             client_flags: &[],
             balancer: Balancer::Readyprism,
+            apiserver_flags: &[],
+            lease_renewed: false,
         }
     }
 }
@@ -118,6 +125,8 @@ pub struct Outcome<'a> {
     /// `None` where kubectl is not installed (the run said it skips these).
     pub kubectl: Vec<(&'static str, Option<Result<String, String>>)>,
     pub cast: &'a Cast<'a>,
+    /// When the fault was applied (wall clock): the zero of the timeline's times.
+    pub fault_at: f64,
 }
 
 impl Outcome<'_> {
@@ -172,11 +181,35 @@ fn window(
     let _ = poll(limit, || settled(cast, fault_at, from, good, states));
 }
 
+/// Whether the client renewed its node lease after `t` (wall clock).
+fn lease_renewed_after(cast: &Cast, t: f64) -> bool {
+    cast.client_events()
+        .iter()
+        .any(|e| matches!(e, ClientEvent::Lease { ok: true, t1, .. } if *t1 > t))
+}
+
 /// Whether the client's stream delivered an event after `t` (wall clock).
 fn stream_delivered_after(cast: &Cast, t: f64) -> bool {
     cast.client_events()
         .iter()
         .any(|e| matches!(e, ClientEvent::Line { t: at, .. } if *at > t))
+}
+
+/// Panics, naming the flag, unless `readyprism sim-apiserver` has every `--flag` in `flags`: a
+/// scenario written for a flag still to come fails with that, not with a lab problem.
+fn sim_apiserver_has(flags: &[&str], scenario: &str) {
+    let out = std::process::Command::new(super::cast::BIN)
+        .args(["sim-apiserver", "--help"])
+        .output()
+        .unwrap_or_else(|e| panic!("readyprism sim-apiserver --help: {e}"));
+    let help = String::from_utf8_lossy(&out.stdout);
+    for flag in flags.iter().filter(|f| f.starts_with("--")) {
+        assert!(
+            help.contains(flag),
+            "{scenario}: `readyprism sim-apiserver` has no `{flag}` yet; this scenario needs it \
+             (kube-apiserver's graceful shutdown in the simulated apiserver)"
+        );
+    }
 }
 
 /// Runs the scenario; `None` when the lab (or etcd) is skipped on this machine.
@@ -205,7 +238,10 @@ pub fn run(
             return None;
         }
     }
-    let mut cast = Cast::start_for(&lab, spec.readyz, spec.balancer);
+    for (_, flags) in spec.apiserver_flags {
+        sim_apiserver_has(flags, spec.name);
+    }
+    let mut cast = Cast::start_for(&lab, spec.readyz, spec.balancer, spec.apiserver_flags);
     cast.wait_states(spec.before, Duration::from_secs(20));
     cast.start_client_with(spec.client_flags);
     if spec.balancer != Balancer::Readyprism {
@@ -270,6 +306,9 @@ pub fn run(
             (heal.good, heal.settled),
             WINDOW_LIMIT + heal.longer,
         );
+        if spec.lease_renewed {
+            let _ = poll(WINDOW_LIMIT, || lease_renewed_after(&cast, at));
+        }
         kubectl.push(("after healing", kubectl_readyz(&cast)));
     }
     let end = wall();
@@ -319,6 +358,7 @@ pub fn run(
         timeline: t,
         kubectl,
         cast: &cast,
+        fault_at,
     });
     Some(())
 }
