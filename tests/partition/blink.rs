@@ -5,14 +5,23 @@
 //! a connection only when it helps"): closing connections then only moves clients onto the next
 //! failing apiserver, at fleet scale a herd into a recovering control plane.
 //!
+//! The members run with a 10 s election timeout (etcd's default is 1 s; 5 s or more is common
+//! on slow links and disks): the followers wait out the leader's freeze instead of electing
+//! another, so the blink lasts exactly as long as the freeze at every site. With the default, the
+//! followers elect a new leader 1–2 s into the freeze and only dc-a's apiserver fails for longer
+//! (the first run of the 3 s blink: no probe failed at all). The lab checks that the blink is
+//! cluster-wide: right after the leader is stopped, a linearizable read at every member fails.
+//!
 //! Asserted: readyprism closes no client connection from the fault to the end of the record; the
 //! longest time between node-lease renewals is at most the blink + 10 s (kubelet renews every
 //! 10 s). Printed: every close with its reason, the client-visible errors, the lease's failed
 //! attempts (the figures report prints the state changes).
 
+use std::cell::RefCell;
 use std::time::Duration;
 
 use super::cast::site_of;
+use super::etcd::{read, ReadResult};
 use super::lease;
 use super::netlab::{
     lab_print,
@@ -28,6 +37,7 @@ const RENEW_EVERY: f64 = 10.0;
 fn blink(name: &'static str, title: &'static str, blink: Duration) {
     let spec = Spec {
         etcd: true,
+        etcd_flags: &["--election-timeout", "10000"],
         readyz: ETCD,
         // Nothing better exists while every apiserver fails: any backend is as good as another.
         good: &[DcA, DcB, Witness],
@@ -40,11 +50,34 @@ fn blink(name: &'static str, title: &'static str, blink: Duration) {
         lease_renewed: true,
         ..Spec::new(name, title)
     };
+    let reads = RefCell::new(Vec::new());
     run(
         &spec,
-        |lab| vec![lab.stop_program(DcA, "etcd")],
-        |o| judge(o, name, blink.as_secs_f64()),
+        |lab| {
+            let stop = lab.stop_program(DcA, "etcd");
+            *reads.borrow_mut() = read_everywhere(lab);
+            vec![stop]
+        },
+        |o| {
+            let reads = reads.borrow();
+            assert!(
+                reads.len() == 3 && reads.iter().all(|r| !r.ok),
+                "{name}: the lab's blink is not cluster-wide: reads right after the stop {reads:?}"
+            );
+            judge(o, name, blink.as_secs_f64());
+        },
     );
+}
+
+/// A linearizable read at every member at once (each takes its 2 s budget when it fails).
+fn read_everywhere(lab: &NetLab) -> Vec<ReadResult> {
+    std::thread::scope(|s| {
+        Host::SITES
+            .map(|site| s.spawn(move || read(lab, site)))
+            .into_iter()
+            .map(|h| h.join().expect("read"))
+            .collect()
+    })
 }
 
 fn judge(o: &Outcome, name: &str, blink: f64) {

@@ -65,6 +65,8 @@ pub struct Spec {
     pub title: &'static str,
     /// A real etcd cluster, leader moved to dc-a (the field report's placement).
     pub etcd: bool,
+    /// More flags for every etcd member (`--election-timeout 10000`).
+    pub etcd_flags: &'static [&'static str],
     pub readyz: [(Host, Readyz); 3],
     /// The balancer's states to wait for before the client starts.
     pub before: States,
@@ -96,6 +98,7 @@ impl Spec {
             name,
             title,
             etcd: false,
+            etcd_flags: &[],
             readyz: [
                 (Host::DcA, Readyz::Pass),
                 (Host::DcB, Readyz::Pass),
@@ -220,7 +223,7 @@ pub fn run(
 ) -> Option<()> {
     let lab = NetLab::start(spec.name)?;
     let _etcd = if spec.etcd {
-        let mut etcd = EtcdCluster::start(&lab, spec.name)?;
+        let mut etcd = EtcdCluster::start(&lab, spec.name, spec.etcd_flags)?;
         etcd.wait_healthy(Duration::from_secs(30))
             .unwrap_or_else(|e| panic!("{e}"));
         etcd.move_leader(Host::DcA, Duration::from_secs(20))
