@@ -23,10 +23,8 @@ use std::time::Duration;
 use super::cast::site_of;
 use super::etcd::{read, ReadResult};
 use super::lease;
-use super::netlab::{
-    lab_print,
-    Host::{DcA, DcB, Witness},
-};
+use super::netlab::Host::{self, DcA, DcB, Witness};
+use super::netlab::{lab_print, NetLab};
 use super::runner::{run, Heal, Outcome, Spec};
 use super::scenarios::ETCD;
 

@@ -9,7 +9,7 @@ use super::client_url;
 use crate::partition::netlab::{Host, NetLab};
 
 /// The budget of a linearizable read, as kube-apiserver's etcd readiness check has it.
-pub const READ_BUDGET: Duration = Duration::from_secs(2);
+const READ_BUDGET: Duration = Duration::from_secs(2);
 
 /// The outcome of one linearizable read.
 #[derive(Clone, Debug)]
