@@ -14,7 +14,7 @@ use super::netlab::{lab_print, on_path, skip, Host, LabProcess, NetLab};
 
 mod read;
 
-pub use read::{read, ReadResult};
+pub use read::{read, spawn_read, ReadResult};
 
 pub const CLIENT_PORT: u16 = 2379;
 pub const PEER_PORT: u16 = 2380;

@@ -21,19 +21,36 @@ pub struct ReadResult {
     pub detail: String,
 }
 
+/// `netprobe.py`'s arguments for one linearizable read of `site`'s member.
+fn args(site: Host) -> [String; 4] {
+    [
+        "post".to_string(),
+        format!("{}/v3/kv/range", client_url(site)),
+        // {"key": base64("readyprism")}; "serializable" unset = linearizable.
+        r#"{"key":"cmVhZHlwcmlzbQ=="}"#.to_string(),
+        READ_BUDGET.as_secs_f64().to_string(),
+    ]
+}
+
+/// Starts a read as [`read`] makes it and returns at once: its process, whose stdout has the
+/// outcome as JSON (`"ok"`); for a fault that must not wait on it.
+pub fn spawn_read(lab: &NetLab, site: Host) -> std::process::Child {
+    lab.command(site, "python3")
+        .arg(crate::partition::netlab::lab_dir().join("netprobe.py"))
+        .args(args(site))
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("spawn netprobe.py")
+}
+
 /// A linearizable read (`POST /v3/kv/range`, etcd's JSON gateway) against one member, from its
 /// own site, with a 2 s budget: what kube-apiserver's etcd readiness check does.
 pub fn read(lab: &NetLab, site: Host) -> ReadResult {
-    let url = format!("{}/v3/kv/range", client_url(site));
-    let budget = READ_BUDGET.as_secs_f64().to_string();
-    // {"key": base64("readyprism")}; "serializable" unset = linearizable.
-    let body = r#"{"key":"cmVhZHlwcmlzbQ=="}"#;
+    let args = args(site);
     let started = Instant::now();
-    match lab.netprobe(
-        site,
-        &["post", &url, body, &budget],
-        Duration::from_secs(10),
-    ) {
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    match lab.netprobe(site, &args, Duration::from_secs(10)) {
         Ok(v) => {
             let ok = v["ok"].as_bool().unwrap_or(false);
             let detail = match v["error"].as_str() {
