@@ -279,28 +279,43 @@ pub fn run(
         .map(|f| f.what.clone())
         .collect::<Vec<_>>()
         .join(" + ");
-    match spec.fault_for {
-        Some(d) => {
-            let _ = poll(d + Duration::from_secs(5), || {
-                wall() - fault_at >= d.as_secs_f64()
-            });
+    // A timed fault that heals lasts exactly its duration: kubectl's check during it runs
+    // alongside (its answer can take the 2 s etcd read budget) rather than before the heal.
+    let timed_heal = spec.fault_for.is_some() && spec.heal.is_some();
+    let (during, fault_end) = std::thread::scope(|s| {
+        let alongside = timed_heal.then(|| s.spawn(|| kubectl_readyz(&cast)));
+        match spec.fault_for {
+            Some(d) => {
+                let _ = poll(d + Duration::from_secs(5), || {
+                    wall() - fault_at >= d.as_secs_f64()
+                });
+            }
+            None => window(
+                &cast,
+                fault_at,
+                fault_at,
+                (spec.good, spec.settled),
+                WINDOW_LIMIT,
+            ),
         }
-        None => window(
-            &cast,
-            fault_at,
-            fault_at,
-            (spec.good, spec.settled),
-            WINDOW_LIMIT,
-        ),
-    }
-    kubectl.push(("during the fault", kubectl_readyz(&cast)));
-    let fault_end = wall();
-    let mut heal_at = None;
-    if let Some(heal) = &spec.heal {
+        let Some(during) = alongside else {
+            return (kubectl_readyz(&cast), wall());
+        };
+        let fault_end = wall();
         for f in &faults {
             lab.heal(f);
         }
-        let at = wall();
+        (during.join().expect("kubectl's check"), fault_end)
+    });
+    kubectl.push(("during the fault", during));
+    let mut heal_at = None;
+    if let Some(heal) = &spec.heal {
+        if !timed_heal {
+            for f in &faults {
+                lab.heal(f);
+            }
+        }
+        let at = if timed_heal { fault_end } else { wall() };
         heal_at = Some(at);
         window(
             &cast,
