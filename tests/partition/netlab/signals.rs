@@ -3,7 +3,9 @@
 //! it acts on (SIGTERM: a planned restart). Processes are found by the namespace they run in and
 //! their name, so a scenario needs no handle on them.
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
+
+use tokio::time::Instant;
 
 use super::{Fault, Host, NetLab};
 use crate::support::netns::run;
