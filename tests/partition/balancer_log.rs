@@ -1,5 +1,6 @@
 //! What the balancer's JSON log (`readyprism --log-format json run`) says about its backends: every
-//! `backend state changed` line as a [`Change`] with its wall-clock time.
+//! `backend state changed` line as a [`Change`] and every `connection ended` record as an
+//! [`Ended`], with their wall-clock times.
 
 use serde::Deserialize;
 
@@ -28,6 +29,37 @@ pub fn changes(log: &str) -> Vec<Change> {
                 from: l.fields.from?,
                 to: l.fields.to?,
                 reason: l.fields.reason.unwrap_or_default(),
+            })
+        })
+        .collect()
+}
+
+/// One client connection's end record (`connection ended`), wall-clock time.
+#[derive(Clone, Debug)]
+pub struct Ended {
+    /// When it ended.
+    pub t: f64,
+    /// The backend it was relayed to (`10.77.2.1:6443`; empty if none).
+    pub backend: String,
+    /// `balancer`, `client`, `backend`, ...
+    pub ended_by: String,
+    /// Why (for the balancer's closes: `unready`, `removed`, `failback`, ...).
+    pub reason: String,
+}
+
+/// The connection end records in a log's text, in order.
+pub fn ended(log: &str) -> Vec<Ended> {
+    log.lines()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .filter(|l| l["fields"]["message"] == "connection ended")
+        .filter_map(|l| {
+            let f = &l["fields"];
+            let text = |k: &str| f[k].as_str().unwrap_or_default().to_string();
+            Some(Ended {
+                t: parse_timestamp(l["timestamp"].as_str()?)?,
+                backend: text("backend"),
+                ended_by: text("ended_by"),
+                reason: text("reason"),
             })
         })
         .collect()

@@ -132,12 +132,18 @@ impl<'a> Cast<'a> {
         readyz: [(Host, Readyz); 3],
         members: Option<&Members>,
     ) -> Cast<'a> {
-        Cast::start_inner(lab, readyz, members, Balancer::Readyprism)
+        Cast::start_inner(lab, readyz, members, Balancer::Readyprism, &[])
     }
 
-    /// [`Cast::start_with`] without members, with `balancer` on the node instead of readyprism.
-    pub fn start_for(lab: &'a NetLab, readyz: [(Host, Readyz); 3], balancer: Balancer) -> Cast<'a> {
-        Cast::start_inner(lab, readyz, None, balancer)
+    /// [`Cast::start_with`] without members, with `balancer` on the node instead of readyprism
+    /// and more flags for some sites' simulated apiservers (`flags`).
+    pub fn start_for(
+        lab: &'a NetLab,
+        readyz: [(Host, Readyz); 3],
+        balancer: Balancer,
+        flags: &[(Host, &[&str])],
+    ) -> Cast<'a> {
+        Cast::start_inner(lab, readyz, None, balancer, flags)
     }
 
     fn start_inner(
@@ -145,6 +151,7 @@ impl<'a> Cast<'a> {
         readyz: [(Host, Readyz); 3],
         members: Option<&Members>,
         kind: Balancer,
+        flags: &[(Host, &[&str])],
     ) -> Cast<'a> {
         let ca = Ca::new("partition-lab-ca").expect("CA");
         let ca_path = write(lab, "ca.crt", &ca.cert_pem);
@@ -162,7 +169,11 @@ impl<'a> Cast<'a> {
                 endpoints: endpoints.as_deref(),
                 require_client_cert: kind == Balancer::Readyprism,
             };
-            let proc = spawn_apiserver(lab, &files, site, site.ip(), site.name(), readyz);
+            let extra = flags
+                .iter()
+                .find(|(h, _)| *h == site)
+                .map_or(&[][..], |f| f.1);
+            let proc = spawn_apiserver(lab, &files, site, (site.ip(), site.name()), readyz, extra);
             apiservers.insert(site, proc);
         }
         let (zone, backends, discovery) = match members {

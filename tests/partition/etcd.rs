@@ -12,10 +12,12 @@ use tokio::time::Instant;
 
 use super::netlab::{lab_print, on_path, skip, Host, LabProcess, NetLab};
 
+mod read;
+
+pub use read::{read, spawn_read, ReadResult};
+
 pub const CLIENT_PORT: u16 = 2379;
 pub const PEER_PORT: u16 = 2380;
-/// The budget of a linearizable read, as kube-apiserver's etcd readiness check has it.
-pub const READ_BUDGET: Duration = Duration::from_secs(2);
 
 /// The client URL of a site's etcd member, reachable from every lab namespace (from its own site
 /// without added delay). Panics for the node, which has no member.
@@ -38,16 +40,6 @@ pub struct MemberStatus {
     pub raft_term: u64,
 }
 
-/// The outcome of one linearizable read.
-#[derive(Clone, Debug)]
-pub struct ReadResult {
-    pub member: Host,
-    pub ok: bool,
-    pub elapsed: Duration,
-    /// `HTTP 200` or the failure (`TimeoutError: timed out`, `HTTP 503: ...`).
-    pub detail: String,
-}
-
 /// The running cluster; members are killed on drop (and with the lab anyway), then their data
 /// (on /dev/shm) is removed.
 pub struct EtcdCluster<'a> {
@@ -61,7 +53,8 @@ impl<'a> EtcdCluster<'a> {
     /// Starts the three members (without waiting: see [`EtcdCluster::wait_healthy`]), or returns
     /// `None` after printing why it is skipped (etcd not installed) unless
     /// `READYPRISM_REQUIRE_NETNS=1`, which makes that a failure.
-    pub fn start(lab: &'a NetLab, test: &str) -> Option<EtcdCluster<'a>> {
+    /// `flags` go to every member (`--election-timeout 10000`).
+    pub fn start(lab: &'a NetLab, test: &str, flags: &[&str]) -> Option<EtcdCluster<'a>> {
         for tool in ["etcd", "etcdctl"] {
             if !on_path(tool) {
                 skip(
@@ -109,7 +102,8 @@ impl<'a> EtcdCluster<'a> {
                 .args(["--initial-cluster", &initial_cluster])
                 .args(["--initial-cluster-state", "new"])
                 .args(["--initial-cluster-token", &token])
-                .args(["--pre-vote=true", "--logger=zap", "--log-outputs=stderr"]);
+                .args(["--pre-vote=true", "--logger=zap", "--log-outputs=stderr"])
+                .args(flags);
             // Only our flags count: no ETCD_* from the environment.
             for (k, _) in std::env::vars() {
                 if k.starts_with("ETCD") {
@@ -243,49 +237,9 @@ impl<'a> EtcdCluster<'a> {
         votes.into_iter().find(|(_, n)| *n >= 2).map(|(l, _)| l)
     }
 
-    /// A linearizable read (`POST /v3/kv/range`, etcd's JSON gateway) against one member, from its
-    /// own site, with a 2 s budget: what kube-apiserver's etcd readiness check does.
+    /// A linearizable read against one member, from its own site ([`read`]).
     pub fn linearizable_read(&self, site: Host) -> ReadResult {
-        let url = format!("{}/v3/kv/range", client_url(site));
-        let budget = READ_BUDGET.as_secs_f64().to_string();
-        // {"key": base64("readyprism")}; "serializable" unset = linearizable.
-        let body = r#"{"key":"cmVhZHlwcmlzbQ=="}"#;
-        let started = Instant::now();
-        match self.lab.netprobe(
-            site,
-            &["post", &url, body, &budget],
-            Duration::from_secs(10),
-        ) {
-            Ok(v) => {
-                let ok = v["ok"].as_bool().unwrap_or(false);
-                let detail = match v["error"].as_str() {
-                    Some(e) => format!(
-                        "{e}{}",
-                        v["body"]
-                            .as_str()
-                            .map(|b| format!(": {}", b.trim()))
-                            .unwrap_or_default()
-                    ),
-                    None => format!("HTTP {}", v["status"]),
-                };
-                let elapsed = v["elapsed_ms"]
-                    .as_f64()
-                    .map(|ms| Duration::from_secs_f64(ms / 1000.0))
-                    .unwrap_or_else(|| started.elapsed());
-                ReadResult {
-                    member: site,
-                    ok,
-                    elapsed,
-                    detail,
-                }
-            }
-            Err(e) => ReadResult {
-                member: site,
-                ok: false,
-                elapsed: started.elapsed(),
-                detail: e,
-            },
-        }
+        read(self.lab, site)
     }
 
     /// Waits until every member follows the same leader and answers a linearizable read; returns

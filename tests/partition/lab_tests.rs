@@ -312,7 +312,7 @@ fn partition_lab_etcd_member_without_leader_fails_linearizable_reads() {
     let Some(lab) = NetLab::start(name) else {
         return;
     };
-    let Some(mut etcd) = EtcdCluster::start(&lab, name) else {
+    let Some(mut etcd) = EtcdCluster::start(&lab, name, &[]) else {
         return;
     };
     let started = Instant::now();

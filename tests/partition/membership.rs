@@ -197,7 +197,11 @@ fn run(lab: &NetLab) -> Run {
         cast.metrics("readyprism_discovery_polls_total"),
     ));
     Run {
-        closed: closed_by_balancer(&cast.balancer_log()),
+        closed: cast
+            .closed_by_balancer()
+            .into_iter()
+            .map(|e| (e.backend, e.reason))
+            .collect(),
         events,
         streams,
         left_at,
@@ -207,20 +211,6 @@ fn run(lab: &NetLab) -> Run {
             std::fs::read(lab.path("readyprism.yaml")).expect("the config"),
         ),
     }
-}
-
-/// What the balancer closed, from its connection records: (backend, reason).
-fn closed_by_balancer(log: &str) -> Vec<(String, String)> {
-    log.lines()
-        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
-        .filter(|l| l["fields"]["message"] == "connection ended")
-        .filter(|l| l["fields"]["ended_by"] == "balancer")
-        .map(|l| {
-            let f = &l["fields"];
-            let text = |k: &str| f[k].as_str().unwrap_or_default().to_string();
-            (text("backend"), text("reason"))
-        })
-        .collect()
 }
 
 #[test]

@@ -16,7 +16,9 @@ pub mod netlab;
 pub mod runner;
 pub mod timeline;
 
+mod blink;
 mod dying_path;
+mod handoff;
 mod head_to_head;
 mod lab_tests;
 mod membership;

@@ -65,6 +65,8 @@ pub struct Spec {
     pub title: &'static str,
     /// A real etcd cluster, leader moved to dc-a (the field report's placement).
     pub etcd: bool,
+    /// More flags for every etcd member (`--election-timeout 10000`).
+    pub etcd_flags: &'static [&'static str],
     pub readyz: [(Host, Readyz); 3],
     /// The balancer's states to wait for before the client starts.
     pub before: States,
@@ -80,6 +82,11 @@ pub struct Spec {
     pub client_flags: &'static [&'static str],
     /// The node's balancer (readyprism but in the head-to-head).
     pub balancer: Balancer,
+    /// More flags for a site's simulated apiserver (`--shutdown-delay 15s`).
+    pub apiserver_flags: &'static [(Host, &'static [&'static str])],
+    /// The heal window lasts until the node lease has been renewed after the heal, so that the
+    /// record holds the whole lease gap the fault caused.
+    pub lease_renewed: bool,
 }
 
 impl Spec {
@@ -91,6 +98,7 @@ impl Spec {
             name,
             title,
             etcd: false,
+            etcd_flags: &[],
             readyz: [
                 (Host::DcA, Readyz::Pass),
                 (Host::DcB, Readyz::Pass),
@@ -107,6 +115,8 @@ impl Spec {
             heal: None,
             client_flags: &[],
             balancer: Balancer::Readyprism,
+            apiserver_flags: &[],
+            lease_renewed: false,
         }
     }
 }
@@ -118,6 +128,8 @@ pub struct Outcome<'a> {
     /// `None` where kubectl is not installed (the run said it skips these).
     pub kubectl: Vec<(&'static str, Option<Result<String, String>>)>,
     pub cast: &'a Cast<'a>,
+    /// When the fault was applied (wall clock): the zero of the timeline's times.
+    pub fault_at: f64,
 }
 
 impl Outcome<'_> {
@@ -172,11 +184,35 @@ fn window(
     let _ = poll(limit, || settled(cast, fault_at, from, good, states));
 }
 
+/// Whether the client renewed its node lease after `t` (wall clock).
+fn lease_renewed_after(cast: &Cast, t: f64) -> bool {
+    cast.client_events()
+        .iter()
+        .any(|e| matches!(e, ClientEvent::Lease { ok: true, t1, .. } if *t1 > t))
+}
+
 /// Whether the client's stream delivered an event after `t` (wall clock).
 fn stream_delivered_after(cast: &Cast, t: f64) -> bool {
     cast.client_events()
         .iter()
         .any(|e| matches!(e, ClientEvent::Line { t: at, .. } if *at > t))
+}
+
+/// Panics, naming the flag, unless `readyprism sim-apiserver` has every `--flag` in `flags`: a
+/// scenario written for a flag still to come fails with that, not with a lab problem.
+fn sim_apiserver_has(flags: &[&str], scenario: &str) {
+    let out = std::process::Command::new(super::cast::BIN)
+        .args(["sim-apiserver", "--help"])
+        .output()
+        .unwrap_or_else(|e| panic!("readyprism sim-apiserver --help: {e}"));
+    let help = String::from_utf8_lossy(&out.stdout);
+    for flag in flags.iter().filter(|f| f.starts_with("--")) {
+        assert!(
+            help.contains(flag),
+            "{scenario}: `readyprism sim-apiserver` has no `{flag}` yet; this scenario needs it \
+             (kube-apiserver's graceful shutdown in the simulated apiserver)"
+        );
+    }
 }
 
 /// Runs the scenario; `None` when the lab (or etcd) is skipped on this machine.
@@ -187,7 +223,7 @@ pub fn run(
 ) -> Option<()> {
     let lab = NetLab::start(spec.name)?;
     let _etcd = if spec.etcd {
-        let mut etcd = EtcdCluster::start(&lab, spec.name)?;
+        let mut etcd = EtcdCluster::start(&lab, spec.name, spec.etcd_flags)?;
         etcd.wait_healthy(Duration::from_secs(30))
             .unwrap_or_else(|e| panic!("{e}"));
         etcd.move_leader(Host::DcA, Duration::from_secs(20))
@@ -205,7 +241,10 @@ pub fn run(
             return None;
         }
     }
-    let mut cast = Cast::start_for(&lab, spec.readyz, spec.balancer);
+    for (_, flags) in spec.apiserver_flags {
+        sim_apiserver_has(flags, spec.name);
+    }
+    let mut cast = Cast::start_for(&lab, spec.readyz, spec.balancer, spec.apiserver_flags);
     cast.wait_states(spec.before, Duration::from_secs(20));
     cast.start_client_with(spec.client_flags);
     if spec.balancer != Balancer::Readyprism {
@@ -240,28 +279,43 @@ pub fn run(
         .map(|f| f.what.clone())
         .collect::<Vec<_>>()
         .join(" + ");
-    match spec.fault_for {
-        Some(d) => {
-            let _ = poll(d + Duration::from_secs(5), || {
-                wall() - fault_at >= d.as_secs_f64()
-            });
+    // A timed fault that heals lasts exactly its duration: kubectl's check during it runs
+    // alongside (its answer can take the 2 s etcd read budget) rather than before the heal.
+    let timed_heal = spec.fault_for.is_some() && spec.heal.is_some();
+    let (during, fault_end) = std::thread::scope(|s| {
+        let alongside = timed_heal.then(|| s.spawn(|| kubectl_readyz(&cast)));
+        match spec.fault_for {
+            Some(d) => {
+                let _ = poll(d + Duration::from_secs(5), || {
+                    wall() - fault_at >= d.as_secs_f64()
+                });
+            }
+            None => window(
+                &cast,
+                fault_at,
+                fault_at,
+                (spec.good, spec.settled),
+                WINDOW_LIMIT,
+            ),
         }
-        None => window(
-            &cast,
-            fault_at,
-            fault_at,
-            (spec.good, spec.settled),
-            WINDOW_LIMIT,
-        ),
-    }
-    kubectl.push(("during the fault", kubectl_readyz(&cast)));
-    let fault_end = wall();
-    let mut heal_at = None;
-    if let Some(heal) = &spec.heal {
+        let Some(during) = alongside else {
+            return (kubectl_readyz(&cast), wall());
+        };
+        let fault_end = wall();
         for f in &faults {
             lab.heal(f);
         }
-        let at = wall();
+        (during.join().expect("kubectl's check"), fault_end)
+    });
+    kubectl.push(("during the fault", during));
+    let mut heal_at = None;
+    if let Some(heal) = &spec.heal {
+        if !timed_heal {
+            for f in &faults {
+                lab.heal(f);
+            }
+        }
+        let at = if timed_heal { fault_end } else { wall() };
         heal_at = Some(at);
         window(
             &cast,
@@ -270,6 +324,9 @@ pub fn run(
             (heal.good, heal.settled),
             WINDOW_LIMIT + heal.longer,
         );
+        if spec.lease_renewed {
+            let _ = poll(WINDOW_LIMIT, || lease_renewed_after(&cast, at));
+        }
         kubectl.push(("after healing", kubectl_readyz(&cast)));
     }
     let end = wall();
@@ -319,6 +376,7 @@ pub fn run(
         timeline: t,
         kubectl,
         cast: &cast,
+        fault_at,
     });
     Some(())
 }

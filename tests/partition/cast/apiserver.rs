@@ -45,14 +45,14 @@ pub(super) fn write_endpoints(path: &Path, ips: &[Ipv4Addr]) {
 }
 
 /// Starts one simulated apiserver named `name` on `ip:6443` in `host`'s namespace, with a
-/// certificate for `ip`, requiring the kubelet's client certificate.
+/// certificate for `ip`, requiring the kubelet's client certificate; `extra` flags last.
 pub(super) fn spawn_apiserver(
     lab: &NetLab,
     files: &ApiserverFiles,
     host: Host,
-    ip: Ipv4Addr,
-    name: &str,
+    (ip, name): (Ipv4Addr, &str),
     readyz: Readyz,
+    extra: &[&str],
 ) -> LabProcess {
     let ip = ip.to_string();
     let cert = files.ca.server(&[&ip, "127.0.0.1"]).expect("server cert");
@@ -82,6 +82,7 @@ pub(super) fn spawn_apiserver(
             cmd.args(["--etcd", "http://127.0.0.1:9"]);
         }
     }
+    cmd.args(extra);
     lab.spawn(&format!("apiserver-{name}"), cmd)
         .expect("spawn sim-apiserver")
 }
@@ -96,7 +97,7 @@ impl<'a> Cast<'a> {
             endpoints: self.endpoints.as_deref(),
             require_client_cert: self.kind == Balancer::Readyprism,
         };
-        let proc = spawn_apiserver(self.lab, &files, host, ip, name, Readyz::Pass);
+        let proc = spawn_apiserver(self.lab, &files, host, (ip, name), Readyz::Pass, &[]);
         let up = poll(Duration::from_secs(10), || {
             proc.log_text().contains("simulated apiserver listening")
         });

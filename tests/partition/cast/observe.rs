@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use super::{poll, Cast, ADMIN};
-use crate::partition::balancer_log::Change;
+use crate::partition::balancer_log::{Change, Ended};
 use crate::partition::balancers::Balancer;
 use crate::partition::netlab::{Host, NetLab};
 
@@ -60,6 +60,19 @@ impl<'a> Cast<'a> {
     /// The balancer's `/metrics` lines that mention `needle`.
     pub fn metrics(&self, needle: &str) -> Vec<String> {
         lab_metrics(self.lab, needle)
+    }
+
+    /// Every client connection's end record the balancer has logged so far, in order.
+    pub fn connections_ended(&self) -> Vec<Ended> {
+        crate::partition::balancer_log::ended(&self.balancer.log_text())
+    }
+
+    /// The connections the balancer itself closed (`ended_by` balancer), in order.
+    pub fn closed_by_balancer(&self) -> Vec<Ended> {
+        self.connections_ended()
+            .into_iter()
+            .filter(|e| e.ended_by == "balancer")
+            .collect()
     }
 
     /// The balancer's log (for failure messages).

@@ -9,12 +9,15 @@ use crate::support::netns::run;
 /// The chain of the fault rules in every host's namespace (jumped to first from INPUT).
 const FAULT_CHAIN: &str = "RP-FAULT";
 
-/// A fault in force: the iptables rules it added, so that it can be undone.
+/// A fault in force: the iptables rules it added and the processes it stopped, so that it can be
+/// undone.
 #[derive(Clone, Debug)]
 pub struct Fault {
     /// Human description, e.g. `cut dc-a <-> dc-b`.
     pub what: String,
     rules: Vec<Rule>,
+    /// Processes stopped with SIGSTOP (`signals.rs`), continued on heal.
+    pub(super) stopped: Vec<u32>,
 }
 
 #[derive(Clone, Debug)]
@@ -24,6 +27,15 @@ struct Rule {
 }
 
 impl NetLab {
+    /// A fault of no iptables rule (a signal: `signals.rs`).
+    pub(super) fn fault_without_rules(&self, what: String) -> Fault {
+        Fault {
+            what,
+            rules: Vec::new(),
+            stopped: Vec::new(),
+        }
+    }
+
     fn add_fault(&self, what: String, rules: Vec<Rule>) -> Fault {
         let id = self.next_fault.fetch_add(1, Ordering::SeqCst);
         let mut rules = rules;
@@ -33,7 +45,11 @@ impl NetLab {
             rule.spec.push(format!("rpf{id}"));
             rule.spec.extend(["-j", "DROP"].map(String::from));
         }
-        let fault = Fault { what, rules };
+        let fault = Fault {
+            what,
+            rules,
+            stopped: Vec::new(),
+        };
         for rule in &fault.rules {
             self.iptables(&rule.ns, "-I", FAULT_CHAIN, &rule.spec)
                 .unwrap_or_else(|e| panic!("{}: {e}", fault.what));
@@ -115,6 +131,10 @@ impl NetLab {
     pub fn heal(&self, fault: &Fault) {
         for rule in &fault.rules {
             self.iptables(&rule.ns, "-D", FAULT_CHAIN, &rule.spec)
+                .unwrap_or_else(|e| panic!("heal {}: {e}", fault.what));
+        }
+        for pid in &fault.stopped {
+            super::signals::send(*pid, "CONT")
                 .unwrap_or_else(|e| panic!("heal {}: {e}", fault.what));
         }
     }

@@ -29,7 +29,7 @@
 //!
 //! Files: `hosts.rs` (the hosts and their round trips), `lifecycle.rs` (start, skip or fail, the
 //! sweep, the watchdog, cleanup on drop), `topology.rs` (namespaces, bridge, veths, base rules and
-//! delay helpers), `faults.rs`, `measure.rs` (link figures), `process.rs` (lab processes); namespaces,
+//! delay helpers), `faults.rs`, `signals.rs` (faults made with signals), `measure.rs` (link figures), `process.rs` (lab processes); namespaces,
 //! commands in them and veths are `support::netns`'s, shared with the other tests. This file is the front door: the [`NetLab`] handle and its accessors, and the lab's
 //! printing and skipping.
 
@@ -48,6 +48,7 @@ mod hosts;
 mod lifecycle;
 mod measure;
 mod process;
+mod signals;
 mod topology;
 
 use crate::support::netns::{command_in, run};
