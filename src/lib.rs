@@ -29,7 +29,7 @@
 //! the import that breaks it, and a module missing from the list:
 //!
 //! ```text
-//! layer 0: accept eviction jitter relay signals verdict watched_file
+//! layer 0: accept eviction jitter relay signals verdict visible watched_file
 //! layer 1: atomic_write dial pick
 //! layer 2: backend
 //! layer 3: config metrics
@@ -75,4 +75,5 @@ pub(crate) mod table;
 pub mod testing;
 pub(crate) mod tls;
 pub mod verdict;
+pub(crate) mod visible;
 pub(crate) mod watched_file;

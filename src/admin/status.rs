@@ -130,6 +130,18 @@ pub struct BackendStatus {
     /// Probes failed in a row up to the latest; 0 after a pass.
     #[serde(default)]
     pub consecutive_failures: u64,
+    /// The checks the latest `/readyz` answer named as failing (`["etcd", "etcd-readiness"]`), in
+    /// the apiserver's order, at most 8; omitted when none did (a pass, a timeout, a body that
+    /// lists no checks).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub failing_checks: Vec<String>,
+    /// Failing checks the answer listed beyond those kept; omitted when 0.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub failing_checks_more: u32,
+}
+
+fn is_zero(n: &u32) -> bool {
+    *n == 0
 }
 
 /// A change of state under way: `count` of the `needed` results in a row.
@@ -215,6 +227,17 @@ impl StatusDoc {
                 pending: b.health.pending.map(PendingStatus::from),
                 last_check: timestamp::rfc3339(b.live.probes.checked_ms.load(Ordering::Relaxed)),
                 consecutive_failures: b.live.probes.consecutive_failures.load(Ordering::Relaxed),
+                failing_checks: b
+                    .health
+                    .last_failure
+                    .iter()
+                    .flat_map(|f| f.checks.names().map(str::to_string))
+                    .collect(),
+                failing_checks_more: b
+                    .health
+                    .last_failure
+                    .as_ref()
+                    .map_or(0, |f| f.checks.more()),
             })
             .collect();
         StatusDoc {

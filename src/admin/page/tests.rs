@@ -18,6 +18,8 @@ fn backend(address: &str, state: State, last_error: Option<&str>) -> BackendStat
         pending: None,
         last_check: None,
         consecutive_failures: 0,
+        failing_checks: Vec::new(),
+        failing_checks_more: 0,
     }
 }
 

@@ -27,6 +27,8 @@ fn backend(i: usize, state: State, error: Option<&str>, source: BackendSource) -
         pending: None,
         last_check: None,
         consecutive_failures: 0,
+        failing_checks: Vec::new(),
+        failing_checks_more: 0,
     }
 }
 
