@@ -156,7 +156,10 @@ fn failing_checks_are_listed_only_when_an_answer_named_some() {
         serde_json::json!(["etcd", "etcd-readiness"])
     );
     let ready = json["backends"][1].as_object().expect("object");
-    assert!(!ready.contains_key("failing_checks"), "omitted when none: {ready:?}");
+    assert!(
+        !ready.contains_key("failing_checks"),
+        "omitted when none: {ready:?}"
+    );
     assert!(!ready.contains_key("failing_checks_more"), "{ready:?}");
     let back: StatusDoc = serde_json::from_value(json).expect("deserialize");
     assert_eq!(back, doc);
