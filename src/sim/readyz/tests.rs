@@ -113,7 +113,7 @@ fn excluding_an_unknown_check_warns_before_the_last_line() {
 }
 
 #[test]
-fn healthz_and_livez_run_no_readiness_only_check() {
+fn the_liveness_endpoints_run_no_readiness_only_check() {
     for endpoint in [Endpoint::Healthz, Endpoint::Livez] {
         let shutting = render(
             endpoint,
