@@ -75,7 +75,7 @@ fn a_graceful_shutdown_fails_only_the_shutdown_check() {
 }
 
 #[test]
-fn an_excluded_check_is_listed_as_excluded_and_does_not_fail() {
+fn an_excluded_check_cannot_fail_the_answer() {
     let failing = all_but(&["etcd"]);
     let (status, body) = render(
         Endpoint::Readyz,
