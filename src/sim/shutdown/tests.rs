@@ -90,7 +90,9 @@ async fn after_the_grace_open_connections_are_closed() {
 async fn a_graceful_shutdown_runs_to_its_end() {
     let cluster = Cluster::new("end");
     let fake = cluster.fake("a");
-    fake.shut_down(SHORT, SHORT).await;
+    tokio::time::timeout(Duration::from_secs(60), fake.shut_down(SHORT, SHORT))
+        .await
+        .expect("the shutdown ends");
     assert_eq!(*fake.control.shutdown_phase().borrow(), Phase::Closed);
     assert!(cluster.connect(fake.addr).await.is_err(), "refused");
 }
