@@ -8,8 +8,8 @@
 /// Widest cell: an address, a zone or a number never needs more.
 pub const MAX_CELL: usize = 80;
 
-/// Widest LAST ERROR cell: the probe keeps at most 200 characters of a body line, behind a short
-/// `HTTP 500: ` prefix.
+/// Widest LAST ERROR cell: a reason keeps at most 200 characters of a body line (or 200 bytes of
+/// failing checks' names), behind a short `HTTP 500: ` (`readyz 500: `) prefix.
 pub const MAX_ERROR: usize = 220;
 
 use crate::visible::bidi_control;
