@@ -30,7 +30,7 @@
 //! the import that breaks it, and a module missing from the list:
 //!
 //! ```text
-//! layer 0: accept eviction jitter signals stall verdict watched_file
+//! layer 0: accept eviction jitter signals stall verdict visible watched_file
 //! layer 1: atomic_write dial pick relay
 //! layer 2: backend
 //! layer 3: config metrics
@@ -77,4 +77,5 @@ pub(crate) mod table;
 pub mod testing;
 pub(crate) mod tls;
 pub mod verdict;
+pub(crate) mod visible;
 pub(crate) mod watched_file;

@@ -66,7 +66,7 @@ pub struct Pending {
 /// Why the most recent check failed, and whether the apiserver answered it at all.
 #[derive(Debug, Clone, PartialEq)]
 pub struct CheckFailure {
-    /// For status and logs (`HTTP 500: [-]etcd failed`, `dial: connection refused`).
+    /// For status and logs (`readyz 500: etcd failed`, `dial: connection refused`).
     pub reason: Arc<str>,
     /// An HTTP answer arrived (any status but 200): alive, not ready. False for timeouts, refused
     /// or failed dials, TLS failures. Failing open prefers backends that answer.

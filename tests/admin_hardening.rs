@@ -85,7 +85,8 @@ fn status_shows_a_hostile_readyz_body_as_visible_escapes() {
     let doc: serde_json::Value = serde_json::from_slice(&json).expect("--json is JSON");
     assert_eq!(
         doc["backends"][0]["last_error"],
-        format!("HTTP 500: {body}")
+        "HTTP 500: \\x1b]0;owned\\x07\\x1b[2J\\u{9b}31m[-]etcd failed\\x7f",
+        "kept as visible escapes from the probe on"
     );
 }
 

@@ -317,8 +317,9 @@ fn each_state_change_is_logged_once_as_a_warning_with_its_reason() {
     assert_eq!(down["fields"]["zone"], "dc-a");
     assert_eq!(
         down["fields"]["reason"],
-        "HTTP 500: [-]etcd failed: reason withheld"
+        "readyz 500: etcd, etcd-readiness failed"
     );
+    assert_eq!(down["fields"]["checks"], "etcd, etcd-readiness");
     l.a.control.set_ready(true);
     l.wait_leaving_none_ready();
     let changes =

@@ -203,7 +203,7 @@ async fn status_reports_every_backend_with_rank() {
     assert_eq!(bs[0]["state"], "unready");
     assert_eq!(
         bs[0]["last_error"],
-        "HTTP 500: [-]etcd failed: reason withheld"
+        "readyz 500: etcd, etcd-readiness failed"
     );
     assert_eq!(bs[0]["rank"], serde_json::Value::Null);
     assert_eq!(bs[1]["state"], "ready");

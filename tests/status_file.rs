@@ -75,7 +75,7 @@ fn the_status_file_follows_a_backend_turning_unready() {
     assert!(
         b.last_error
             .as_deref()
-            .is_some_and(|e| e.starts_with("HTTP ")),
+            .is_some_and(|e| e == "readyz 500: etcd, etcd-readiness failed"),
         "{b:?}"
     );
     assert!(b.since >= ready.backends[0].since, "{b:?}");
@@ -229,7 +229,7 @@ fn an_unready_backend_failing_for_another_reason_is_logged_once() {
     assert!(
         changed["fields"]["was"]
             .as_str()
-            .is_some_and(|w| w.starts_with("HTTP ")),
+            .is_some_and(|w| w == "readyz 500: etcd, etcd-readiness failed"),
         "{changed}"
     );
     assert!(
@@ -257,7 +257,7 @@ fn an_unready_backend_failing_for_another_reason_is_logged_once() {
     assert!(
         alarm["fields"]["backends"]
             .as_str()
-            .is_some_and(|b| b.starts_with(&format!("{} unready: HTTP ", addr(&a)))),
+            .is_some_and(|b| b.starts_with(&format!("{} unready: readyz 500: etcd", addr(&a)))),
         "{alarm}"
     );
     drop(p);

@@ -130,6 +130,18 @@ pub struct BackendStatus {
     /// Probes failed in a row up to the latest; 0 after a pass.
     #[serde(default)]
     pub consecutive_failures: u64,
+    /// The checks the latest `/readyz` answer named as failing (`["etcd", "etcd-readiness"]`), in
+    /// the apiserver's order, at most 8; omitted when none did (a pass, a timeout, a body that
+    /// lists no checks).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub failing_checks: Vec<String>,
+    /// Failing checks the answer listed beyond those kept; omitted when 0.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub failing_checks_more: u32,
+}
+
+fn is_zero(n: &u32) -> bool {
+    *n == 0
 }
 
 /// A change of state under way: `count` of the `needed` results in a row.
@@ -215,6 +227,17 @@ impl StatusDoc {
                 pending: b.health.pending.map(PendingStatus::from),
                 last_check: timestamp::rfc3339(b.live.probes.checked_ms.load(Ordering::Relaxed)),
                 consecutive_failures: b.live.probes.consecutive_failures.load(Ordering::Relaxed),
+                failing_checks: b
+                    .health
+                    .last_failure
+                    .iter()
+                    .flat_map(|f| f.checks.names().map(str::to_string))
+                    .collect(),
+                failing_checks_more: b
+                    .health
+                    .last_failure
+                    .as_ref()
+                    .map_or(0, |f| f.checks.more()),
             })
             .collect();
         StatusDoc {
@@ -293,142 +316,4 @@ impl StatusDoc {
 }
 
 #[cfg(test)]
-mod tests {
-    use std::sync::Arc;
-
-    use super::*;
-    use crate::backend::{Backend, BackendId, BackendLive, BackendSpec, Routing};
-    use crate::pick::WhenNoneReady;
-    use crate::verdict::Health;
-
-    fn snapshot(states: &[State], policy: WhenNoneReady) -> Snapshot {
-        let backends = states
-            .iter()
-            .enumerate()
-            .map(|(i, &state)| {
-                let id = BackendId::new(&format!("10.0.0.{i}:6443"));
-                Backend {
-                    live: Arc::new(BackendLive::default()),
-                    spec: Arc::new(BackendSpec {
-                        id,
-                        host: format!("10.0.0.{i}"),
-                        port: 6443,
-                        zone: None,
-                        server_name: rustls_pki_types::ServerName::try_from("kubernetes")
-                            .expect("name"),
-                        source: crate::backend::BackendSource::Config,
-                    }),
-                    health: Health {
-                        state,
-                        ..Health::UNKNOWN
-                    },
-                    evict_epoch: 0,
-                }
-            })
-            .collect();
-        Snapshot {
-            generation: 1,
-            routing: Routing {
-                when_none_ready: policy,
-                ..Routing::default()
-            },
-            backends,
-        }
-    }
-
-    #[test]
-    fn mode_says_what_new_connections_get() {
-        use State::*;
-        use WhenNoneReady::*;
-        let cases = [
-            (vec![Ready, Unready], FailOpen, Mode::Normal),
-            (vec![Unready, Unready], FailOpen, Mode::FailOpen),
-            (vec![Unknown, Unready], FailOpen, Mode::FailOpen),
-            (vec![Unknown, Unknown], FailOpen, Mode::Starting),
-            (vec![Unknown, Unready], Refuse, Mode::Starting),
-            (vec![Unready, Unready], Refuse, Mode::Refuse),
-        ];
-        for (states, policy, want) in cases {
-            let doc = StatusDoc::of(&snapshot(&states, policy), false, CertStatus::None, None);
-            assert_eq!(doc.mode, want, "{states:?} {policy:?}");
-        }
-    }
-
-    #[test]
-    fn document_round_trips_through_json_with_the_documented_field_names() {
-        let doc = StatusDoc::of(
-            &snapshot(&[State::Ready, State::Unready], WhenNoneReady::FailOpen),
-            false,
-            CertStatus::Loaded,
-            None,
-        );
-        let text = serde_json::to_string(&doc).expect("serialize");
-        for key in [
-            "\"zone\":null",
-            "\"zone_source\":null",
-            "\"ready\":true",
-            "\"mode\":\"normal\"",
-            "\"shutting_down\":false",
-            "\"client_cert\":\"loaded\"",
-            "\"generation\":1",
-            "\"state\":\"unready\"",
-            "\"rank\":null",
-            "\"rank\":0",
-            "\"active_connections\":0",
-            "\"latency_ms\":null",
-            "\"last_error\":null",
-        ] {
-            assert!(text.contains(key), "{key} in {text}");
-        }
-        let back: StatusDoc = serde_json::from_str(&text).expect("deserialize");
-        assert_eq!(back, doc);
-    }
-
-    /// A status document of one ready backend, zoned.
-    fn zoned_doc() -> StatusDoc {
-        let mut doc = StatusDoc::of(
-            &snapshot(&[State::Ready], WhenNoneReady::FailOpen),
-            false,
-            CertStatus::None,
-            None,
-        );
-        doc.zone = Some("dc-a".into());
-        doc
-    }
-
-    #[test]
-    fn zone_source_reads_as_the_log_writes_it() {
-        let mut doc = zoned_doc();
-        for (source, text) in [
-            (ZoneSource::Flag, "\"flag\""),
-            (ZoneSource::Env, "\"env\""),
-            (ZoneSource::Config, "\"config\""),
-            (
-                ZoneSource::Address([10, 0, 1, 5].into()),
-                "\"address 10.0.1.5\"",
-            ),
-            (
-                ZoneSource::Address("fd00:2::5".parse().expect("ip")),
-                "\"address fd00:2::5\"",
-            ),
-        ] {
-            doc.zone = Some("dc-a".into());
-            doc.zone_source = Some(source);
-            let json = serde_json::to_string(&doc).expect("serialize");
-            assert!(json.contains(&format!("\"zone_source\":{text}")), "{json}");
-            let back: StatusDoc = serde_json::from_str(&json).expect("deserialize");
-            assert_eq!(back, doc);
-        }
-    }
-
-    #[test]
-    fn a_document_from_before_zone_source_reads_as_absent() {
-        let mut doc = zoned_doc();
-        doc.zone_source = Some(ZoneSource::Address("fd00:2::5".parse().expect("ip")));
-        // A document from a balancer that predates the field.
-        let mut old: serde_json::Value = serde_json::to_value(&doc).expect("value");
-        old.as_object_mut().expect("object").remove("zone_source");
-        let back: StatusDoc = serde_json::from_value(old).expect("deserialize");
-        assert_eq!(back.zone_source, None);
-    }
-}
+mod tests;

@@ -343,6 +343,8 @@ pub(crate) fn sample() -> StatusDoc {
             pending: None,
             last_check: Some("2026-12-05T12:48:01Z".to_string()),
             consecutive_failures: u64::from(state == State::Unready) * 3,
+            failing_checks: Vec::new(),
+            failing_checks_more: 0,
         }
     };
     StatusDoc {
@@ -362,15 +364,18 @@ pub(crate) fn sample() -> StatusDoc {
             last_reload: None,
         }),
         backends: vec![
-            b(
-                "10.0.1.10:6443",
-                Some("dc-a"),
-                State::Unready,
-                Some(0.31),
-                Some("HTTP 500: [+]ping ok\n[-]etcd failed"),
-                0,
-                None,
-            ),
+            BackendStatus {
+                failing_checks: vec!["etcd".to_string()],
+                ..b(
+                    "10.0.1.10:6443",
+                    Some("dc-a"),
+                    State::Unready,
+                    Some(0.31),
+                    Some("readyz 500: etcd failed"),
+                    0,
+                    None,
+                )
+            },
             BackendStatus {
                 pending: Some(PendingStatus {
                     direction: Direction::Falling,

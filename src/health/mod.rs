@@ -270,12 +270,34 @@ fn record(counts: &ProbeCounts, outcome: &Outcome) {
 fn log_change(spec: &BackendSpec, from: State, to: State, health: &Health) {
     let zone = spec.zone.as_deref().unwrap_or("");
     let reason = health.last_error().unwrap_or("HTTP 200");
+    // `etcd, etcd-readiness`: the failing checks the answer named; empty when none did.
+    let checks = health
+        .last_failure
+        .as_ref()
+        .map(|f| f.checks.to_string())
+        .unwrap_or_default();
     let ready = to == State::Ready;
     let (backend, from, to) = (spec.id.as_str(), from.as_str(), to.as_str());
     if ready {
-        tracing::info!(backend, zone, from, to, reason, "backend state changed");
+        tracing::info!(
+            backend,
+            zone,
+            from,
+            to,
+            reason,
+            checks,
+            "backend state changed"
+        );
     } else {
-        tracing::warn!(backend, zone, from, to, reason, "backend state changed");
+        tracing::warn!(
+            backend,
+            zone,
+            from,
+            to,
+            reason,
+            checks,
+            "backend state changed"
+        );
     }
 }
 

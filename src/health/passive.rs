@@ -133,7 +133,7 @@ mod tests {
         live.dials.report("dial: timeout after 1s".into());
         let step = passive.fold(&mut machine).expect("counted");
         let answered = Outcome::Fail {
-            reason: "HTTP 500: [-]etcd failed".into(),
+            reason: "readyz 500: etcd failed".into(),
             latency: Some(Duration::from_millis(2)),
             class: crate::verdict::FailClass::Http5xx,
             checks: crate::verdict::FailingChecks::of(&["etcd"]),

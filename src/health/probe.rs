@@ -211,12 +211,13 @@ impl HttpsProbe {
             return Ok(answer.latency);
         }
         let ours = self.tls.current().client_cert.left(unix_now());
-        let reason = answer_reason(answer.status.as_u16(), &answer.body, ours);
+        let checks = FailingChecks::parse(&answer.body);
+        let reason = answer_reason(answer.status.as_u16(), &answer.body, &checks, ours);
         Err(Failure::Backend {
             reason: reason.text,
             latency: Some(answer.latency),
             class: reason.class,
-            checks: FailingChecks::parse(&answer.body),
+            checks,
         })
     }
 }

@@ -22,7 +22,7 @@ pub enum Outcome {
     },
     /// Anything else.
     Fail {
-        /// Why, for status and logs (`HTTP 500: [-]etcd failed`, `dial: connection refused`).
+        /// Why, for status and logs (`readyz 500: etcd failed`, `dial: connection refused`).
         reason: Arc<str>,
         /// Set when an HTTP answer arrived (any status other than 200): the apiserver is alive,
         /// only not ready. `None` for timeouts, failed dials, TLS failures.
@@ -222,7 +222,7 @@ mod tests {
 
     fn fail() -> Outcome {
         Outcome::Fail {
-            reason: "HTTP 500: [-]etcd failed".into(),
+            reason: "readyz 500: etcd failed".into(),
             latency: Some(Duration::from_millis(2)),
             class: crate::verdict::FailClass::Http5xx,
             checks: crate::verdict::FailingChecks::none(),
@@ -279,7 +279,7 @@ mod tests {
             c.observe(&fail()).changed,
             Some((State::Ready, State::Unready))
         );
-        assert_eq!(c.health().last_error(), Some("HTTP 500: [-]etcd failed"));
+        assert_eq!(c.health().last_error(), Some("readyz 500: etcd failed"));
     }
 
     #[test]

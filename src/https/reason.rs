@@ -1,16 +1,24 @@
-//! How an apiserver's failure reads in `/status` and the log: the first `[-]` line of a
-//! `/readyz` body, and TLS and HTTP errors in words (`TLS: unknown issuer`, not a Rust debug dump).
+//! How an apiserver's failure reads in `/status` and the log: a failed `/readyz` that lists its
+//! checks by the checks' names (`readyz 500: etcd, etcd-readiness failed`), any other answer by its
+//! first line (`HTTP 500: <line>`, escaped and bounded), and TLS and HTTP errors in words (`TLS:
+//! unknown issuer`, not a Rust debug dump).
 //!
 //! A refusal of our own client certificate (a TLS alert such as `certificate expired` or
 //! `unknown ca`) reads as ours: `the apiserver refused our client certificate: certificate
 //! expired`; a name mismatch names the name expected and the ones the certificate holds.
 //!
-//! Does not own the client (`https`) or dial errors (`dial::DialError`, worded there).
+//! Does not own the client (`https`), dial errors (`dial::DialError`, worded there) or parsing
+//! the checks (`verdict::FailingChecks`).
 
 use crate::tls::Left;
-use crate::verdict::FailClass;
+use crate::verdict::{FailClass, FailingChecks};
+use crate::visible::escaped;
 
-/// The line an operator wants from a failed `/readyz`: the first `[-]` check, else the first line.
+/// The most characters of a body line a reason keeps (after escaping).
+pub const MAX_LINE: usize = 200;
+
+/// The line an operator wants from a failed `/readyz` that names no check: the first `[-]` line,
+/// else the first line; control characters escaped, at most [`MAX_LINE`] characters.
 pub fn first_line(body: &[u8]) -> Option<String> {
     let text = String::from_utf8_lossy(body);
     let mut lines = text.lines().map(str::trim).filter(|l| !l.is_empty());
@@ -19,14 +27,31 @@ pub fn first_line(body: &[u8]) -> Option<String> {
         .map(str::trim)
         .find(|l| l.starts_with("[-]"))
         .or_else(|| lines.next())?;
-    Some(line.chars().take(200).collect())
+    Some(escaped(line).chars().take(MAX_LINE).collect())
 }
 
-/// An HTTP answer other than 200 in words: `HTTP 500: [-]etcd failed`. kube-apiserver verifies
-/// client certificates after the handshake, so an expired one is not a TLS alert but a `401`:
-/// with `ours` expired, the reason says so and the failure is our certificate's.
-pub fn answer_reason(code: u16, body: &[u8], ours: Option<Left>) -> Reason {
+/// The endpoint a kube-apiserver body speaks for, from its last line `<NAME> check failed`
+/// (`readyz`, `healthz`, `livez`); `readyz` when it has none.
+fn endpoint(body: &[u8]) -> String {
+    let text = String::from_utf8_lossy(body);
+    text.lines()
+        .rev()
+        .map(str::trim)
+        .find(|l| !l.is_empty())
+        .and_then(|l| l.strip_suffix(" check failed"))
+        .filter(|n| !n.is_empty() && n.len() <= 16 && n.bytes().all(|b| b.is_ascii_lowercase()))
+        .unwrap_or("readyz")
+        .to_string()
+}
+
+/// An HTTP answer other than 200 in words. A body that lists failing checks (`checks`, parsed from
+/// it) reads `readyz 500: etcd, etcd-readiness failed`; any other `HTTP 500: <first line>`.
+/// kube-apiserver verifies client certificates after the handshake, so an expired one is not a
+/// TLS alert but a `401`: with `ours` expired, the reason says so and the failure is our
+/// certificate's.
+pub fn answer_reason(code: u16, body: &[u8], checks: &FailingChecks, ours: Option<Left>) -> Reason {
     let text = match first_line(body) {
+        _ if !checks.is_empty() => format!("{} {code}: {checks} failed", endpoint(body)),
         Some(line) => format!("HTTP {code}: {line}"),
         None => format!("HTTP {code}"),
     };
@@ -252,9 +277,74 @@ mod tests {
             (500, expired, "HTTP 500: Unauthorized", FailClass::Http5xx),
         ];
         for (code, ours, text, class) in table {
-            let r = answer_reason(code, b"Unauthorized\n", ours);
+            let r = answer_reason(code, b"Unauthorized\n", &FailingChecks::none(), ours);
             assert_eq!((r.text.as_str(), r.class), (text, class), "{code} {ours:?}");
         }
+    }
+
+    /// The reason of an answer `code` with `body`, as the probe makes it.
+    fn reason_of(code: u16, body: &str) -> String {
+        let checks = FailingChecks::parse(body.as_bytes());
+        answer_reason(code, body.as_bytes(), &checks, None).text
+    }
+
+    #[test]
+    fn a_body_listing_failed_checks_reads_as_their_names() {
+        let kube = "[+]ping ok\n[+]log ok\n[-]etcd failed: reason withheld\n\
+            [-]etcd-readiness failed: reason withheld\n[+]shutdown ok\nreadyz check failed\n";
+        assert_eq!(
+            reason_of(500, kube),
+            "readyz 500: etcd, etcd-readiness failed"
+        );
+        let one = "[+]ping ok\n[-]shutdown failed: reason withheld\nreadyz check failed\n";
+        assert_eq!(reason_of(500, one), "readyz 500: shutdown failed");
+        assert_eq!(
+            reason_of(
+                500,
+                "[-]etcd failed: reason withheld\nhealthz check failed\n"
+            ),
+            "healthz 500: etcd failed",
+            "the endpoint as the body names it"
+        );
+        assert_eq!(reason_of(503, "[-]etcd failed"), "readyz 503: etcd failed");
+    }
+
+    #[test]
+    fn a_body_naming_no_check_reads_as_its_first_line() {
+        assert_eq!(
+            reason_of(500, "Internal Server Error\nmore"),
+            "HTTP 500: Internal Server Error"
+        );
+        assert_eq!(
+            reason_of(
+                500,
+                "[+]ping ok\n[-]poststarthook/rbac/bootstrap-roles failed: reason withheld\n"
+            ),
+            "HTTP 500: [-]poststarthook/rbac/bootstrap-roles failed: reason withheld",
+            "a name our parse does not keep: the line as sent"
+        );
+        assert_eq!(reason_of(502, ""), "HTTP 502");
+    }
+
+    #[test]
+    fn a_first_line_is_escaped_then_cut_to_two_hundred_characters() {
+        assert_eq!(
+            reason_of(500, "\x1b]0;owned\x07\u{202e}x"),
+            "HTTP 500: \\x1b]0;owned\\x07\\u{202e}x"
+        );
+        let long = format!("{}\x1b", "y".repeat(300));
+        assert_eq!(
+            first_line(long.as_bytes()).map(|l| l.chars().count()),
+            Some(MAX_LINE)
+        );
+        let escapes = "\x1b".repeat(100);
+        let cut = first_line(escapes.as_bytes()).expect("a line");
+        assert_eq!(
+            cut.chars().count(),
+            MAX_LINE,
+            "escapes count toward the bound"
+        );
+        assert!(cut.starts_with("\\x1b\\x1b"), "{cut}");
     }
 
     #[test]

@@ -66,6 +66,12 @@ struct WithResultReason {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct WithCheck {
+    backend: String,
+    check: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct SourceLabel {
     source: &'static str,
 }
@@ -131,6 +137,24 @@ impl Collector for Backends {
             };
             let ready = i64::from(b.health.state == State::Ready);
             ConstGauge::new(ready).encode(m.encode_family(&labels)?)?;
+        }
+        // One series per check the latest answer named: at most 8 per backend (`FailingChecks`),
+        // gone with the next answer that does not name it, and with the backend.
+        let mut m = encoder.encode_descriptor(
+            "backend_failing_check",
+            "1 for each check the backend's latest /readyz answer named as failing ([-]NAME failed), at most 8 per backend",
+            None,
+            MetricType::Gauge,
+        )?;
+        for b in backends {
+            let failure = b.health.last_failure.as_ref();
+            for check in failure.into_iter().flat_map(|f| f.checks.names()) {
+                let labels = WithCheck {
+                    backend: id(b),
+                    check: check.to_string(),
+                };
+                ConstGauge::new(1i64).encode(m.encode_family(&labels)?)?;
+            }
         }
         let mut m = encoder.encode_descriptor(
             "backend_state_changes",
@@ -252,3 +276,6 @@ impl Collector for Backends {
         Ok(())
     }
 }
+
+#[cfg(test)]
+mod tests;

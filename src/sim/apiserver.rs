@@ -6,11 +6,10 @@
 //! names the server, so relay behaviour (half-close, eviction) can be tested without HTTP.
 
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
-use arc_swap::ArcSwapOption;
 use hyper::service::service_fn;
 use hyper::Request;
 use hyper_util::rt::TokioIo;
@@ -24,168 +23,8 @@ use super::routes::{answer, raw_echo};
 use crate::accept::Acceptor;
 pub use crate::sim::tls::{lenient_server_tls, server_tls, strict_server_tls, TlsSetupError};
 
-/// How the fake treats new connections.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-#[repr(u8)]
-pub enum Behaviour {
-    /// TLS and HTTP as a real apiserver.
-    Serve = 0,
-    /// Accept TCP and never say anything (a process stuck before TLS).
-    Hang = 1,
-    /// Accept TCP and reset at once.
-    Reset = 2,
-    /// Complete TLS, then never answer HTTP (a process stuck behind its TLS terminator).
-    HangHttp = 3,
-}
-
-/// The knobs and counters of a running fake, shared with its tasks.
-#[derive(Debug)]
-pub struct Control {
-    /// Name returned by `/name` and the raw echo greeting.
-    pub name: String,
-    ready: AtomicBool,
-    mode: AtomicU8,
-    pub(super) readyz_delay_us: AtomicU64,
-    /// When non-zero, `/readyz` answers 200 at once and then its body one byte per this many µs.
-    pub(super) readyz_trickle_us: AtomicU64,
-    /// When non-zero, a `RAW\n` connection echoes this many bytes, then neither reads nor writes.
-    pub(super) raw_stall_after: AtomicU64,
-    /// When set, a `RAW\n` connection greets, then resets at the client's first bytes.
-    pub(super) raw_reset: AtomicBool,
-    fail_next: AtomicU64,
-    pass_next: AtomicU64,
-    handshake_delay_us: AtomicU64,
-    accepting: AtomicBool,
-    /// `/readyz` requests answered.
-    pub readyz_hits: AtomicU64,
-    /// Completed TLS handshakes.
-    pub handshakes: AtomicU64,
-    /// A fixed `/readyz` answer (status, body) replacing the ready switch: redirects, huge bodies.
-    pub readyz_answer: ArcSwapOption<(u16, String)>,
-    /// The answer (status, body) to `GET /api/v1/namespaces/default/endpoints/kubernetes`;
-    /// unset: 404, as an apiserver without the object. See [`Control::set_endpoints`].
-    pub endpoints: ArcSwapOption<(u16, String)>,
-    /// Endpoints requests answered.
-    pub endpoints_hits: AtomicU64,
-    /// The Endpoints answer is cut off: its head announces the whole body, half of it is sent,
-    /// then the connection closes.
-    pub endpoints_cut: AtomicBool,
-    /// DER of the client certificate presented on the latest `/readyz` (None: anonymous).
-    pub last_client_cert: ArcSwapOption<Vec<u8>>,
-    /// When set, `/readyz` also needs a linearizable read from this etcd client URL to pass.
-    pub(super) etcd: ArcSwapOption<String>,
-}
-
-impl Control {
-    /// Makes `/readyz` answer 200 (`true`) or 500 with an etcd failure (`false`).
-    pub fn set_ready(&self, ready: bool) {
-        self.ready.store(ready, Ordering::SeqCst);
-    }
-
-    /// Whether `/readyz` currently passes.
-    pub fn is_ready(&self) -> bool {
-        self.ready.load(Ordering::SeqCst)
-    }
-
-    /// Delays every `/readyz` answer by `d` (simulated distance or load).
-    pub fn set_readyz_delay(&self, d: Duration) {
-        self.readyz_delay_us
-            .store(d.as_micros() as u64, Ordering::SeqCst);
-    }
-
-    /// The next `n` `/readyz` answers fail, whatever [`Control::set_ready`] says.
-    pub fn fail_next(&self, n: u64) {
-        self.fail_next.store(n, Ordering::SeqCst);
-    }
-
-    /// The next `n` `/readyz` answers pass, whatever [`Control::set_ready`] says.
-    pub fn pass_next(&self, n: u64) {
-        self.pass_next.store(n, Ordering::SeqCst);
-    }
-
-    /// This answer's verdict: a scripted one if any is left, else the ready switch.
-    pub(super) fn verdict(&self) -> bool {
-        let take = |c: &AtomicU64| {
-            c.fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
-                .is_ok()
-        };
-        if take(&self.fail_next) {
-            false
-        } else if take(&self.pass_next) {
-            true
-        } else {
-            self.is_ready()
-        }
-    }
-
-    /// Makes `/readyz` depend on a linearizable read from the etcd member at `client_url`, as
-    /// kube-apiserver's etcd check does: without quorum, 500 `[-]etcd failed`.
-    pub fn set_etcd(&self, client_url: &str) {
-        self.etcd.store(Some(Arc::new(client_url.to_string())));
-    }
-
-    /// Serves an Endpoints object listing `addrs` (each with an `https` port), as a cluster with
-    /// these apiservers would.
-    pub fn set_endpoints(&self, addrs: &[SocketAddr]) {
-        let body = crate::discovery::answer::endpoints_json(addrs);
-        self.endpoints.store(Some(Arc::new((200, body))));
-    }
-
-    /// Answers the Endpoints request with `status` and `body` as given (the bad answers).
-    pub fn set_endpoints_answer(&self, status: u16, body: String) {
-        self.endpoints.store(Some(Arc::new((status, body))));
-    }
-
-    /// Cuts the Endpoints answer off mid-body (`true`) or sends it whole again.
-    pub fn set_endpoints_cut(&self, cut: bool) {
-        self.endpoints_cut.store(cut, Ordering::SeqCst);
-    }
-
-    /// Makes `/readyz` a slowloris: status and headers at once, then a 1000-byte body one byte
-    /// every `d`.
-    pub fn set_readyz_trickle(&self, d: Duration) {
-        self.readyz_trickle_us
-            .store(d.as_micros() as u64, Ordering::SeqCst);
-    }
-
-    /// Makes new `RAW\n` connections stall mid-response: echo the first `bytes`, then hold the
-    /// connection without reading or writing until the fake stops (0: never stall).
-    pub fn set_raw_stall_after(&self, bytes: u64) {
-        self.raw_stall_after.store(bytes, Ordering::SeqCst);
-    }
-
-    /// Makes new `RAW\n` connections abort mid-stream: greet, then reset (RST, not FIN) when the
-    /// client's first bytes arrive, unread, as an apiserver that crashes or aborts a stream does.
-    pub fn set_raw_reset(&self, reset: bool) {
-        self.raw_reset.store(reset, Ordering::SeqCst);
-    }
-
-    /// Delays every TLS handshake by `d` (a far or slow site: must not count as `/readyz` latency).
-    pub fn set_handshake_delay(&self, d: Duration) {
-        self.handshake_delay_us
-            .store(d.as_micros() as u64, Ordering::SeqCst);
-    }
-
-    /// Stops (`false`) or resumes calling `accept`: with the backlog full, new dials then hang in
-    /// the SYN stage, like a black-holed site.
-    pub fn set_accepting(&self, accepting: bool) {
-        self.accepting.store(accepting, Ordering::SeqCst);
-    }
-
-    /// Changes how new connections are treated.
-    pub fn set_mode(&self, mode: Behaviour) {
-        self.mode.store(mode as u8, Ordering::SeqCst);
-    }
-
-    fn mode(&self) -> Behaviour {
-        match self.mode.load(Ordering::SeqCst) {
-            1 => Behaviour::Hang,
-            2 => Behaviour::Reset,
-            3 => Behaviour::HangHttp,
-            _ => Behaviour::Serve,
-        }
-    }
-}
+pub use super::control::{Behaviour, Control};
+pub use super::shutdown::Phase;
 
 /// A running fake apiserver. Stops when dropped.
 #[derive(Debug)]
@@ -245,37 +84,22 @@ impl FakeApiserver {
         tls: Arc<ServerConfig>,
     ) -> std::io::Result<FakeApiserver> {
         let addr = listener.local_addr()?;
-        let control = Arc::new(Control {
-            name: name.to_string(),
-            ready: AtomicBool::new(true),
-            mode: AtomicU8::new(Behaviour::Serve as u8),
-            readyz_delay_us: AtomicU64::new(0),
-            readyz_trickle_us: AtomicU64::new(0),
-            raw_stall_after: AtomicU64::new(0),
-            raw_reset: AtomicBool::new(false),
-            fail_next: AtomicU64::new(0),
-            pass_next: AtomicU64::new(0),
-            handshake_delay_us: AtomicU64::new(0),
-            accepting: AtomicBool::new(true),
-            readyz_hits: AtomicU64::new(0),
-            handshakes: AtomicU64::new(0),
-            readyz_answer: ArcSwapOption::empty(),
-            endpoints: ArcSwapOption::empty(),
-            endpoints_hits: AtomicU64::new(0),
-            endpoints_cut: AtomicBool::new(false),
-            last_client_cert: ArcSwapOption::empty(),
-            etcd: ArcSwapOption::empty(),
-        });
+        let control = Arc::new(Control::new(name));
         let stop = CancellationToken::new();
         let unlisten = stop.child_token();
         let tasks = TaskTracker::new();
-        tasks.spawn(accept_loop(
+        let accepting = accept_loop(
             listener,
             TlsAcceptor::from(tls),
             control.clone(),
             (stop.clone(), unlisten.clone()),
             tasks.clone(),
-        ));
+        );
+        let listening = control.clone();
+        tasks.spawn(async move {
+            accepting.await; // drops the listener
+            listening.listening.send_replace(false);
+        });
         Ok(FakeApiserver {
             addr,
             control,
@@ -291,6 +115,30 @@ impl FakeApiserver {
     /// [`FakeApiserver::bind`].)
     pub fn close_listener(&self) {
         self.unlisten.cancel();
+    }
+
+    /// Begins a graceful shutdown, as kube-apiserver's `--shutdown-delay-duration`: at once
+    /// `/readyz` fails with only `[-]shutdown failed` while everything else is served and new
+    /// connections are accepted; after `delay` the listener closes; after `grace` more the open
+    /// connections are closed. Follow it with [`Control::shutdown_phase`]; a second call changes
+    /// nothing.
+    pub fn begin_shutdown(&self, delay: Duration, grace: Duration) {
+        if *self.control.phase.borrow() != Phase::Serving {
+            return;
+        }
+        let tokens = (self.stop.clone(), self.unlisten.clone());
+        let timeline = super::shutdown::timeline(self.control.clone(), (delay, grace), tokens);
+        // Sets `Draining` before it first waits: the check fails from the first poll.
+        self.control.phase.send_replace(Phase::Draining);
+        self.tasks.spawn(timeline);
+    }
+
+    /// A graceful shutdown ([`FakeApiserver::begin_shutdown`]) to its end: every task done.
+    pub async fn shut_down(&self, delay: Duration, grace: Duration) {
+        let mut phase = self.control.shutdown_phase();
+        self.begin_shutdown(delay, grace);
+        let _ = phase.wait_for(|p| *p == Phase::Closed).await;
+        self.stop().await;
     }
 
     /// Stops listening and closes every connection; the port then refuses.

@@ -3,8 +3,11 @@
 //! `sim` feature (on by default), which is also what pulls in `rcgen`.
 
 pub mod apiserver;
+mod control;
 pub mod etcd;
 pub mod pki;
 pub mod process;
+pub mod readyz;
 mod routes;
+mod shutdown;
 pub mod tls;

@@ -1,8 +1,9 @@
 //! `readyprism sim-apiserver`: one simulated apiserver as a process of its own, so a lab can put
 //! each site's apiserver in that site's network namespace, next to its etcd member.
 //!
-//! Owns the command's options and its lifetime (until SIGTERM/SIGINT). The behaviour is the
-//! in-process [`FakeApiserver`]'s.
+//! Owns the command's options and its lifetime: on SIGTERM/SIGINT a graceful shutdown
+//! (`--shutdown-delay`, `--shutdown-grace`; at once with both 0), a second signal stops at once;
+//! exit 0 either way. The behaviour is the in-process [`FakeApiserver`]'s.
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -12,6 +13,7 @@ use std::sync::Arc;
 use tokio_util::sync::CancellationToken;
 
 use super::apiserver::{Control, FakeApiserver};
+use crate::config::DurationValue;
 use crate::signals::Termination;
 
 /// What to serve (also the command line of `readyprism sim-apiserver`).
@@ -44,6 +46,14 @@ pub struct ApiserverOptions {
     /// Without it (and until the file exists) the object is not found (404).
     #[arg(long)]
     pub endpoints_file: Option<PathBuf>,
+    /// On SIGTERM, how long `/readyz` fails only its `shutdown` check while everything else is
+    /// still served and new connections accepted (kube-apiserver's `--shutdown-delay-duration`).
+    #[arg(long, value_parser = DurationValue::parse, default_value = "0s")]
+    pub shutdown_delay: DurationValue,
+    /// On SIGTERM, after the delay and the listener's close, how long open connections are still
+    /// served before they are closed.
+    #[arg(long, value_parser = DurationValue::parse, default_value = "0s")]
+    pub shutdown_grace: DurationValue,
 }
 
 /// How often `--endpoints-file` is looked at.
@@ -92,7 +102,7 @@ pub enum SimError {
     },
 }
 
-/// Serves until SIGTERM or SIGINT.
+/// Serves until SIGTERM or SIGINT, then shuts down gracefully (a second signal: at once).
 pub async fn run_until_signalled(opts: ApiserverOptions) -> Result<(), SimError> {
     let mut signals = Termination::install().map_err(|cause| SimError::Io {
         what: "signal handling".to_string(),
@@ -128,8 +138,15 @@ pub async fn run_until_signalled(opts: ApiserverOptions) -> Result<(), SimError>
     }
     tracing::info!(name = %opts.name, listen = %fake.addr, etcd = opts.etcd.as_deref().unwrap_or(""), "simulated apiserver listening");
     let name = signals.recv().await;
-    tracing::info!("{name}: stopping");
+    let (delay, grace) = (opts.shutdown_delay.0, opts.shutdown_grace.0);
+    tracing::info!(delay = %opts.shutdown_delay, grace = %opts.shutdown_grace, "{name}: shutting down");
+    tokio::select! {
+        () = fake.shut_down(delay, grace) => {}
+        name = signals.recv() => {
+            tracing::info!("{name} again: stopping at once");
+            fake.stop().await;
+        }
+    }
     follow.cancel();
-    fake.stop().await;
     Ok(())
 }

@@ -1,5 +1,6 @@
-//! What the simulated apiserver answers: `/readyz` (a switch, a script, a fixed answer, or a real
-//! linearizable etcd read; `/healthz` the same), `/livez`, `/whoami` and `/name` (which site this
+//! What the simulated apiserver answers: `/readyz`, `/healthz` and `/livez` (kube-apiserver's
+//! named checks, rendered by `readyz`: switches, a script, a fixed answer, a real linearizable
+//! etcd read, the graceful shutdown), `/whoami` and `/name` (which site this
 //! is), `/version`, `/watch`, a long-lived stream like a kubelet's watch, the `default/kubernetes`
 //! Endpoints object discovery polls (whatever the test or demo set), `PUT` of a node lease (500
 //! where its etcd read fails), and `/slow` (answered after 2 s). Plus the raw echo protocol for
@@ -21,6 +22,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
 use super::apiserver::Control;
+use super::readyz::{self, Endpoint, Query, ETCD_CHECKS};
 
 /// A response body: a whole answer or an endless stream.
 pub(super) type AnyBody = BoxBody<Bytes, Infallible>;
@@ -48,8 +50,23 @@ pub(super) async fn answer<B>(
             let body = Ticking::new(every, |n| (n <= 1000).then(|| Bytes::from_static(b"x")));
             return Response::new(body.boxed());
         }
-        "/readyz" | "/healthz" => readyz(control, peer_cert).await,
-        "/livez" => (StatusCode::OK, "ok".to_string()),
+        path @ ("/readyz" | "/healthz" | "/livez") => {
+            let endpoint = Endpoint::of(path).unwrap_or(Endpoint::Readyz);
+            let (status, body) = health(endpoint, req.uri().query(), control, peer_cert).await;
+            let mut resp = Response::new(Full::new(Bytes::from(body)).boxed());
+            *resp.status_mut() = status;
+            // As Go's `http.Error` and `handleRootHealth` set them.
+            let headers = resp.headers_mut();
+            headers.insert(
+                hyper::header::CONTENT_TYPE,
+                hyper::header::HeaderValue::from_static("text/plain; charset=utf-8"),
+            );
+            headers.insert(
+                hyper::header::X_CONTENT_TYPE_OPTIONS,
+                hyper::header::HeaderValue::from_static("nosniff"),
+            );
+            return resp;
+        }
         crate::discovery::PATH => {
             control.endpoints_hits.fetch_add(1, Ordering::SeqCst);
             match control.endpoints.load_full() {
@@ -107,31 +124,52 @@ pub(super) async fn answer<B>(
     resp
 }
 
-async fn readyz(control: &Control, peer_cert: Option<Arc<Vec<u8>>>) -> (StatusCode, String) {
+/// A health endpoint's answer: a fixed one if set, else each check's result rendered as
+/// kube-apiserver does (`readyz`). `/readyz` and `/healthz` also count the hit and record the
+/// client certificate.
+async fn health(
+    endpoint: Endpoint,
+    query: Option<&str>,
+    control: &Control,
+    peer_cert: Option<Arc<Vec<u8>>>,
+) -> (StatusCode, String) {
     let delay = control.readyz_delay_us.load(Ordering::SeqCst);
     if delay > 0 {
         tokio::time::sleep(Duration::from_micros(delay)).await;
     }
-    control.last_client_cert.store(peer_cert);
-    let mut pass = control.verdict();
-    let mut etcd_reason = "reason withheld".to_string();
+    if endpoint != Endpoint::Livez {
+        control.last_client_cert.store(peer_cert);
+    }
+    let script = control.scripted();
+    let mut read_failed = false;
     if let Some(url) = control.etcd.load_full() {
         if let Err(e) = super::etcd::linearizable_read(&url).await {
-            pass = false;
-            etcd_reason = e;
+            // As kube-apiserver: the reason goes to the log, the body withholds it.
+            tracing::debug!(name = %control.name, error = %e, "etcd check failed");
+            read_failed = true;
         }
     }
-    control.readyz_hits.fetch_add(1, Ordering::SeqCst);
+    if endpoint != Endpoint::Livez {
+        control.readyz_hits.fetch_add(1, Ordering::SeqCst);
+    }
     if let Some(answer) = control.readyz_answer.load_full() {
         let (code, body) = (*answer).clone();
         let code = StatusCode::from_u16(code).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
-        (code, body)
-    } else if pass {
-        (StatusCode::OK, "ok".to_string())
-    } else {
-        let body = format!("[+]ping ok\n[-]etcd failed: {etcd_reason}\nreadyz check failed\n");
-        (StatusCode::INTERNAL_SERVER_ERROR, body)
+        return (code, body);
     }
+    // A scripted pass overrides the switches, not a failed etcd read.
+    let results = control.check_results(script == Some(false));
+    let checks: Vec<(&str, bool)> = results
+        .iter()
+        .map(|(name, passing)| {
+            let etcd = ETCD_CHECKS.contains(&name.as_str());
+            let passing = (*passing || script == Some(true)) && !(read_failed && etcd);
+            (name.as_str(), passing)
+        })
+        .collect();
+    let (code, body) = readyz::render(endpoint, &checks, &Query::parse(query));
+    let code = StatusCode::from_u16(code).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+    (code, body)
 }
 
 /// A body that sends `chunk(n)` on the n-th tick (from 1) and ends when it returns `None`:

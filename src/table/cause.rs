@@ -108,7 +108,7 @@ pub fn checks(snap: &Snapshot) -> String {
     parts.join("; ")
 }
 
-/// Each backend's reason as one line: `10.0.1.10:6443 unready: HTTP 500: [-]etcd failed;
+/// Each backend's reason as one line: `10.0.1.10:6443 unready: readyz 500: etcd failed;
 /// 10.0.2.10:6443 unready: dial: timeout after 1s`, at most [`REMINDER_BACKENDS`] of them (then
 /// `and N more`), each reason on one line and cut at [`REMINDER_REASON`] characters.
 pub fn reasons(snap: &Snapshot) -> String {
@@ -167,7 +167,7 @@ mod tests {
     #[test]
     fn an_unready_backends_changed_reason_is_said_once() {
         use State::*;
-        let etcd: Arc<str> = "HTTP 500: [-]etcd failed".into();
+        let etcd: Arc<str> = "readyz 500: etcd failed".into();
         let timeout: Arc<str> = "timeout after 3s".into();
         let e = Some(&etcd);
         let cases: Vec<(Option<&Arc<str>>, State, Health, Note)> = vec![

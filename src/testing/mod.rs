@@ -1,7 +1,7 @@
 //! The test toolkit, one for unit and integration tests alike: sockets that fail the way networks
 //! do (`sockets.rs`), plain TCP backends that say their name, hold or answer a canned reply
 //! (`backends.rs`), and, with the `sim` feature, a cluster's CA with fake apiservers serving its
-//! TLS (`apiservers.rs`). Compiled for the crate's own tests and with the `sim` feature (the
+//! TLS (`apiservers.rs`) and a client to talk to them directly (`https_client.rs`). Compiled for the crate's own tests and with the `sim` feature (the
 //! integration tests); the daemon never uses it.
 //!
 //! It starts no balancer and waits for no state: the integration tests' `support/` does that.
@@ -11,8 +11,12 @@ mod sockets;
 
 #[cfg(feature = "sim")]
 mod apiservers;
+#[cfg(feature = "sim")]
+mod https_client;
 
 #[cfg(feature = "sim")]
 pub use apiservers::{fake_serving, Cluster};
 pub use backends::{answers, holds, says};
+#[cfg(feature = "sim")]
+pub use https_client::HttpsConn;
 pub use sockets::{refusing, short_queue, BlackHole, EVICT_SPREAD, FAILBACK_SPREAD};

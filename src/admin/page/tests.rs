@@ -18,6 +18,8 @@ fn backend(address: &str, state: State, last_error: Option<&str>) -> BackendStat
         pending: None,
         last_check: None,
         consecutive_failures: 0,
+        failing_checks: Vec::new(),
+        failing_checks_more: 0,
     }
 }
 
@@ -78,7 +80,7 @@ fn the_page_names_every_backend_state_with_the_mode() {
                 backend(
                     "10.0.2.10:6443",
                     State::Unready,
-                    Some("HTTP 500: [-]etcd failed"),
+                    Some("readyz 500: etcd failed"),
                 ),
                 backend("[fd00::3]:6443", State::Unknown, None),
             ],
@@ -97,7 +99,7 @@ fn the_page_names_every_backend_state_with_the_mode() {
             page.contains("<td>[fd00::3]:6443</td><td class=\"unknown\">unknown</td>"),
             "{page}"
         );
-        assert!(page.contains("HTTP 500: [-]etcd failed"), "{page}");
+        assert!(page.contains("readyz 500: etcd failed"), "{page}");
         assert!(page.contains("http-equiv=\"refresh\""), "{page}");
         assert!(page.contains("None since start-up."), "{page}");
         assert!(!page.contains("<script"), "no script: {page}");

@@ -2,37 +2,18 @@
 //! visible escapes, cells cut to a width. `readyprism status` prints what a backend or an endpoint
 //! sent (a `/readyz` body line is a `last_error`), and that must not drive the terminal.
 //!
-//! Owns escaping and cutting. Does not own the table's layout (`super`).
+//! Owns cutting cells and escaping JSON; the escape itself is `visible`'s. Does not own the
+//! table's layout (`super`).
 
 /// Widest cell: an address, a zone or a number never needs more.
 pub const MAX_CELL: usize = 80;
 
-/// Widest LAST ERROR cell: the probe keeps at most 200 characters of a body line, behind a short
-/// `HTTP 500: ` prefix.
+/// Widest LAST ERROR cell: a reason keeps at most 200 characters of a body line (or 200 bytes of
+/// failing checks' names), behind a short `HTTP 500: ` (`readyz 500: `) prefix.
 pub const MAX_ERROR: usize = 220;
 
-/// Unicode's bidirectional formatting characters (ALM, LRM, RLM, the embeddings and overrides
-/// U+202A–U+202E, the isolates U+2066–U+2069): shown raw they reorder what the terminal displays,
-/// so a backend's error text could make a line read as something it is not.
-fn bidi_control(c: char) -> bool {
-    matches!(c, '\u{61c}' | '\u{200e}' | '\u{200f}' | '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}')
-}
-
-/// `text` with every C0 control, DEL, C1 control and bidirectional formatting character written as
-/// a visible escape (`\x1b`, `\x7f`, `\u{9b}`, `\u{202e}`), so it cannot move the cursor, set the
-/// title, clear the screen or reorder what is shown.
-pub fn escaped(text: &str) -> String {
-    let mut out = String::with_capacity(text.len());
-    for c in text.chars() {
-        match c {
-            '\0'..='\x1f' | '\x7f' => out.push_str(&format!("\\x{:02x}", c as u32)),
-            '\u{80}'..='\u{9f}' => out.push_str(&format!("\\u{{{:x}}}", c as u32)),
-            c if bidi_control(c) => out.push_str(&format!("\\u{{{:x}}}", c as u32)),
-            c => out.push(c),
-        }
-    }
-    out
-}
+use crate::visible::bidi_control;
+pub use crate::visible::escaped;
 
 /// `text` escaped, then cut to `max` characters, the last one `…` when cut.
 pub fn cell(text: &str, max: usize) -> String {
@@ -65,15 +46,6 @@ pub fn json_escaped(json: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn only_controls_become_visible_escapes() {
-        let hostile = "HTTP 500: \x1b]0;owned\x07\x1b[2J\u{9b}31m\x7f é\t✓";
-        assert_eq!(
-            escaped(hostile),
-            "HTTP 500: \\x1b]0;owned\\x07\\x1b[2J\\u{9b}31m\\x7f é\\x09✓"
-        );
-    }
 
     #[test]
     fn bidirectional_overrides_become_visible_escapes_in_cells_as_in_json() {

@@ -9,7 +9,7 @@ fn table_shows_a_summary_over_one_aligned_row_per_backend() {
     let want = "\
 node zone dc-a (address 10.0.1.5)  ready yes  mode normal  client cert loaded
 BACKEND         ZONE  SOURCE      STATE    SINCE                 PENDING      LATENCY  ACTIVE  RANK  FAILS  CHECKED               LAST ERROR
-10.0.1.10:6443  dc-a  config      unready  2026-12-05T12:40:00Z  -            0.31ms   0       -     3      2026-12-05T12:48:01Z  HTTP 500: [+]ping ok; [-]etcd failed
+10.0.1.10:6443  dc-a  config      unready  2026-12-05T12:40:00Z  -            0.31ms   0       -     3      2026-12-05T12:48:01Z  readyz 500: etcd failed
 10.0.2.10:6443  dc-b  config      ready    2026-12-05T12:40:00Z  falling 1/2  23.3ms   12      0     0      2026-12-05T12:48:01Z  -
 [fd00::3]:6443  -     discovered  unknown  2026-12-05T12:40:00Z  -            -        0       -     0      -                     -
 status at 2026-12-05T12:48:04Z  config /etc/readyprism.yaml loaded 2026-12-05T12:00:00Z  last reload -
@@ -152,4 +152,15 @@ async fn any_json_that_is_not_a_status_document_is_rejected() {
             "{err}"
         );
     }
+}
+
+#[test]
+fn a_multi_line_error_is_folded_onto_one_line() {
+    let mut doc = sample();
+    doc.backends[0].last_error = Some("HTTP 500: [+]ping ok\n[-]etcd failed\n".to_string());
+    let table = render_table(&doc);
+    assert!(
+        table.contains("  HTTP 500: [+]ping ok; [-]etcd failed\n"),
+        "{table}"
+    );
 }

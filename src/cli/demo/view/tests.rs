@@ -27,11 +27,13 @@ fn backend(i: usize, state: State, error: Option<&str>, source: BackendSource) -
         pending: None,
         last_check: None,
         consecutive_failures: 0,
+        failing_checks: Vec::new(),
+        failing_checks_more: 0,
     }
 }
 
 fn doc(mode: Mode, dc_a: State, joined: bool) -> StatusDoc {
-    let lost = "HTTP 500: [+]ping ok\n[-]etcd failed: reason withheld\n[-]informer-sync failed";
+    let lost = "readyz 500: etcd, etcd-readiness, informer-sync failed";
     let mut backends = vec![
         backend(
             0,
@@ -71,7 +73,7 @@ fn logs() -> Vec<String> {
         .map(|i| {
             format!(
                 " WARN backend state changed backend=\"127.0.0.1:41001\" zone=\"dc-a\" from=\"ready\" \
-                 to=\"unready\" reason=\"HTTP 500: [-]etcd failed: reason withheld\" n={i}"
+                 to=\"unready\" reason=\"readyz 500: etcd, etcd-readiness failed\" n={i}"
             )
         })
         .collect()
