@@ -16,6 +16,7 @@ pub mod netlab;
 pub mod runner;
 pub mod timeline;
 
+mod chaos;
 mod dying_path;
 mod head_to_head;
 mod lab_tests;
