@@ -143,11 +143,19 @@ pub fn run(name: &str, seed: u64, events: &[Event]) -> Option<Vec<Violation>> {
     });
     let end = wall() - t0;
     cast.stop_client();
+    // Counted once no connection is active, then the records: the client's last connections
+    // end (and leave their records) only after it stopped.
+    let counted = counted(&cast);
+    let mut records = liveness::records(&cast.current_balancer_log());
+    let _ = poll(Duration::from_secs(5), || {
+        records = liveness::records(&cast.current_balancer_log());
+        Some(records.0) == counted
+    });
     let ending = Ending {
         exited: cast.balancer_exited().map(|s| s.to_string()),
         log: cast.balancer_log(),
-        records: liveness::records(&cast.current_balancer_log()),
-        counted: counted(&cast),
+        records,
+        counted,
     };
     let client = cast.client_events();
     let changes = cast.changes();
