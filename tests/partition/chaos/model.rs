@@ -180,7 +180,7 @@ mod tests {
     }
 
     #[test]
-    fn chaos_model_a_stopped_member_is_bad_and_the_others_good() {
+    fn chaos_model_a_stopped_member_is_bad_while_the_others_stay_good() {
         let a = [fault(Fault::EtcdStopped(DcA), 1.0, 5.0)];
         assert_eq!(state(&a, 2.0, DcA), Site::Bad);
         assert_eq!(state(&a, 2.0, DcB), Site::Good);

@@ -22,6 +22,8 @@ use super::schedule::{describe, print, Event};
 /// `failback_after` in the chaos runs (the default 60 s would make every return a minute long).
 const FAILBACK_AFTER: f64 = 10.0;
 const FAILBACK_SPREAD: f64 = 10.0;
+/// Violations printed per invariant (all are in the record).
+const SHOWN: usize = 5;
 /// Sampling goes on this long after the return (the last window of the descriptor check).
 const QUIET: Duration = Duration::from_secs(16);
 
@@ -184,7 +186,25 @@ pub fn run(name: &str, seed: u64, events: &[Event]) -> Option<Vec<Violation>> {
         ending.records,
         ending.counted,
     );
-    for v in &violations {
+    for (i, v) in violations.iter().enumerate() {
+        let same = violations[..i]
+            .iter()
+            .filter(|o| o.invariant == v.invariant)
+            .count();
+        if same == SHOWN {
+            let more = violations
+                .iter()
+                .filter(|o| o.invariant == v.invariant)
+                .count()
+                - SHOWN;
+            text.push_str(&format!(
+                "  ... and {more} more of invariant {}\n",
+                v.invariant
+            ));
+        }
+        if same >= SHOWN {
+            continue;
+        }
         text.push_str(&format!(
             "  VIOLATION seed {seed} invariant {} at {:.1} s: {}\n    events around it:\n{}",
             v.invariant,
