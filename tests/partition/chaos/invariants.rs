@@ -53,8 +53,7 @@ impl Records<'_> {
     fn state(&self, site: Host, t: f64) -> Option<(&str, f64)> {
         self.changes
             .iter()
-            .filter(|c| c.site == site && c.t - self.t0 <= t)
-            .next_back()
+            .rfind(|c| c.site == site && c.t - self.t0 <= t)
             .map(|c| (c.to.as_str(), c.t - self.t0))
     }
 
@@ -102,7 +101,7 @@ pub fn requests_land_on_good(r: &Records) -> Vec<Violation> {
     let mut out = Vec::new();
     for x in r.requests() {
         let (t, end) = (x.t0 - r.t0, x.t1 - r.t0);
-        if t < bound() || r.restarting(t) {
+        if t < 0.0 || r.restarting(t) {
             continue;
         }
         let window = (t - bound(), end);
