@@ -225,3 +225,84 @@ pub fn no_connection_stays_on_unready(r: &Records) -> Vec<Violation> {
     }
     out
 }
+
+mod tests {
+    use super::*;
+    use crate::partition::chaos::schedule::{Event, Fault, Kind};
+    use crate::partition::netlab::Host::DcB;
+
+    fn no_quorum_at_dcb(from: f64, to: f64) -> Vec<Applied> {
+        vec![Applied {
+            event: Event {
+                at: from,
+                len: to - from,
+                kind: Kind::Fault(Fault::NoQuorum(DcB)),
+            },
+            start: from,
+            end: to,
+            resolved: None,
+        }]
+    }
+
+    fn req(t: f64, site: &str) -> ClientEvent {
+        ClientEvent::Req(Exchange {
+            t0: t,
+            t1: t + 0.01,
+            ok: true,
+            site: Some(site.to_string()),
+            attempts: 1,
+            error: None,
+        })
+    }
+
+    fn lease(t: f64) -> ClientEvent {
+        ClientEvent::Lease {
+            t0: t - 0.01,
+            t1: t,
+            ok: true,
+            site: Some("dc-a".to_string()),
+            attempt: 1,
+            conn: "reused".to_string(),
+            error: None,
+        }
+    }
+
+    fn records<'r>(applied: &'r [Applied], client: &'r [ClientEvent]) -> Records<'r> {
+        Records {
+            applied,
+            client,
+            changes: &[],
+            samples: &[],
+            t0: 0.0,
+        }
+    }
+
+    #[test]
+    fn chaos_invariant_1_fires_on_a_request_to_a_site_bad_for_the_whole_bound() {
+        let applied = no_quorum_at_dcb(0.0, 60.0);
+        let late = [req(bound() + 1.0, "dc-b")];
+        let early = [req(bound() - 1.0, "dc-b"), req(bound() + 1.0, "dc-a")];
+        assert_eq!(requests_land_on_good(&records(&applied, &late)).len(), 1);
+        assert!(requests_land_on_good(&records(&applied, &early)).is_empty());
+    }
+
+    #[test]
+    fn chaos_invariant_2_counts_only_time_with_a_good_apiserver() {
+        let applied = no_quorum_at_dcb(0.0, 60.0);
+        let leases = [lease(5.0), lease(50.0)];
+        let (longest, v) = lease_renewed(&records(&applied, &leases), 55.0);
+        assert!((longest - 45.0).abs() < 1e-9);
+        assert_eq!(v.len(), 1);
+        let (_, v) = lease_renewed(&records(&applied, &[lease(5.0), lease(40.0)]), 55.0);
+        assert!(v.is_empty());
+        // No quorum anywhere: the same 45 s gap is nobody's fault.
+        let mut nowhere = no_quorum_at_dcb(0.0, 60.0);
+        for site in [Host::DcA, Host::Witness] {
+            let mut a = nowhere[0].clone();
+            a.event.kind = Kind::Fault(Fault::NoQuorum(site));
+            nowhere.push(a);
+        }
+        let (_, v) = lease_renewed(&records(&nowhere, &leases), 55.0);
+        assert!(v.is_empty());
+    }
+}
