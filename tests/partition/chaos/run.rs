@@ -113,6 +113,23 @@ fn around(applied: &[Applied], t: f64) -> String {
         .collect()
 }
 
+/// Copies the lab's logs (the balancer's, the client's records, etcd's) next to the record: the
+/// lab's directory goes with it.
+fn keep_logs(lab: &NetLab, dir: &std::path::Path, name: &str) -> std::path::PathBuf {
+    let to = dir.join(format!("{name}-logs"));
+    let _ = std::fs::create_dir_all(&to);
+    for entry in std::fs::read_dir(lab.dir()).into_iter().flatten().flatten() {
+        let path = entry.path();
+        let keep = path
+            .extension()
+            .is_some_and(|e| e == "log" || e == "jsonl" || e == "yaml");
+        if keep {
+            let _ = std::fs::copy(&path, to.join(entry.file_name()));
+        }
+    }
+    to
+}
+
 fn event_json(a: &Applied) -> serde_json::Value {
     serde_json::json!({
         "at": a.event.at, "len": a.event.len, "what": describe(&a.event.kind),
@@ -228,6 +245,12 @@ pub fn run(name: &str, seed: u64, events: &[Event]) -> Option<Vec<Violation>> {
     std::fs::write(&path, serde_json::to_string_pretty(&record).expect("JSON"))
         .unwrap_or_else(|e| panic!("{path:?}: {e}"));
     text.push_str(&format!("  record: {}\n", path.display()));
+    if !violations.is_empty() {
+        text.push_str(&format!(
+            "  logs: {}\n",
+            keep_logs(&lab, &dir, name).display()
+        ));
+    }
     lab_print(&text);
     Some(violations)
 }
