@@ -23,25 +23,37 @@ pub fn long_local_outage() -> Vec<Event> {
     ]
 }
 
-/// Seed 18's violation of invariant 3 (300 s), shrunk to the faults around it, shifted 140 s
-/// earlier: the stream driven to dc-a (dc-b's member stopped, the witness's SYNs dropped),
-/// dc-b back, then dc-a's member stopped while dc-b's failback is due.
+/// Seed 18's violation of invariant 3 (300 s), shrunk to the faults around it and repeated
+/// three times (whether it shows depends on the stream's turn in the failback's spread): the
+/// stream driven to dc-a (dc-b's member stopped, the witness's SYNs dropped), dc-b back, then
+/// dc-a's member stopped about when dc-b's failback begins (ready + `failback_after` 10 s).
 pub fn seed_18_unready_during_failback() -> Vec<Event> {
     let fault = |at: f64, len: f64, f: Fault| Event {
         at,
         len,
         kind: Kind::Fault(f),
     };
-    vec![
-        fault(3.1, 22.4, Fault::EtcdStopped(DcB)),
-        fault(5.3, 50.1, Fault::SynBlackHole(Witness)),
-        fault(29.6, 23.9, Fault::EtcdStopped(DcA)),
-    ]
+    let mut events = Vec::new();
+    for cycle in 0..3 {
+        let c = f64::from(cycle) * 50.0;
+        events.push(fault(c, 46.0, Fault::SynBlackHole(Witness)));
+        events.push(fault(c + 1.0, 20.0, Fault::EtcdStopped(DcB)));
+        events.push(fault(
+            c + 31.0 + 2.0 * f64::from(cycle),
+            12.0,
+            Fault::EtcdStopped(DcA),
+        ));
+    }
+    events.sort_by(|a, b| a.at.total_cmp(&b.at));
+    events
 }
 
-/// Not yet reproduced (one shrunk run clean): run by hand until it is, then in CI.
+/// Fails on readyprism as it is (reproduced 16:07 UTC, cycle 2: failback closing dc-a's
+/// connections at 86.3 s, dc-a unready at 88.8 s, its last connection closed only at 95.6 s, with
+/// the reason `failback`): a connection waiting its turn in a failback's 10 s spread does not
+/// hear a later `turned_unready`. Ignored until that is fixed, then in CI (about 170 s).
 #[test]
-#[ignore = "seed 18's violation, not yet reproduced in its shrunk form"]
+#[ignore = "fails until a connection waiting its failback turn closes on turned_unready"]
 fn partition_chaos_unready_during_failback_keeps_the_invariants() {
     let events = seed_18_unready_during_failback();
     let Some(violations) = super::run::run("chaos-unready-during-failback", 18, &events) else {
