@@ -25,6 +25,7 @@ use super::netlab::{Host, LabProcess, NetLab};
 mod apiserver;
 mod kubelet;
 mod observe;
+mod restart;
 
 use apiserver::{spawn_apiserver, write_endpoints, ApiserverFiles};
 pub use observe::lab_metrics;
@@ -77,6 +78,33 @@ pub fn site_of(address: &str) -> Option<Host> {
 
 pub use super::client::{ClientEvent, Exchange};
 
+/// More for readyprism's config and command line (the chaos runs).
+#[derive(Clone, Debug, Default)]
+pub struct Tuning {
+    /// YAML appended to the config.
+    pub config: String,
+    /// `--log-level` (e.g. to log every connection's record).
+    pub log_level: Option<String>,
+}
+
+/// `readyprism --log-format json [--log-level L] run --config <config>` in the node's namespace.
+fn readyprism_command(
+    lab: &NetLab,
+    config: &std::path::Path,
+    log_level: Option<&str>,
+) -> std::process::Command {
+    let mut cmd = lab.command(Host::Node, BIN);
+    cmd.args(["--log-format", "json"]);
+    if let Some(level) = log_level {
+        cmd.args(["--log-level", level]);
+    }
+    cmd.args(["run", "--config"])
+        .arg(config)
+        .env_remove("READYPRISM_ZONE")
+        .env_remove("RUST_LOG");
+    cmd
+}
+
 /// How the balancer learns the apiservers in the membership scenario: the seeds it is
 /// configured with, and discovery's poll interval.
 pub struct Members {
@@ -94,6 +122,11 @@ pub struct Cast<'a> {
     endpoints: Option<PathBuf>,
     kind: Balancer,
     balancer: LabProcess,
+    /// Balancers stopped by [`Cast::restart_balancer`], kept for their logs.
+    retired: Vec<LabProcess>,
+    /// The balancer's config file and `--log-level` (to start it again).
+    config: PathBuf,
+    log_level: Option<String>,
     client: Option<LabProcess>,
     ca: PathBuf,
     kubelet_pem: PathBuf,
@@ -132,7 +165,19 @@ impl<'a> Cast<'a> {
         readyz: [(Host, Readyz); 3],
         members: Option<&Members>,
     ) -> Cast<'a> {
-        Cast::start_inner(lab, readyz, members, Balancer::Readyprism, &[])
+        Cast::start_inner(
+            lab,
+            readyz,
+            members,
+            Balancer::Readyprism,
+            &[],
+            &Tuning::default(),
+        )
+    }
+
+    /// [`Cast::start_with`] without members, readyprism with `tuning`.
+    pub fn start_tuned(lab: &'a NetLab, readyz: [(Host, Readyz); 3], tuning: &Tuning) -> Cast<'a> {
+        Cast::start_inner(lab, readyz, None, Balancer::Readyprism, &[], tuning)
     }
 
     /// [`Cast::start_with`] without members, with `balancer` on the node instead of readyprism
@@ -143,7 +188,7 @@ impl<'a> Cast<'a> {
         balancer: Balancer,
         flags: &[(Host, &[&str])],
     ) -> Cast<'a> {
-        Cast::start_inner(lab, readyz, None, balancer, flags)
+        Cast::start_inner(lab, readyz, None, balancer, flags, &Tuning::default())
     }
 
     fn start_inner(
@@ -152,6 +197,7 @@ impl<'a> Cast<'a> {
         members: Option<&Members>,
         kind: Balancer,
         flags: &[(Host, &[&str])],
+        tuning: &Tuning,
     ) -> Cast<'a> {
         let ca = Ca::new("partition-lab-ca").expect("CA");
         let ca_path = write(lab, "ca.crt", &ca.cert_pem);
@@ -214,16 +260,13 @@ impl<'a> Cast<'a> {
             ),
         };
         let config = format!(
-            "listen: [\"{LISTEN}\"]\nadmin: \"{ADMIN}\"\n{zone}backends:\n{backends}{discovery}tls:\n  ca: {}\n  client_cert: {}\n",
+            "listen: [\"{LISTEN}\"]\nadmin: \"{ADMIN}\"\n{zone}backends:\n{backends}{discovery}tls:\n  ca: {}\n  client_cert: {}\n{}",
             ca_path.display(),
             kubelet_pem.display(),
+            tuning.config,
         );
         let config = write(lab, "readyprism.yaml", &config);
-        let mut cmd = lab.command(Host::Node, BIN);
-        cmd.args(["--log-format", "json", "run", "--config"])
-            .arg(&config)
-            .env_remove("READYPRISM_ZONE")
-            .env_remove("RUST_LOG");
+        let cmd = readyprism_command(lab, &config, tuning.log_level.as_deref());
         let balancer = match kind {
             Balancer::Readyprism => lab.spawn("readyprism", cmd).expect("spawn readyprism"),
             other => spawn_other(lab, other),
@@ -242,6 +285,9 @@ impl<'a> Cast<'a> {
             endpoints,
             kind,
             balancer,
+            retired: Vec::new(),
+            config,
+            log_level: tuning.log_level.clone(),
             client: None,
             ca: ca_path,
             kubelet_pem,

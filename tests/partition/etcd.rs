@@ -123,6 +123,11 @@ impl<'a> EtcdCluster<'a> {
         })
     }
 
+    /// Sends `signal` (`STOP`, `CONT`) to a member.
+    pub fn signal(&self, site: Host, signal: &str) -> Result<(), String> {
+        self.members[&site].signal(signal)
+    }
+
     /// All client URLs, comma-separated (for `--endpoints`).
     pub fn endpoints(&self) -> String {
         Host::SITES

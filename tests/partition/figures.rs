@@ -15,7 +15,7 @@ mod record;
 mod report;
 
 pub use record::timeline;
-pub use report::{report, save};
+pub use report::{report, results_dir, save};
 
 /// A stream connection with an event this recently counts as alive (four of its 250 ms events).
 pub const RECENT: f64 = 1.0;

@@ -17,6 +17,7 @@ pub mod runner;
 pub mod timeline;
 
 mod blink;
+mod chaos;
 mod dying_path;
 mod handoff;
 mod head_to_head;

@@ -17,22 +17,22 @@ use std::time::Duration;
 const TARGET: f64 = 7.0;
 /// Seconds a loaded 2-core machine may add to a bound (process wake-ups, the Python delay
 /// helpers and client, TLS handshakes in a debug build).
-const SLACK: f64 = 1.5;
+pub const SLACK: f64 = 1.5;
 /// The balancer's defaults (docs/config.md): probe every 5 s ±10 %, connections of an unready backend
 /// closed spread over 0.5 s.
 const INTERVAL_MAX: f64 = 5.5;
-const EVICT_SPREAD: f64 = 0.5;
+pub const EVICT_SPREAD: f64 = 0.5;
 /// kube-apiserver's etcd readiness budget: a probe of an apiserver without quorum takes this long.
 const READ_BUDGET: f64 = 2.0;
 /// The probe timeout: a probe of a silent apiserver takes this long.
-const PROBE_TIMEOUT: f64 = 3.0;
+pub const PROBE_TIMEOUT: f64 = 3.0;
 
 /// The design's worst case when the fault is seen only by probes that each take `check` seconds
 /// to fail: the fault lands just after a probe started (the next is up to 5.5 s away), `fall`
 /// failing probes back to back (the fast re-probe is due before the failing one ends), the
 /// eviction spread, then `redials` seconds of dial timeouts on the way to a good backend. Where
 /// this exceeds the 7 s target, the target cannot hold for every phase of the probe schedule.
-fn probe_bound(check: f64, redials: f64) -> f64 {
+pub fn probe_bound(check: f64, redials: f64) -> f64 {
     INTERVAL_MAX + FALL as f64 * check + EVICT_SPREAD + redials + SLACK
 }
 

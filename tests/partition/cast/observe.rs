@@ -25,9 +25,9 @@ impl<'a> Cast<'a> {
         serde_json::from_slice(&out.stdout).map_err(|e| format!("/status: {e}"))
     }
 
-    /// Every backend state change the balancer has logged so far, in order.
+    /// Every backend state change the balancer has logged so far, in order (across restarts).
     pub fn changes(&self) -> Vec<Change> {
-        crate::partition::balancer_log::changes(&self.balancer.log_text())
+        crate::partition::balancer_log::changes(&self.balancer_log())
     }
 
     /// Each site's state after the latest logged change (`ready`, `unready`; absent: unknown).
@@ -75,8 +75,15 @@ impl<'a> Cast<'a> {
             .collect()
     }
 
-    /// The balancer's log (for failure messages).
+    /// The balancer's log (for failure messages), the logs of restarted ones first.
     pub fn balancer_log(&self) -> String {
+        let mut text: String = self.retired.iter().map(|p| p.log_text()).collect();
+        text.push_str(&self.balancer.log_text());
+        text
+    }
+
+    /// The log of the balancer running now only.
+    pub fn current_balancer_log(&self) -> String {
         self.balancer.log_text()
     }
 }

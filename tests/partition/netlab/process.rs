@@ -39,6 +39,16 @@ impl LabProcess {
         }
     }
 
+    /// Its process id (`ip netns exec` execs the program: the same process).
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// Sends `signal` (`STOP`, `CONT`, `HUP`, `TERM`) with kill(1).
+    pub fn signal(&self, signal: &str) -> Result<(), String> {
+        signal_pid(self.pid(), signal)
+    }
+
     /// SIGKILL and reap.
     pub fn kill(&mut self) {
         let _ = self.child.kill();
@@ -49,5 +59,21 @@ impl LabProcess {
 impl Drop for LabProcess {
     fn drop(&mut self) {
         self.kill();
+    }
+}
+
+/// Sends `signal` to `pid` with kill(1).
+pub fn signal_pid(pid: u32, signal: &str) -> Result<(), String> {
+    let out = std::process::Command::new("kill")
+        .args([&format!("-{signal}"), &pid.to_string()])
+        .output()
+        .map_err(|e| format!("kill: {e}"))?;
+    if out.status.success() {
+        Ok(())
+    } else {
+        Err(format!(
+            "kill -{signal} {pid}: {}",
+            String::from_utf8_lossy(&out.stderr).trim()
+        ))
     }
 }

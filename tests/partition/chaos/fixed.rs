@@ -1,0 +1,78 @@
+//! Fixed schedules: a chaos run of a given event list rather than a seed's draw (the shrunk
+//! schedule of a violation found, or a schedule that shows an invariant firing).
+
+use crate::partition::netlab::Host::{DcA, DcB, Witness};
+
+use super::schedule::{Event, Fault, Kind};
+
+/// dc-b's member without quorum for 40 s, then stopped for 12 s (overlapping its last 4 s):
+/// dc-a and the witness keep quorum throughout, so a balancer that keeps routing to dc-b fails
+/// every lease renewal for about 48 s.
+pub fn long_local_outage() -> Vec<Event> {
+    vec![
+        Event {
+            at: 2.0,
+            len: 40.0,
+            kind: Kind::Fault(Fault::NoQuorum(DcB)),
+        },
+        Event {
+            at: 38.0,
+            len: 12.0,
+            kind: Kind::Fault(Fault::EtcdStopped(DcB)),
+        },
+    ]
+}
+
+/// Seed 18's violation of invariant 3 (300 s), shrunk to the faults around it and repeated
+/// three times (whether it shows depends on the stream's turn in the failback's spread): the
+/// stream driven to dc-a (dc-b's member stopped, the witness's SYNs dropped), dc-b back, then
+/// dc-a's member stopped about when dc-b's failback begins (ready + `failback_after` 10 s).
+pub fn seed_18_unready_during_failback() -> Vec<Event> {
+    let fault = |at: f64, len: f64, f: Fault| Event {
+        at,
+        len,
+        kind: Kind::Fault(f),
+    };
+    let mut events = Vec::new();
+    for cycle in 0..3 {
+        let c = f64::from(cycle) * 50.0;
+        events.push(fault(c, 46.0, Fault::SynBlackHole(Witness)));
+        events.push(fault(c + 1.0, 20.0, Fault::EtcdStopped(DcB)));
+        events.push(fault(
+            c + 31.0 + 2.0 * f64::from(cycle),
+            12.0,
+            Fault::EtcdStopped(DcA),
+        ));
+    }
+    events.sort_by(|a, b| a.at.total_cmp(&b.at));
+    events
+}
+
+/// Fails on readyprism as it is (reproduced 16:07 UTC, cycle 2: failback closing dc-a's
+/// connections at 86.3 s, dc-a unready at 88.8 s, its last connection closed only at 95.6 s, with
+/// the reason `failback`): a connection waiting its turn in a failback's 10 s spread does not
+/// hear a later `turned_unready`. Ignored until that is fixed, then in CI (about 170 s).
+#[test]
+#[ignore = "fails until a connection waiting its failback turn closes on turned_unready"]
+fn partition_chaos_unready_during_failback_keeps_the_invariants() {
+    let events = seed_18_unready_during_failback();
+    let Some(violations) = super::run::run("chaos-unready-during-failback", 18, &events) else {
+        return;
+    };
+    assert!(
+        violations.is_empty(),
+        "violations: {violations:?} (see above)"
+    );
+}
+
+#[test]
+fn partition_chaos_long_local_outage_keeps_the_invariants() {
+    let events = long_local_outage();
+    let Some(violations) = super::run::run("chaos-long-local-outage", 0, &events) else {
+        return;
+    };
+    assert!(
+        violations.is_empty(),
+        "violations: {violations:?} (see above)"
+    );
+}

@@ -1,0 +1,256 @@
+//! One chaos run end to end: the lab, etcd, the cast (failback shortened, every connection's
+//! record logged), the client, the schedule played with the balancer sampled, the return after
+//! the last heal, then the invariants: printed with the events around each violation and saved
+//! with every event's actual time to `target/partition-lab/chaos-<seed>.json`.
+
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::time::Duration;
+
+use crate::partition::cast::{poll, wall, Cast, ClientEvent, Tuning};
+use crate::partition::etcd::EtcdCluster;
+use crate::partition::figures::results_dir;
+use crate::partition::netlab::{lab_print, Host, NetLab};
+use crate::partition::scenarios::ETCD;
+
+use super::invariants::{self, bound, Records, Violation};
+use super::liveness::{self, Ending, Return};
+use super::model::{self, Applied};
+use super::nemesis::Nemesis;
+use super::sampler;
+use super::schedule::{describe, print, Event};
+
+/// `failback_after` in the chaos runs (the default 60 s would make every return a minute long).
+const FAILBACK_AFTER: f64 = 10.0;
+const FAILBACK_SPREAD: f64 = 10.0;
+/// Violations printed per invariant (all are in the record).
+const SHOWN: usize = 5;
+/// Sampling goes on this long after the return (the last window of the descriptor check).
+const QUIET: Duration = Duration::from_secs(16);
+
+fn tuning() -> Tuning {
+    Tuning {
+        config: format!("failback_after: {FAILBACK_AFTER}s\n"),
+        log_level: Some("info,readyprism::proxy::record=debug".to_string()),
+    }
+}
+
+/// Whether the client's latest stream event is on `site` and recent.
+fn stream_on(cast: &Cast, site: &str) -> bool {
+    cast.client_events()
+        .iter()
+        .rev()
+        .find_map(|e| match e {
+            ClientEvent::Line { t, site: s, .. } => Some((*t, s.clone())),
+            _ => None,
+        })
+        .is_some_and(|(t, s)| s == site && t > wall() - 2.0)
+}
+
+fn gauge(cast: &Cast, name: &str) -> Option<f64> {
+    cast.metrics(name)
+        .iter()
+        .filter(|l| l.starts_with(name))
+        .filter_map(|l| l.rsplit_once(' ')?.1.parse::<f64>().ok())
+        .reduce(|a, b| a + b)
+}
+
+/// Waits for the return after the last heal (invariant 5) and notes when each part came.
+fn wait_return(cast: &Cast, t0: f64, last_heal: f64) -> Return {
+    let (ready_by, home_by) = liveness::return_bounds(last_heal, FAILBACK_AFTER, FAILBACK_SPREAD);
+    let mut ret = Return {
+        last_heal,
+        ready_by,
+        home_by,
+        ..Return::default()
+    };
+    let all_ready: Vec<(Host, &str)> = Host::SITES.into_iter().map(|s| (s, "ready")).collect();
+    let _ = poll(
+        Duration::from_secs_f64(home_by + 5.0 - (wall() - t0)),
+        || {
+            let t = wall() - t0;
+            if ret.all_ready.is_none() && cast.states_are(&all_ready) {
+                ret.all_ready = Some(t);
+            }
+            if ret.none_unready_gauge.is_none()
+                && gauge(cast, "readyprism_no_ready_backends") == Some(0.0)
+            {
+                ret.none_unready_gauge = Some(t);
+            }
+            if ret.stream_home.is_none() && stream_on(cast, "dc-b") {
+                ret.stream_home = Some(t);
+            }
+            ret.all_ready.is_some() && ret.none_unready_gauge.is_some() && ret.stream_home.is_some()
+        },
+    );
+    ret
+}
+
+/// The connections the running balancer counted (relayed and rejected), once none is active.
+fn counted(cast: &Cast) -> Option<usize> {
+    let idle = poll(Duration::from_secs(10), || {
+        gauge(cast, "readyprism_connections_active") == Some(0.0)
+    });
+    if !idle {
+        return None;
+    }
+    let relayed = gauge(cast, "readyprism_connections_total").unwrap_or(0.0);
+    let rejected = gauge(cast, "readyprism_connections_rejected_total").unwrap_or(0.0);
+    Some((relayed + rejected) as usize)
+}
+
+fn around(applied: &[Applied], t: f64) -> String {
+    applied
+        .iter()
+        .filter(|a| a.start - 10.0 <= t && t <= a.end.max(a.start) + 10.0)
+        .map(|a| {
+            format!(
+                "      {:6.1}..{:6.1} s  {}\n",
+                a.start,
+                a.end,
+                describe(&a.event.kind)
+            )
+        })
+        .collect()
+}
+
+/// Copies the lab's logs (the balancer's, the client's records, etcd's) next to the record: the
+/// lab's directory goes with it.
+fn keep_logs(lab: &NetLab, dir: &std::path::Path, name: &str) -> std::path::PathBuf {
+    let to = dir.join(format!("{name}-logs"));
+    let _ = std::fs::create_dir_all(&to);
+    for entry in std::fs::read_dir(lab.dir()).into_iter().flatten().flatten() {
+        let path = entry.path();
+        let keep = path
+            .extension()
+            .is_some_and(|e| e == "log" || e == "jsonl" || e == "yaml");
+        if keep {
+            let _ = std::fs::copy(&path, to.join(entry.file_name()));
+        }
+    }
+    to
+}
+
+fn event_json(a: &Applied) -> serde_json::Value {
+    serde_json::json!({
+        "at": a.event.at, "len": a.event.len, "what": describe(&a.event.kind),
+        "start": a.start, "end": a.end, "member": a.resolved.map(Host::name),
+    })
+}
+
+/// Plays `events` as run `name` (seed `seed`); the violations, or `None` if the lab is skipped.
+pub fn run(name: &str, seed: u64, events: &[Event]) -> Option<Vec<Violation>> {
+    let lab = NetLab::start(name)?;
+    let mut etcd = EtcdCluster::start(&lab, name, &[])?;
+    etcd.wait_healthy(Duration::from_secs(30))
+        .unwrap_or_else(|e| panic!("{e}"));
+    let mut cast = Cast::start_tuned(&lab, ETCD, &tuning());
+    let all_ready: Vec<(Host, &str)> = Host::SITES.into_iter().map(|s| (s, "ready")).collect();
+    cast.wait_states(&all_ready, Duration::from_secs(30));
+    cast.start_client();
+    lab_print(&print(seed, events));
+
+    let t0 = wall();
+    let pid = AtomicU32::new(cast.balancer_pid());
+    let stop = AtomicBool::new(false);
+    let (applied, samples, ret) = std::thread::scope(|s| {
+        let sampler = s.spawn(|| sampler::run(&lab, &pid, t0, &stop));
+        let applied = Nemesis::new(&lab, &etcd, &mut cast, &pid).play(events, t0);
+        let ret = wait_return(&cast, t0, model::last_heal(&applied));
+        std::thread::sleep(QUIET);
+        stop.store(true, Ordering::SeqCst);
+        (applied, sampler.join().expect("sampler"), ret)
+    });
+    let end = wall() - t0;
+    cast.stop_client();
+    // Counted once no connection is active, then the records: the client's last connections
+    // end (and leave their records) only after it stopped.
+    let counted = counted(&cast);
+    let mut records = liveness::records(&cast.current_balancer_log());
+    let _ = poll(Duration::from_secs(5), || {
+        records = liveness::records(&cast.current_balancer_log());
+        Some(records.0) == counted
+    });
+    let ending = Ending {
+        exited: cast.balancer_exited().map(|s| s.to_string()),
+        log: cast.balancer_log(),
+        records,
+        counted,
+    };
+    let client = cast.client_events();
+    let changes = cast.changes();
+    let records = Records {
+        applied: &applied,
+        client: &client,
+        changes: &changes,
+        samples: &samples,
+        t0,
+    };
+    let mut violations = invariants::requests_land_on_good(&records);
+    let (lease_gap, v2) = invariants::lease_renewed(&records, end);
+    violations.extend(v2);
+    violations.extend(invariants::no_connection_stays_on_unready(&records));
+    let (growth, v4) = liveness::balancer_healthy(&records, &ending, end);
+    violations.extend(v4);
+    violations.extend(liveness::everything_returns(&ret));
+    violations.sort_by(|a, b| a.t.total_cmp(&b.t));
+
+    let mut text = format!(
+        "chaos seed {seed}: {} events over {end:.0} s, detection bound {:.1} s, longest lease gap {lease_gap:.1} s, {} of {} samples with no ready backend\n  return: {ret:?}\n  processes: {growth:?}\n  connection records {:?}, counted {:?}\n",
+        applied.len(),
+        bound(),
+        samples.iter().filter(|s| s.no_ready == Some(1.0)).count(),
+        samples.len(),
+        ending.records,
+        ending.counted,
+    );
+    for (i, v) in violations.iter().enumerate() {
+        let same = violations[..i]
+            .iter()
+            .filter(|o| o.invariant == v.invariant)
+            .count();
+        if same == SHOWN {
+            let more = violations
+                .iter()
+                .filter(|o| o.invariant == v.invariant)
+                .count()
+                - SHOWN;
+            text.push_str(&format!(
+                "  ... and {more} more of invariant {}\n",
+                v.invariant
+            ));
+        }
+        if same >= SHOWN {
+            continue;
+        }
+        text.push_str(&format!(
+            "  VIOLATION seed {seed} invariant {} at {:.1} s: {}\n    events around it:\n{}",
+            v.invariant,
+            v.t,
+            v.what,
+            around(&applied, v.t)
+        ));
+    }
+    let record = serde_json::json!({
+        "seed": seed, "t0": t0, "secs": end, "detection_bound": bound(),
+        "events": applied.iter().map(event_json).collect::<Vec<_>>(),
+        "violations": violations.iter().map(|v| serde_json::json!({
+            "invariant": v.invariant, "t": v.t, "what": v.what })).collect::<Vec<_>>(),
+        "longest_lease_gap": lease_gap, "return": ret, "processes": growth,
+        "connection_records": ending.records, "connections_counted": ending.counted,
+        "samples": samples.len(),
+    });
+    let dir = results_dir();
+    std::fs::create_dir_all(&dir).unwrap_or_else(|e| panic!("{dir:?}: {e}"));
+    let path = dir.join(format!("{name}.json"));
+    std::fs::write(&path, serde_json::to_string_pretty(&record).expect("JSON"))
+        .unwrap_or_else(|e| panic!("{path:?}: {e}"));
+    text.push_str(&format!("  record: {}\n", path.display()));
+    if !violations.is_empty() {
+        text.push_str(&format!(
+            "  logs: {}\n",
+            keep_logs(&lab, &dir, name).display()
+        ));
+    }
+    lab_print(&text);
+    Some(violations)
+}

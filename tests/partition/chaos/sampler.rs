@@ -1,0 +1,129 @@
+//! Samples the balancer about once a second while a schedule plays: `/livez`, the gauges of
+//! `/metrics` the invariants read, and its process's descriptors and resident memory. Does not
+//! judge the samples (`invariants.rs`).
+
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::time::Duration;
+
+use crate::partition::cast::{site_of, wall, ADMIN};
+use crate::partition::netlab::{Host, NetLab};
+
+/// One sample; `t` in seconds from the schedule's start.
+#[derive(Clone, Debug)]
+pub struct Sample {
+    pub t: f64,
+    pub pid: u32,
+    /// `/livez` answered 200.
+    pub live: bool,
+    /// Open descriptors and resident memory (KiB); `None` if the process is gone.
+    pub fds: Option<usize>,
+    pub rss_kib: Option<u64>,
+    /// `readyprism_no_ready_backends`.
+    pub no_ready: Option<f64>,
+    /// `readyprism_connections_active` by site.
+    pub active: BTreeMap<Host, f64>,
+}
+
+const EVERY: Duration = Duration::from_secs(1);
+
+/// Fetches `/livez` and `/metrics` in one Python run inside the node's namespace.
+const SCRIPT: &str = r##"
+import sys, urllib.request
+base = sys.argv[1]
+try:
+    live = urllib.request.urlopen(base + "/livez", timeout=3).status == 200
+except Exception:
+    live = False
+print("LIVE" if live else "DEAD")
+try:
+    print(urllib.request.urlopen(base + "/metrics", timeout=3).read().decode())
+except Exception as e:
+    print("# metrics failed:", e)
+"##;
+
+fn fds(pid: u32) -> Option<usize> {
+    std::fs::read_dir(format!("/proc/{pid}/fd"))
+        .ok()
+        .map(|d| d.count())
+}
+
+fn rss_kib(pid: u32) -> Option<u64> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    let line = status.lines().find(|l| l.starts_with("VmRSS:"))?;
+    line.split_whitespace().nth(1)?.parse().ok()
+}
+
+/// `name{labels} value` lines: the value, and the `backend` label's site if any.
+fn parse(metrics: &str) -> (Option<f64>, BTreeMap<Host, f64>) {
+    let mut no_ready = None;
+    let mut active = BTreeMap::new();
+    for line in metrics.lines().filter(|l| !l.starts_with('#')) {
+        let Some((name, value)) = line.rsplit_once(' ') else {
+            continue;
+        };
+        let Ok(value) = value.parse::<f64>() else {
+            continue;
+        };
+        if name == "readyprism_no_ready_backends" {
+            no_ready = Some(value);
+        } else if let Some(labels) = name.strip_prefix("readyprism_connections_active{") {
+            let site = labels
+                .split("backend=\"")
+                .nth(1)
+                .and_then(|r| r.split('"').next())
+                .and_then(site_of);
+            if let Some(site) = site {
+                active.insert(site, value);
+            }
+        }
+    }
+    (no_ready, active)
+}
+
+fn sample(lab: &NetLab, pid: u32, t0: f64) -> Sample {
+    let url = format!("http://{ADMIN}");
+    let out = lab
+        .output(
+            Host::Node,
+            "python3",
+            &["-c", SCRIPT, &url],
+            &[],
+            Duration::from_secs(10),
+        )
+        .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
+        .unwrap_or_default();
+    let live = out.starts_with("LIVE");
+    let (no_ready, active) = parse(&out);
+    Sample {
+        t: wall() - t0,
+        pid,
+        live,
+        fds: fds(pid),
+        rss_kib: rss_kib(pid),
+        no_ready,
+        active,
+    }
+}
+
+/// Samples until `stop` is set; returns the samples.
+pub fn run(lab: &NetLab, pid: &AtomicU32, t0: f64, stop: &AtomicBool) -> Vec<Sample> {
+    let mut out = Vec::new();
+    while !stop.load(Ordering::SeqCst) {
+        let began = wall();
+        out.push(sample(lab, pid.load(Ordering::SeqCst), t0));
+        let rest = EVERY.as_secs_f64() - (wall() - began);
+        if rest > 0.0 {
+            std::thread::sleep(Duration::from_secs_f64(rest));
+        }
+    }
+    out
+}
+
+#[test]
+fn chaos_sampler_reads_the_gauges_by_site() {
+    let text = "# HELP x\nreadyprism_no_ready_backends 0\nreadyprism_connections_active{backend=\"10.77.1.1:6443\"} 2\n";
+    let (no_ready, active) = parse(text);
+    assert_eq!(no_ready, Some(0.0));
+    assert_eq!(active.get(&Host::DcA), Some(&2.0));
+}
