@@ -103,3 +103,50 @@ fn a_failback_under_way_is_called_off_when_the_home_backend_turns_unready_again(
         "{called_off}"
     );
 }
+
+#[test]
+fn a_far_backend_turning_unready_during_its_failback_has_its_remaining_streams_closed_at_once() {
+    let lab = Lab::new();
+    let rt = tokio::runtime::Runtime::new().expect("runtime");
+    let (local, remote) =
+        rt.block_on(async { (lab.fake("local").await, lab.fake("remote").await) });
+    local.control.set_ready(false);
+    let file = lab.path("failback.yaml");
+    let yaml = lab.yaml(
+        "dc-a",
+        &[(addr(&local), "dc-a"), (addr(&remote), "dc-b")],
+        "failback_after: 1s\n",
+    );
+    std::fs::write(&file, yaml).expect("write config");
+    let p = Proc::start(&file);
+    rt.block_on(poll("local unready, remote ready", || {
+        states(&p) == [Unready, Ready]
+    }));
+    let mut streams = Vec::new();
+    for _ in 0..STREAMS {
+        let (c, name) = rt.block_on(raw(p.listen)).expect("relayed");
+        assert_eq!(name, "remote", "the only ready backend");
+        streams.push(c);
+    }
+
+    // The failback begins, its closes spread over the failback window ...
+    local.control.set_ready(true);
+    rt.block_on(poll("the failback begun", || {
+        closes(&p, &remote, "failback") > 0
+    }));
+    // ... and the far backend turns unready before the spread is over: the streams still
+    // waiting for their failback turn must not stay on it until then.
+    remote.control.set_ready(false);
+    rt.block_on(poll("remote unready", || states(&p) == [Ready, Unready]));
+    assert!(
+        closes(&p, &remote, "failback") < STREAMS,
+        "the whole spread went by before the far backend was unready; nothing left to show"
+    );
+    rt.block_on(poll("every stream closed", || {
+        closes(&p, &remote, "failback") + closes(&p, &remote, "turned_unready") == STREAMS
+    }));
+    assert!(
+        closes(&p, &remote, "turned_unready") > 0,
+        "the streams left of the failback were closed at their failback turns, not as turned_unready"
+    );
+}
