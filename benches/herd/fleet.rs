@@ -60,7 +60,7 @@ impl Balancer {
                 std::fs::write(&cfg, readyprism_config(listen, admin, apiservers, env))
                     .expect("write readyprism config");
                 let mut c = Command::new(&env.readyprism);
-                c.args(["--log-level", "warn", "run", "--config"]).arg(&cfg);
+                c.args(["--log-level", "info", "run", "--config"]).arg(&cfg);
                 (c, Some(admin))
             }
             Kind::Haproxy => {
@@ -163,7 +163,7 @@ fn haproxy_config(listen: SocketAddr, apiservers: &[SocketAddr], env: &Env) -> S
         })
         .collect();
     format!(
-        "global\n  nbthread 1\n  maxconn 20000\n\
+        "global\n  nbthread 1\n  maxconn 2000\n\
          defaults\n  mode tcp\n  retries 3\n  timeout connect 10s\n  timeout client 86400s\n  \
          timeout server 86400s\n  timeout tunnel 86400s\n\
          frontend main\n  bind {listen}\n  default_backend masters\n\

@@ -96,6 +96,12 @@ fn main() -> ExitCode {
     };
     std::fs::write(&env.ca, &cluster.ca.cert_pem).expect("write CA");
     std::fs::write(&env.client, cluster.client.combined_pem()).expect("write client cert");
+    // A key readable by others is warned about at start: the kubelet's is 0600.
+    std::fs::set_permissions(
+        &env.client,
+        std::os::unix::fs::PermissionsExt::from_mode(0o600),
+    )
+    .expect("chmod client key");
 
     let runtime = |name: &str| {
         tokio::runtime::Builder::new_multi_thread()

@@ -22,6 +22,10 @@ pub const CLIENTS_PER_NODE: usize = 20;
 /// Apiservers in the control plane.
 pub const APISERVERS: usize = 3;
 
+/// The balancers' starts are spread over this (both probe every 5 s), so that a fault meets the
+/// fleet's probes at every phase, as it meets a real fleet's.
+const PHASES: Duration = Duration::from_secs(5);
+
 /// kube-apiserver's `/readyz` answer while etcd is unreachable.
 const ETCD_FAILED: &str = "[+]ping ok\n[-]etcd failed: reason withheld\nreadyz check failed\n";
 
@@ -153,8 +157,13 @@ pub fn run(scenario: Scenario, kind: Kind, s: &Setup) -> Run {
     let names = Arc::new(fakes.iter().map(|f| f.control.name.clone()).collect());
     let dir = s.dir.join(format!("{}-{}", scenario.name(), kind.name()));
     let _ = std::fs::remove_dir_all(&dir);
+    // Nodes probe at independent phases: starts spread over one probe interval.
+    let t_start = Instant::now();
     let mut fleet: Vec<Balancer> = (0..s.nodes)
-        .map(|n| Balancer::start(kind, &dir.join(format!("node-{n}")), &addrs, s.env))
+        .map(|n| {
+            sleep_until(t_start + PHASES.mul_f64(n as f64 / s.nodes as f64));
+            Balancer::start(kind, &dir.join(format!("node-{n}")), &addrs, s.env)
+        })
         .collect();
     wait_for("every balancer ready", Duration::from_secs(60), || {
         fleet.iter().all(Balancer::ready)
