@@ -80,10 +80,14 @@ fn main() -> ExitCode {
         }
     };
     let kinds = [Kind::Readyprism, Kind::Haproxy];
+    let commit = commit();
     raise_fd_limit(nodes * CLIENTS_PER_NODE * 2 + nodes * 8 + 256);
 
     let (profile_dir, out_dir) = dirs();
     let readyprism = readyprism_binary(&profile_dir);
+    // A run that stops half-way leaves no results of an earlier one behind.
+    let _ = std::fs::remove_file(out_dir.join("results.json"));
+    let _ = std::fs::remove_file(out_dir.join("herd.svg"));
     let run_dir = out_dir.join("run");
     let _ = std::fs::remove_dir_all(&run_dir);
     std::fs::create_dir_all(&run_dir).expect("create target/herd/run");
@@ -156,7 +160,7 @@ fn main() -> ExitCode {
     };
     let results = Results {
         command: "cargo bench --bench herd",
-        commit: commit(),
+        commit,
         machine: machine(&haproxy),
         nodes,
         clients_per_node: CLIENTS_PER_NODE,

@@ -155,10 +155,19 @@ pub fn svg(path: &Path, scenarios: &[Scenario], outcomes: &[Outcome]) -> Result<
             .map_err(|e| e.to_string())?;
         chart
             .configure_mesh()
-            .x_desc("seconds after the fault began")
+            .x_desc("seconds after the fault began (dashed: the fault's end)")
             .y_desc("new conns / 100 ms")
             .draw()
             .map_err(|e| e.to_string())?;
+        // The fault's end (a blink over; the drain's listener closes), dashed.
+        let end = s.fault_len().as_secs_f64();
+        if end > 0.0 {
+            let dashes = (0..20).map(|i| {
+                let y0 = top * f64::from(i) / 20.0;
+                PathElement::new(vec![(end, y0), (end, y0 + top / 40.0)], BLACK.mix(0.5))
+            });
+            chart.draw_series(dashes).map_err(|e| e.to_string())?;
+        }
         for (kind, colour, o) in series {
             let points: Vec<(f64, f64)> = o
                 .per_100ms
