@@ -8,8 +8,10 @@
 //! reached, each close and whether a request was under way, each failed dial.
 
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicU8, AtomicUsize, Ordering};
+use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, AtomicU8, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
@@ -18,6 +20,7 @@ use hyper::client::conn::http1::SendRequest;
 use hyper::Request;
 use hyper_util::rt::TokioIo;
 use rustls::pki_types::ServerName;
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::TcpStream;
 use tokio::task::JoinHandle;
 use tokio_rustls::TlsConnector;
@@ -49,8 +52,12 @@ pub enum EventKind {
     Connected(u8),
     /// The connection to this apiserver closed; `in_request`: under a request, which failed.
     Closed { apiserver: u8, in_request: bool },
-    /// A dial through the balancer failed (TCP, TLS or its first request): a failed request.
+    /// A dial the balancer refused: TCP failed, or the connection ended before the balancer relayed
+    /// a byte of an apiserver's TLS. A failed request.
     DialFailed,
+    /// A dial that reached an apiserver (its TLS bytes came back) and was closed before its first
+    /// answer: a request cut; `handshaken`: its TLS handshake had completed (a new connection).
+    DialCut { handshaken: bool },
 }
 
 /// Shared by every client of a scenario and read by the harness.
@@ -141,13 +148,23 @@ pub async fn run(id: usize, dialer: Dialer, rec: Arc<Record>, stop: Cancellation
             _ = stop.cancelled() => return,
             d = dial(&dialer) => d,
         };
-        let Some(mut conn) = dialed else {
-            rec.push(EventKind::DialFailed);
-            let pause = Duration::from_millis(200 << failures.min(3)).min(Duration::from_secs(2));
-            failures += 1;
-            tokio::select! {
-                _ = stop.cancelled() => return,
-                _ = tokio::time::sleep(pause) => continue,
+        let mut conn = match dialed {
+            Ok(conn) => conn,
+            Err(EventKind::DialFailed) => {
+                rec.push(EventKind::DialFailed);
+                let pause =
+                    Duration::from_millis(200 << failures.min(3)).min(Duration::from_secs(2));
+                failures += 1;
+                tokio::select! {
+                    _ = stop.cancelled() => return,
+                    _ = tokio::time::sleep(pause) => continue,
+                }
+            }
+            Err(cut) => {
+                // Closed under its first request: re-dialled at once, as after any close.
+                rec.push(cut);
+                failures = 0;
+                continue;
             }
         };
         failures = 0;
@@ -175,37 +192,87 @@ pub async fn run(id: usize, dialer: Dialer, rec: Arc<Record>, stop: Cancellation
     }
 }
 
-/// TCP to the balancer, TLS to the apiserver behind it, one `GET /name`; `None` if any step fails.
-async fn dial(d: &Dialer) -> Option<Conn> {
+/// TCP to the balancer, TLS to the apiserver behind it, one `GET /name`. Fails with
+/// [`EventKind::DialFailed`] when the balancer refused (nothing of an apiserver came back), else
+/// with [`EventKind::DialCut`].
+async fn dial(d: &Dialer) -> Result<Conn, EventKind> {
+    let refused = EventKind::DialFailed;
     let tcp = tokio::time::timeout(STEP_TIMEOUT, TcpStream::connect(d.balancer))
         .await
-        .ok()?
-        .ok()?;
-    tcp.set_nodelay(true).ok()?;
-    let name = ServerName::try_from("127.0.0.1").ok()?;
-    let tls = tokio::time::timeout(STEP_TIMEOUT, d.tls.connect(name, tcp))
-        .await
-        .ok()?
-        .ok()?;
+        .map_err(|_| refused)?
+        .map_err(|_| refused)?;
+    tcp.set_nodelay(true).map_err(|_| refused)?;
+    let heard = Arc::new(AtomicBool::new(false));
+    let tcp = Heard {
+        inner: tcp,
+        heard: heard.clone(),
+    };
+    let name = ServerName::try_from("127.0.0.1").map_err(|_| refused)?;
+    let tls = match tokio::time::timeout(STEP_TIMEOUT, d.tls.connect(name, tcp)).await {
+        Ok(Ok(tls)) => tls,
+        _ if heard.load(Ordering::SeqCst) => return Err(EventKind::DialCut { handshaken: false }),
+        _ => return Err(refused),
+    };
+    let cut = EventKind::DialCut { handshaken: true };
     let (mut send, conn) = hyper::client::conn::http1::handshake(TokioIo::new(tls))
         .await
-        .ok()?;
+        .map_err(|_| cut)?;
     let driver = tokio::spawn(async move {
         let _ = conn.await;
     });
-    let Some(body) = get_name(&mut send).await else {
+    let answer = get_name(&mut send)
+        .await
+        .and_then(|body| d.names.iter().position(|n| *n == body))
+        .and_then(|i| u8::try_from(i).ok());
+    let Some(apiserver) = answer else {
         driver.abort();
-        return None;
+        return Err(cut);
     };
-    let Some(apiserver) = d.names.iter().position(|n| *n == body) else {
-        driver.abort();
-        return None;
-    };
-    Some(Conn {
+    Ok(Conn {
         send,
         driver,
-        apiserver: u8::try_from(apiserver).ok()?,
+        apiserver,
     })
+}
+
+/// A TCP stream that notes whether any byte came back: a balancer that refuses closes before
+/// relaying one; one that dialled an apiserver relays its TLS.
+struct Heard {
+    inner: TcpStream,
+    heard: Arc<AtomicBool>,
+}
+
+impl AsyncRead for Heard {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<std::io::Result<()>> {
+        let before = buf.filled().len();
+        let polled = Pin::new(&mut self.inner).poll_read(cx, buf);
+        if buf.filled().len() > before {
+            self.heard.store(true, Ordering::SeqCst);
+        }
+        polled
+    }
+}
+
+impl AsyncWrite for Heard {
+    fn poll_write(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<std::io::Result<usize>> {
+        Pin::new(&mut self.inner).poll_write(cx, buf)
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.inner).poll_flush(cx)
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.inner).poll_shutdown(cx)
+    }
 }
 
 /// One kept-alive request; `false` if it failed (closed under it, an error, or too slow).

@@ -51,9 +51,10 @@ pub struct Outcome {
     pub closed_by_balancer: usize,
     /// Connections closed by the draining apiserver when it stopped.
     pub closed_by_apiserver: usize,
-    /// Requests that failed on an open connection (it closed under them).
+    /// Requests that failed on a connection that reached an apiserver (it closed under them,
+    /// the first request of a dial included).
     pub requests_cut: usize,
-    /// Dials through the balancer that failed (TCP, TLS or the first request).
+    /// Dials the balancer refused (TCP failed, or it closed before relaying an apiserver's byte).
     pub dials_failed: usize,
     /// `requests_cut + dials_failed`.
     pub client_errors: usize,
@@ -108,6 +109,15 @@ pub fn outcome(run: &Run) -> Outcome {
                 }
             }
             EventKind::DialFailed => failed += 1,
+            EventKind::DialCut { handshaken } => {
+                // Closed under its first request by the balancer (the apiserver is unknown).
+                if handshaken {
+                    let b = ((e.t / BUCKET_S) as usize).min(buckets - 1);
+                    per_100ms[b] += 1;
+                }
+                by_balancer += 1;
+                cut += 1;
+            }
         }
     }
     let new_connections = per_100ms.iter().sum();

@@ -248,6 +248,8 @@ pub fn run(scenario: Scenario, kind: Kind, s: &Setup) -> Run {
         let _guard = s.servers.enter();
         drop(fakes);
     }
+    // The watch: from the fault to its end (not the clients' stop after it).
+    let window = (scenario.fault_len() + s.observe).as_secs_f64();
     let events = rec
         .events()
         .into_iter()
@@ -255,7 +257,7 @@ pub fn run(scenario: Scenario, kind: Kind, s: &Setup) -> Run {
             e.t -= t_fault;
             e
         })
-        .filter(|e| e.t >= 0.0)
+        .filter(|e| (0.0..=window).contains(&e.t))
         .collect();
     let samples = samples.lock().expect("samples").clone();
     Run {
@@ -270,7 +272,7 @@ pub fn run(scenario: Scenario, kind: Kind, s: &Setup) -> Run {
         events,
         samples,
         balancers_alive: alive,
-        window: (scenario.fault_len() + s.observe).as_secs_f64(),
+        window,
     }
 }
 
