@@ -1,5 +1,5 @@
 //! What makes the run fail. Always: a result missing, a balancer process that died, and what
-//! readyprism could have avoided whatever its closing rules (a failed dial while apiservers
+//! readyprism could have avoided whatever its closing rules (a refused dial while apiservers
 //! accept, clients left unconnected at the end). With `HERD_ASSERT_GOALS=1` also readyprism's
 //! goals for each fault (see `benches/README.md`).
 
@@ -27,11 +27,11 @@ pub fn always(scenarios: &[Scenario], kinds: &[Kind], outcomes: &[Outcome]) -> V
                 continue;
             }
             // Every scenario leaves at least two apiservers accepting and answering, and
-            // readyprism fails open and dials the next candidate: a client's dial that fails is
-            // one it could have avoided.
+            // readyprism fails open and dials the next candidate: a dial it refuses is one it
+            // could have avoided.
             if o.dials_failed > 0 {
                 bad.push(format!(
-                    "{} / readyprism: {} client dial(s) failed while apiservers accepted",
+                    "{} / readyprism: refused {} client dial(s) while apiservers accepted",
                     s.name(),
                     o.dials_failed
                 ));
