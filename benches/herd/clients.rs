@@ -1,11 +1,12 @@
 //! The kubelet-like clients: each a TLS connection (the kubelet's client certificate, the cluster
 //! CA) through its node's balancer to an apiserver, kept alive with a small `GET /name` about every
 //! second. A connection that closes is re-dialled at once through the same balancer, as kubelet
-//! does; a dial that fails is tried again after a short, growing pause (0.2 s doubling to 2 s,
-//! so a balancer that refuses for seconds sees a bounded, counted stream of dials, not a spin).
+//! does; a dial the balancer refuses is tried again after a short, growing pause (0.2 s doubling
+//! to 2 s, so a balancer that refuses for seconds sees a bounded, counted stream of dials, not a
+//! spin).
 //!
 //! Everything the clients see goes into one [`Record`]: each new connection and the apiserver it
-//! reached, each close and whether a request was under way, each failed dial.
+//! reached, each close and whether a request was under way, each refused or cut dial.
 
 use std::net::SocketAddr;
 use std::pin::Pin;
