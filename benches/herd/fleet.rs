@@ -1,0 +1,188 @@
+//! The balancers of the fleet: one process per node, each with its own loopback listener and its
+//! config in the run directory. readyprism runs with the default health settings; HAProxy as
+//! OpenShift's machine-config-operator runs its API load balancer (`mode tcp`, `/readyz` checks
+//! over mTLS, `inter 5s fastinter 2s fall 2 rise 3`, `on-marked-down shutdown-sessions`,
+//! `balance roundrobin`).
+
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// Which balancer the fleet runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Kind {
+    /// The `readyprism` binary.
+    Readyprism,
+    /// HAProxy, configured as OpenShift runs it.
+    Haproxy,
+}
+
+impl Kind {
+    /// Name in the output and the JSON.
+    pub fn name(self) -> &'static str {
+        match self {
+            Kind::Readyprism => "readyprism",
+            Kind::Haproxy => "haproxy",
+        }
+    }
+}
+
+/// What every balancer needs: binaries and the kubelet's certificate files.
+pub struct Env {
+    /// The `readyprism` binary.
+    pub readyprism: PathBuf,
+    /// Cluster CA.
+    pub ca: PathBuf,
+    /// The kubelet's client certificate and key, one PEM.
+    pub client: PathBuf,
+}
+
+/// One node's balancer process. Stopped (SIGTERM, then SIGKILL) when dropped.
+pub struct Balancer {
+    /// Where its clients dial.
+    pub addr: SocketAddr,
+    /// readyprism's admin listener.
+    admin: Option<SocketAddr>,
+    child: Child,
+}
+
+impl Balancer {
+    /// Starts a `kind` balancer in `dir` in front of `apiservers`, and waits until it accepts.
+    pub fn start(kind: Kind, dir: &Path, apiservers: &[SocketAddr], env: &Env) -> Balancer {
+        std::fs::create_dir_all(dir).expect("balancer directory");
+        let listen = free_port();
+        let (mut cmd, admin) = match kind {
+            Kind::Readyprism => {
+                let admin = free_port();
+                let cfg = dir.join("readyprism.yaml");
+                std::fs::write(&cfg, readyprism_config(listen, admin, apiservers, env))
+                    .expect("write readyprism config");
+                let mut c = Command::new(&env.readyprism);
+                c.args(["--log-level", "info", "run", "--config"]).arg(&cfg);
+                (c, Some(admin))
+            }
+            Kind::Haproxy => {
+                let cfg = dir.join("haproxy.cfg");
+                std::fs::write(&cfg, haproxy_config(listen, apiservers, env))
+                    .expect("write haproxy config");
+                let mut c = Command::new("haproxy");
+                c.args(["-db", "-f"]).arg(&cfg);
+                (c, None)
+            }
+        };
+        let log = std::fs::File::create(dir.join(format!("{}.log", kind.name()))).expect("log");
+        let child = cmd
+            .stdin(Stdio::null())
+            .stdout(log.try_clone().expect("log fd"))
+            .stderr(log)
+            .spawn()
+            .unwrap_or_else(|e| panic!("cannot start {}: {e}", kind.name()));
+        let mut b = Balancer {
+            addr: listen,
+            admin,
+            child,
+        };
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while TcpStream::connect(listen).is_err() {
+            assert!(
+                b.alive(),
+                "{} exited at start (log in {})",
+                kind.name(),
+                dir.display()
+            );
+            assert!(Instant::now() < deadline, "{} never listened", kind.name());
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        b
+    }
+
+    /// Whether the process still runs.
+    pub fn alive(&mut self) -> bool {
+        matches!(self.child.try_wait(), Ok(None))
+    }
+
+    /// Whether it says it can route: readyprism's admin `/readyz` is 200 (a backend ready);
+    /// HAProxy starts with its servers up, so always.
+    pub fn ready(&self) -> bool {
+        self.admin
+            .is_none_or(|admin| http_status(admin, "/readyz") == Some(200))
+    }
+}
+
+impl Drop for Balancer {
+    fn drop(&mut self) {
+        let _ = Command::new("kill")
+            .arg("-TERM")
+            .arg(self.child.id().to_string())
+            .status();
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while matches!(self.child.try_wait(), Ok(None)) && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// readyprism with every health setting at its default; no status file (fifty would share one).
+fn readyprism_config(
+    listen: SocketAddr,
+    admin: SocketAddr,
+    apiservers: &[SocketAddr],
+    env: &Env,
+) -> String {
+    let backends: String = apiservers
+        .iter()
+        .map(|a| format!("  - address: \"{a}\"\n"))
+        .collect();
+    format!(
+        "listen: [\"{listen}\"]\nadmin: \"{admin}\"\nstatus_file: \"\"\n\
+         tls:\n  ca: {}\n  client_cert: {}\nbackends:\n{backends}",
+        env.ca.display(),
+        env.client.display()
+    )
+}
+
+/// HAProxy as OpenShift's machine-config-operator configures its API load balancer, with the
+/// health settings of its `/readyz` check: every 5 s, every 2 s while changing, down after 2
+/// failures, up after 3 passes, sessions shut when a server goes down. `nbthread 1`: fifty
+/// processes share the bench machine's two cores (threads change nothing of what is measured).
+fn haproxy_config(listen: SocketAddr, apiservers: &[SocketAddr], env: &Env) -> String {
+    let servers: String = apiservers
+        .iter()
+        .enumerate()
+        .map(|(i, a)| {
+            format!(
+                "  server apiserver-{i} {a} weight 1 check check-ssl verify required ca-file {} crt {} \
+                 inter 5s fastinter 2s fall 2 rise 3 on-marked-down shutdown-sessions\n",
+                env.ca.display(),
+                env.client.display()
+            )
+        })
+        .collect();
+    format!(
+        "global\n  nbthread 1\n  maxconn 2000\n\
+         defaults\n  mode tcp\n  retries 3\n  timeout connect 10s\n  timeout client 86400s\n  \
+         timeout server 86400s\n  timeout tunnel 86400s\n\
+         frontend main\n  bind {listen}\n  default_backend masters\n\
+         backend masters\n  option httpchk GET /readyz HTTP/1.0\n  balance roundrobin\n{servers}"
+    )
+}
+
+/// A port free right now (the balancers take their listen address from their config files).
+fn free_port() -> SocketAddr {
+    let l = TcpListener::bind("127.0.0.1:0").expect("bind port 0");
+    l.local_addr().expect("local addr")
+}
+
+/// GET `path` on `addr` over plain HTTP/1.0; the status code.
+fn http_status(addr: SocketAddr, path: &str) -> Option<u16> {
+    let mut s = TcpStream::connect(addr).ok()?;
+    s.set_read_timeout(Some(Duration::from_secs(2))).ok()?;
+    write!(s, "GET {path} HTTP/1.0\r\nHost: x\r\n\r\n").ok()?;
+    let mut out = String::new();
+    s.read_to_string(&mut out).ok()?;
+    out.split_whitespace().nth(1)?.parse().ok()
+}
