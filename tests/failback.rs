@@ -30,10 +30,15 @@ fn closes(p: &Proc, f: &FakeApiserver, reason: &str) -> usize {
     metric(&text, "readyprism_connections_closed_total", &labels).unwrap_or(0.0) as usize
 }
 
-#[test]
-fn a_failback_under_way_is_called_off_when_the_home_backend_turns_unready_again() {
-    let lab = Lab::new();
-    let rt = tokio::runtime::Runtime::new().expect("runtime");
+/// A balancer in dc-a whose local backend is unready, with [`STREAMS`] streams on the far one.
+struct Far {
+    local: FakeApiserver,
+    remote: FakeApiserver,
+    p: Proc,
+    streams: Vec<tokio::io::BufReader<tokio::net::TcpStream>>,
+}
+
+fn far_streams(lab: &Lab, rt: &tokio::runtime::Runtime) -> Far {
     let (local, remote) =
         rt.block_on(async { (lab.fake("local").await, lab.fake("remote").await) });
     local.control.set_ready(false);
@@ -54,6 +59,24 @@ fn a_failback_under_way_is_called_off_when_the_home_backend_turns_unready_again(
         assert_eq!(name, "remote", "the only ready backend");
         streams.push(c);
     }
+    Far {
+        local,
+        remote,
+        p,
+        streams,
+    }
+}
+
+#[test]
+fn a_failback_under_way_is_called_off_when_the_home_backend_turns_unready_again() {
+    let lab = Lab::new();
+    let rt = tokio::runtime::Runtime::new().expect("runtime");
+    let Far {
+        local,
+        remote,
+        p,
+        mut streams,
+    } = far_streams(&lab, &rt);
 
     // The local apiserver is back: a second after it turned ready, the failback begins, its
     // closes spread over the failback window ...
@@ -108,26 +131,12 @@ fn a_failback_under_way_is_called_off_when_the_home_backend_turns_unready_again(
 fn a_far_backend_turning_unready_during_its_failback_has_its_remaining_streams_closed_at_once() {
     let lab = Lab::new();
     let rt = tokio::runtime::Runtime::new().expect("runtime");
-    let (local, remote) =
-        rt.block_on(async { (lab.fake("local").await, lab.fake("remote").await) });
-    local.control.set_ready(false);
-    let file = lab.path("failback.yaml");
-    let yaml = lab.yaml(
-        "dc-a",
-        &[(addr(&local), "dc-a"), (addr(&remote), "dc-b")],
-        "failback_after: 1s\n",
-    );
-    std::fs::write(&file, yaml).expect("write config");
-    let p = Proc::start(&file);
-    rt.block_on(poll("local unready, remote ready", || {
-        states(&p) == [Unready, Ready]
-    }));
-    let mut streams = Vec::new();
-    for _ in 0..STREAMS {
-        let (c, name) = rt.block_on(raw(p.listen)).expect("relayed");
-        assert_eq!(name, "remote", "the only ready backend");
-        streams.push(c);
-    }
+    let Far {
+        local,
+        remote,
+        p,
+        streams: _streams,
+    } = far_streams(&lab, &rt);
 
     // The failback begins, its closes spread over the failback window ...
     local.control.set_ready(true);
