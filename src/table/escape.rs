@@ -4,11 +4,19 @@
 //! probe; a failed confirm closes nothing. During a cluster-wide blink every backend fails its
 //! checks together, and closing would only move clients onto the next failing apiserver.
 //!
-//! Owns the latest pass of every backend, the backends waiting for a confirm, and the decision
-//! ([`judge`], pure; the caller passes instants). Does not own asking the monitor or closing
-//! (the table writer does both).
+//! When another backend has failed a check within the last probe interval too (a suspected
+//! cluster-wide event, which some backends' probes may have missed), the fallen backend is asked
+//! for a confirm probe of its own as well: its connections move only if it still fails, and stay
+//! while it passes again (it rises). With every other backend passing (one bad apiserver) the
+//! route's pass alone decides, as fast as before.
+//!
+//! Owns the latest pass and failure of every backend, the backends waiting for a confirm, and the
+//! decision ([`judge`], pure; the caller passes instants). Does not own asking the monitor or
+//! closing (the table writer does both).
 
 use std::sync::atomic::Ordering;
+
+use std::time::Duration;
 
 use tokio::time::Instant;
 
@@ -19,25 +27,64 @@ use crate::verdict::State;
 /// What to do about one waiting backend's connections.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Verdict {
-    /// The route is confirmed: close them (turned_unready).
+    /// The route is confirmed (and, in a suspected cluster-wide event, the fallen backend still
+    /// fails): close them (turned_unready).
     Close,
-    /// Ask the route's backend for a confirm probe (not asked yet for this fall).
-    Ask,
-    /// A confirm was asked; wait for its result (a failed one closes nothing).
+    /// Ask for confirm probes not asked yet for this fall: of the route's backend (`route`), of
+    /// the fallen backend itself (`own`).
+    Ask {
+        /// Ask the route's backend.
+        route: bool,
+        /// Ask the fallen backend.
+        own: bool,
+    },
+    /// Wait for the confirms asked (a failed route closes nothing; a fallen backend that passes
+    /// again keeps its connections while it rises).
     Wait,
+}
+
+/// What is known of the fallen backend itself since its fall.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Own {
+    /// No other backend failed lately: one bad apiserver, its own state needs no second look.
+    Unsuspected,
+    /// A suspected cluster-wide event, and no probe of it has ended since the fall; `asked`: a
+    /// confirm of it was asked.
+    Pending {
+        /// A confirm probe of it was asked during this fall.
+        asked: bool,
+    },
+    /// Its latest probe since the fall failed: it is still down.
+    Failed,
+    /// Its latest probe since the fall passed: it is coming back (rising).
+    Passing,
 }
 
 /// The decision for a backend that fell at `fell`, relaying something now (`busy`) or not, whose
 /// connections would go to a backend whose latest pass started at `passed` (`None`: none known),
-/// already `asked` for a confirm or not. With nothing to move, nothing is confirmed: the eviction
-/// only stops dials picked from an older snapshot, which then re-plan as new connections do.
-pub fn judge(fell: Instant, busy: bool, passed: Option<Instant>, asked: bool) -> Verdict {
-    if !busy || passed.is_some_and(|p| p > fell) {
-        Verdict::Close
-    } else if asked {
-        Verdict::Wait
-    } else {
-        Verdict::Ask
+/// already `asked` for a confirm or not, and what is known of the fallen backend itself (`own`).
+/// With nothing to move, nothing is confirmed: the eviction only stops dials picked from an older
+/// snapshot, which then re-plan as new connections do.
+pub fn judge(fell: Instant, busy: bool, passed: Option<Instant>, asked: bool, own: Own) -> Verdict {
+    if !busy {
+        return Verdict::Close;
+    }
+    let route = passed.is_some_and(|p| p > fell);
+    match own {
+        Own::Passing => Verdict::Wait,
+        Own::Unsuspected | Own::Failed if route => Verdict::Close,
+        _ => {
+            let ask_route = !route && !asked;
+            let ask_own = own == Own::Pending { asked: false };
+            if ask_route || ask_own {
+                Verdict::Ask {
+                    route: ask_route,
+                    own: ask_own,
+                }
+            } else {
+                Verdict::Wait
+            }
+        }
     }
 }
 
@@ -50,11 +97,13 @@ pub fn route(snap: &Snapshot) -> Option<usize> {
     }
 }
 
-/// The backends waiting for their escape route, and every backend's latest pass.
+/// The backends waiting for their escape route, and every backend's latest pass and failure.
 #[derive(Debug, Default)]
 pub struct Escapes {
     /// When each backend's latest passing probe started.
     passes: Vec<(BackendId, Instant)>,
+    /// When each backend's latest failed check started.
+    failures: Vec<(BackendId, Instant)>,
     waiting: Vec<Waiting>,
 }
 
@@ -64,6 +113,21 @@ struct Waiting {
     fell: Instant,
     /// The route backends asked for a confirm during this fall.
     asked: Vec<BackendId>,
+    /// The fallen backend itself was asked for a confirm during this fall.
+    asked_own: bool,
+}
+
+/// The latest instant of `id` in `list`.
+fn latest(list: &[(BackendId, Instant)], id: &BackendId) -> Option<Instant> {
+    list.iter().find(|(b, _)| b == id).map(|(_, at)| *at)
+}
+
+/// Keeps `at` as `id`'s latest instant in `list`.
+fn note(list: &mut Vec<(BackendId, Instant)>, id: &BackendId, at: Instant) {
+    match list.iter_mut().find(|(b, _)| b == id) {
+        Some((_, kept)) => *kept = (*kept).max(at),
+        None => list.push((id.clone(), at)),
+    }
 }
 
 /// What [`Escapes::review`] found: backends to close, backends to ask for a confirm probe
@@ -79,9 +143,32 @@ pub struct Review {
 impl Escapes {
     /// A probe of `id` that started at `started` passed.
     pub fn passed(&mut self, id: &BackendId, started: Instant) {
-        match self.passes.iter_mut().find(|(b, _)| b == id) {
-            Some((_, at)) => *at = (*at).max(started),
-            None => self.passes.push((id.clone(), started)),
+        note(&mut self.passes, id, started);
+    }
+
+    /// A check of `id` that started at `started` failed (a probe, or a client dial).
+    pub fn failed(&mut self, id: &BackendId, started: Instant) {
+        note(&mut self.failures, id, started);
+    }
+
+    /// What is known of fallen `w` itself: see [`Own`]. Suspected when another backend's latest
+    /// failure started less than `interval` before the fall, or after it.
+    fn own(&self, w: &Waiting, interval: Duration) -> Own {
+        let since = w.fell.checked_sub(interval).unwrap_or(w.fell);
+        let suspect = self
+            .failures
+            .iter()
+            .any(|(b, at)| *b != w.id && *at > since);
+        if !suspect {
+            return Own::Unsuspected;
+        }
+        let pass = latest(&self.passes, &w.id).filter(|p| *p > w.fell);
+        let fail = latest(&self.failures, &w.id).filter(|f| *f > w.fell);
+        match (pass, fail) {
+            (Some(p), Some(f)) if p > f => Own::Passing,
+            (Some(_), None) => Own::Passing,
+            (_, Some(_)) => Own::Failed,
+            (None, None) => Own::Pending { asked: w.asked_own },
         }
     }
 
@@ -93,6 +180,7 @@ impl Escapes {
             id: id.clone(),
             fell,
             asked: Vec::new(),
+            asked_own: false,
         });
     }
 
@@ -106,9 +194,14 @@ impl Escapes {
     pub fn review(&mut self, snap: &Snapshot) -> Review {
         let mut review = Review::default();
         self.passes.retain(|(id, _)| snap.position(id).is_some());
+        self.failures.retain(|(id, _)| snap.position(id).is_some());
         let route = route(snap);
+        let interval = snap.routing.probe_interval;
+        let owns: Vec<Own> = self.waiting.iter().map(|w| self.own(w, interval)).collect();
         let passes = &self.passes;
+        let mut owns = owns.into_iter();
         self.waiting.retain_mut(|w| {
+            let own = owns.next().unwrap_or(Own::Unsuspected);
             let Some(i) = snap.position(&w.id) else {
                 return false;
             };
@@ -118,14 +211,20 @@ impl Escapes {
             let to_id = &snap.backends[to].spec.id;
             let passed = passes.iter().find(|(b, _)| b == to_id).map(|(_, at)| *at);
             let busy = snap.backends[i].live.active.load(Ordering::Relaxed) > 0;
-            match judge(w.fell, busy, passed, w.asked.contains(to_id)) {
+            match judge(w.fell, busy, passed, w.asked.contains(to_id), own) {
                 Verdict::Close => {
                     review.close.push(i);
                     false
                 }
-                Verdict::Ask => {
-                    w.asked.push(to_id.clone());
-                    review.ask.push(to);
+                Verdict::Ask { route, own } => {
+                    if route {
+                        w.asked.push(to_id.clone());
+                        review.ask.push(to);
+                    }
+                    if own {
+                        w.asked_own = true;
+                        review.ask.push(i);
+                    }
                     true
                 }
                 Verdict::Wait => true,

@@ -157,6 +157,8 @@ pub async fn run_writer(
                 };
                 if health.state != State::Unknown && health.last_failure.is_none() {
                     escapes.passed(&id, started);
+                } else if health.last_failure.is_some() {
+                    escapes.failed(&id, started);
                 }
                 if old.backends[i].health == health {
                     escape(&table, &mut escapes);
@@ -221,8 +223,9 @@ pub async fn run_writer(
     }
 }
 
-/// Judges the backends waiting for their escape route: asks the routes' monitors for a confirm
-/// probe, and closes the connections of those whose route is confirmed (turned_unready).
+/// Judges the backends waiting for their escape route: asks the monitors of the routes (and, in a
+/// suspected cluster-wide event, of the fallen backends) for a confirm probe, and closes the
+/// connections of those whose route is confirmed (turned_unready).
 fn escape(table: &Table, escapes: &mut Escapes) {
     if !escapes.is_waiting() {
         return;
@@ -230,7 +233,7 @@ fn escape(table: &Table, escapes: &mut Escapes) {
     let snap = table.load();
     let review = escapes.review(&snap);
     for &to in &review.ask {
-        tracing::debug!(backend = %snap.backends[to].spec.id, "asking for a confirm probe of the escape route");
+        tracing::debug!(backend = %snap.backends[to].spec.id, "asking for a confirm probe (the escape route, or the fallen backend itself)");
         snap.backends[to].live.confirm.ask();
     }
     let evict: Vec<(usize, CloseReason)> = review

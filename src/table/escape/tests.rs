@@ -14,15 +14,14 @@ fn judge_closes_only_after_a_pass_that_started_after_the_fall() {
     let fell = Instant::now();
     let before = fell - Duration::from_millis(1);
     let after = fell + Duration::from_millis(1);
+    const ASK: Verdict = Verdict::Ask {
+        route: true,
+        own: false,
+    };
     let cases = [
-        ("no pass known, not asked: ask", None, false, Verdict::Ask),
+        ("no pass known, not asked: ask", None, false, ASK),
         ("no pass known, asked: wait", None, true, Verdict::Wait),
-        (
-            "a pass before the fall: ask",
-            Some(before),
-            false,
-            Verdict::Ask,
-        ),
+        ("a pass before the fall: ask", Some(before), false, ASK),
         (
             "a pass before the fall, asked: wait",
             Some(before),
@@ -49,9 +48,13 @@ fn judge_closes_only_after_a_pass_that_started_after_the_fall() {
         ),
     ];
     for (name, passed, asked, want) in cases {
-        assert_eq!(judge(fell, true, passed, asked), want, "{name}");
         assert_eq!(
-            judge(fell, false, passed, asked),
+            judge(fell, true, passed, asked, Own::Unsuspected),
+            want,
+            "{name}"
+        );
+        assert_eq!(
+            judge(fell, false, passed, asked, Own::Unsuspected),
             Verdict::Close,
             "idle: {name}"
         );
@@ -146,4 +149,119 @@ fn nothing_ready_or_a_recovered_backend_waits_no_more() {
     e.fell(&id(0), t0);
     assert_eq!(e.review(&snap("RR")), Review::default(), "ready again");
     assert!(!e.is_waiting());
+}
+
+#[test]
+fn judge_in_a_suspected_cluster_wide_event_closes_only_while_the_fallen_backend_still_fails() {
+    let fell = Instant::now();
+    let after = Some(fell + Duration::from_millis(1));
+    let pending = Own::Pending { asked: false };
+    let asked = Own::Pending { asked: true };
+    let cases = [
+        (
+            "nothing known: ask both",
+            None,
+            false,
+            pending,
+            Verdict::Ask {
+                route: true,
+                own: true,
+            },
+        ),
+        (
+            "the route passed, its own not asked: ask it",
+            after,
+            true,
+            pending,
+            Verdict::Ask {
+                route: false,
+                own: true,
+            },
+        ),
+        (
+            "the route passed, its own asked: wait",
+            after,
+            true,
+            asked,
+            Verdict::Wait,
+        ),
+        (
+            "the route passed, it still fails: close",
+            after,
+            true,
+            Own::Failed,
+            Verdict::Close,
+        ),
+        (
+            "it passes again: it rises, wait",
+            after,
+            true,
+            Own::Passing,
+            Verdict::Wait,
+        ),
+        (
+            "it still fails, the route not confirmed: wait",
+            None,
+            true,
+            Own::Failed,
+            Verdict::Wait,
+        ),
+    ];
+    for (name, passed, route_asked, own, want) in cases {
+        assert_eq!(judge(fell, true, passed, route_asked, own), want, "{name}");
+    }
+}
+
+#[test]
+fn a_fall_while_another_backend_fails_waits_for_its_own_confirm() {
+    let t0 = Instant::now();
+    let at = |ms: u64| t0 + Duration::from_millis(ms);
+    let mut e = Escapes::default();
+    e.passed(&id(1), at(0));
+    e.failed(&id(2), at(5)); // a third backend failed too: a suspected cluster-wide event
+    e.fell(&id(0), at(10));
+    let s = snap("URU");
+    assert_eq!(
+        e.review(&s),
+        Review {
+            close: vec![],
+            ask: vec![0, 1]
+        },
+        "ask the route and the fallen backend itself"
+    );
+    e.passed(&id(1), at(20));
+    assert_eq!(
+        e.review(&s),
+        Review::default(),
+        "its own confirm outstanding"
+    );
+    e.passed(&id(0), at(20));
+    assert_eq!(e.review(&s), Review::default(), "it passes again: it rises");
+    assert!(e.is_waiting(), "watched while it rises");
+    e.failed(&id(0), at(30));
+    assert_eq!(
+        e.review(&s),
+        Review {
+            close: vec![0],
+            ask: vec![]
+        },
+        "its rise failed: the route is confirmed, its connections move"
+    );
+}
+
+#[test]
+fn a_fall_while_the_others_pass_is_judged_by_the_route_alone() {
+    let t0 = Instant::now();
+    let at = |ms: u64| t0 + Duration::from_millis(ms);
+    let mut e = Escapes::default();
+    e.failed(&id(0), at(5)); // its own first failure: no suspicion
+    e.passed(&id(1), at(20));
+    e.fell(&id(0), at(10));
+    assert_eq!(
+        e.review(&snap("UR")),
+        Review {
+            close: vec![0],
+            ask: vec![]
+        }
+    );
 }
