@@ -18,6 +18,8 @@
 // Wall-clock timelines of other processes: tokio's paused-time `Instant` has no meaning here.
 #![allow(clippy::disallowed_types)]
 
+#[path = "../common/build.rs"]
+mod build;
 mod checks;
 mod clients;
 mod fleet;
@@ -26,7 +28,6 @@ mod report;
 mod scenario;
 
 use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -59,7 +60,7 @@ struct Results {
 
 fn main() -> ExitCode {
     let t_run = Instant::now();
-    let Some(haproxy) = version("haproxy", &["-v"]) else {
+    let Some(haproxy) = build::version("haproxy", &["-v"]) else {
         eprintln!("herd bench: HAProxy is required (`haproxy` not on PATH; Debian: apt-get install haproxy)");
         return ExitCode::FAILURE;
     };
@@ -83,8 +84,8 @@ fn main() -> ExitCode {
     let commit = commit();
     raise_fd_limit(nodes * CLIENTS_PER_NODE * 2 + nodes * 8 + 256);
 
-    let (profile_dir, out_dir) = dirs();
-    let readyprism = readyprism_binary(&profile_dir);
+    let (profile_dir, out_dir) = build::dirs("herd");
+    let readyprism = build::readyprism_binary(&profile_dir, "HERD_READYPRISM");
     // A run that stops half-way leaves no results of an earlier one behind.
     let _ = std::fs::remove_file(out_dir.join("results.json"));
     let _ = std::fs::remove_file(out_dir.join("herd.svg"));
@@ -213,72 +214,6 @@ fn kubelet_tls(cluster: &Cluster) -> TlsConnector {
         .with_client_auth_cert(chain, key)
         .expect("client auth");
     TlsConnector::from(Arc::new(config))
-}
-
-/// `target/release` (this bench and the `readyprism` binary) and `target/herd`.
-fn dirs() -> (PathBuf, PathBuf) {
-    let exe = std::env::current_exe().expect("bench executable path");
-    // target/release/deps/herd-<hash>
-    let profile_dir = exe
-        .parent()
-        .and_then(Path::parent)
-        .expect("bench binary inside target/<profile>/deps")
-        .to_path_buf();
-    let out = profile_dir.parent().expect("target dir").join("herd");
-    std::fs::create_dir_all(&out).expect("create target/herd");
-    (profile_dir, out)
-}
-
-/// `HERD_READYPRISM`, or this tree's release binary, built now (`cargo bench` builds no bin
-/// target for a bench).
-fn readyprism_binary(profile_dir: &Path) -> PathBuf {
-    if let Some(p) = std::env::var_os("HERD_READYPRISM") {
-        return PathBuf::from(p);
-    }
-    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
-    let target_dir = profile_dir.parent().expect("target dir");
-    let mut cmd = Command::new(cargo);
-    // cargo's variables for this bench would differ from the outer build's and make build
-    // scripts that watch them (ring's) run again.
-    for (k, _) in std::env::vars_os() {
-        let k = k.to_string_lossy();
-        if (k.starts_with("CARGO_") && k != "CARGO_HOME" && k != "CARGO_TARGET_DIR")
-            || k == "OUT_DIR"
-        {
-            cmd.env_remove(k.as_ref());
-        }
-    }
-    let status = cmd
-        .args([
-            "build",
-            "--release",
-            "--bin",
-            "readyprism",
-            "--manifest-path",
-        ])
-        .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("Cargo.toml"))
-        .arg("--target-dir")
-        .arg(target_dir)
-        .status()
-        .expect("run cargo build");
-    assert!(
-        status.success(),
-        "cargo build --release --bin readyprism failed"
-    );
-    profile_dir.join("readyprism")
-}
-
-/// First line of `prog args` (stdout or stderr), or `None` if it does not run.
-fn version(prog: &str, args: &[&str]) -> Option<String> {
-    let out = Command::new(prog).args(args).output().ok()?;
-    let text = format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    out.status
-        .success()
-        .then(|| text.lines().next().unwrap_or_default().trim().to_string())
 }
 
 /// The tree's commit, `-dirty` when it has changes.

@@ -18,6 +18,8 @@
 #![allow(clippy::disallowed_types)]
 
 mod backend;
+#[path = "../common/build.rs"]
+mod build;
 mod load;
 mod metrics;
 mod report;
@@ -25,7 +27,7 @@ mod rounds;
 mod targets;
 
 use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::{Command, ExitCode};
 use std::sync::atomic::Ordering;
 use std::time::Instant;
@@ -67,13 +69,13 @@ struct Results {
 
 fn main() -> ExitCode {
     let t_run = Instant::now();
-    let Some(haproxy) = version("haproxy", &["-v"]) else {
+    let Some(haproxy) = build::version("haproxy", &["-v"]) else {
         eprintln!(
             "proxy bench: HAProxy is required (`haproxy` not found on PATH); on Debian: apt-get install haproxy"
         );
         return ExitCode::FAILURE;
     };
-    let nginx = version("nginx", &["-v"]);
+    let nginx = build::version("nginx", &["-v"]);
     raise_fd_limit();
     let rounds: usize = std::env::var("PROXY_BENCH_ROUNDS")
         .ok()
@@ -104,8 +106,8 @@ fn main() -> ExitCode {
     let only = std::env::var("PROXY_BENCH_SCENARIOS").ok();
     let scenarios = rounds::Scenarios::parse(only.as_deref());
 
-    let (profile_dir, out_dir) = dirs();
-    let readyprism = readyprism_binary(&profile_dir);
+    let (profile_dir, out_dir) = build::dirs("proxy-bench");
+    let readyprism = build::readyprism_binary(&profile_dir, "PROXY_BENCH_READYPRISM");
     let run_dir = out_dir.join("run");
     let _ = std::fs::remove_dir_all(&run_dir);
     std::fs::create_dir_all(&run_dir).expect("create target/proxy-bench/run");
@@ -230,75 +232,6 @@ fn main() -> ExitCode {
         results.duration_s
     );
     ExitCode::SUCCESS
-}
-
-/// `target/release` (where this bench and the `readyprism` binary live) and
-/// `target/proxy-bench`.
-fn dirs() -> (PathBuf, PathBuf) {
-    let exe = std::env::current_exe().expect("bench executable path");
-    // target/release/deps/proxy-<hash>
-    let profile_dir = exe
-        .parent()
-        .and_then(Path::parent)
-        .expect("bench binary inside target/<profile>/deps")
-        .to_path_buf();
-    let target_dir = profile_dir.parent().expect("target dir").to_path_buf();
-    let out = target_dir.join("proxy-bench");
-    std::fs::create_dir_all(&out).expect("create target/proxy-bench");
-    (profile_dir, out)
-}
-
-/// The balancer under test: `PROXY_BENCH_READYPRISM`, or this tree's release binary, built now
-/// (`cargo bench` does not build a bin target for a bench, and sets no `CARGO_BIN_EXE_*` for it).
-fn readyprism_binary(profile_dir: &Path) -> PathBuf {
-    if let Some(p) = std::env::var_os("PROXY_BENCH_READYPRISM") {
-        return PathBuf::from(p);
-    }
-    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
-    let target_dir = profile_dir.parent().expect("target dir");
-    let mut cmd = Command::new(cargo);
-    // What cargo set for this bench (package name, manifest, OUT_DIR) would differ from the
-    // outer build's environment and make build scripts that watch it (ring's) run again, twice
-    // per bench run.
-    for (k, _) in std::env::vars_os() {
-        let k = k.to_string_lossy();
-        if (k.starts_with("CARGO_") && k != "CARGO_HOME" && k != "CARGO_TARGET_DIR")
-            || k == "OUT_DIR"
-        {
-            cmd.env_remove(k.as_ref());
-        }
-    }
-    let status = cmd
-        .args([
-            "build",
-            "--release",
-            "--bin",
-            "readyprism",
-            "--manifest-path",
-        ])
-        .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("Cargo.toml"))
-        .arg("--target-dir")
-        .arg(target_dir)
-        .status()
-        .expect("run cargo build");
-    assert!(
-        status.success(),
-        "cargo build --release --bin readyprism failed"
-    );
-    profile_dir.join("readyprism")
-}
-
-/// First line of `prog args` (stdout or stderr), or `None` if it does not run.
-fn version(prog: &str, args: &[&str]) -> Option<String> {
-    let out = Command::new(prog).args(args).output().ok()?;
-    let text = format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    out.status
-        .success()
-        .then(|| text.lines().next().unwrap_or_default().trim().to_string())
 }
 
 /// 5000 idle connections need 10 000 descriptors here (client and backend ends) and as many in
