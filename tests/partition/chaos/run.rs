@@ -47,11 +47,40 @@ fn stream_on(cast: &Cast, site: &str) -> bool {
 }
 
 fn gauge(cast: &Cast, name: &str) -> Option<f64> {
-    cast.metrics(name)
+    family_sum(&cast.metrics(name), name)
+}
+
+/// The sum of family `name`'s series in exposition `lines`; only its own:
+/// `readyprism_no_ready_backends_events_total` starts with the gauge's name too.
+fn family_sum(lines: &[String], name: &str) -> Option<f64> {
+    lines
         .iter()
-        .filter(|l| l.starts_with(name))
+        .filter(|l| {
+            l.strip_prefix(name)
+                .is_some_and(|rest| rest.starts_with(' ') || rest.starts_with('{'))
+        })
         .filter_map(|l| l.rsplit_once(' ')?.1.parse::<f64>().ok())
         .reduce(|a, b| a + b)
+}
+
+#[test]
+fn chaos_a_family_sum_leaves_out_families_that_share_its_prefix() {
+    let lines: Vec<String> = [
+        "readyprism_no_ready_backends 0",
+        "readyprism_no_ready_backends_events_total 3",
+        "readyprism_connections_active{backend=\"a\"} 2",
+        "readyprism_connections_active{backend=\"b\"} 1",
+    ]
+    .map(String::from)
+    .into();
+    assert_eq!(
+        family_sum(&lines, "readyprism_no_ready_backends"),
+        Some(0.0)
+    );
+    assert_eq!(
+        family_sum(&lines, "readyprism_connections_active"),
+        Some(3.0)
+    );
 }
 
 /// Waits for the return after the last heal (invariant 5) and notes when each part came.
