@@ -43,6 +43,10 @@ pub enum Verdict {
     Wait,
 }
 
+/// How far apart a fallen backend's failure and its route's pass may start and still say the same
+/// moment: the two confirms are asked together, so they start within this of each other.
+const SAME_ROUND: Duration = Duration::from_secs(1);
+
 /// What is known of the fallen backend itself since its fall.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Own {
@@ -152,8 +156,10 @@ impl Escapes {
     }
 
     /// What is known of fallen `w` itself: see [`Own`]. Suspected when another backend's latest
-    /// failure started less than `interval` before the fall, or after it.
-    fn own(&self, w: &Waiting, interval: Duration) -> Own {
+    /// failure started less than `interval` before the fall, or after it. A failure of its own
+    /// that started more than [`SAME_ROUND`] before the route's latest pass (`route_pass`) is
+    /// stale: the blink may have ended between them, so its next result is awaited.
+    fn own(&self, w: &Waiting, interval: Duration, route_pass: Option<Instant>) -> Own {
         let since = w.fell.checked_sub(interval).unwrap_or(w.fell);
         let suspect = self
             .failures
@@ -167,6 +173,9 @@ impl Escapes {
         match (pass, fail) {
             (Some(p), Some(f)) if p > f => Own::Passing,
             (Some(_), None) => Own::Passing,
+            (_, Some(f)) if route_pass.is_some_and(|p| f + SAME_ROUND < p) => {
+                Own::Pending { asked: w.asked_own }
+            }
             (_, Some(_)) => Own::Failed,
             (None, None) => Own::Pending { asked: w.asked_own },
         }
@@ -197,7 +206,12 @@ impl Escapes {
         self.failures.retain(|(id, _)| snap.position(id).is_some());
         let route = route(snap);
         let interval = snap.routing.probe_interval;
-        let owns: Vec<Own> = self.waiting.iter().map(|w| self.own(w, interval)).collect();
+        let route_pass = route.and_then(|to| latest(&self.passes, &snap.backends[to].spec.id));
+        let owns: Vec<Own> = self
+            .waiting
+            .iter()
+            .map(|w| self.own(w, interval, route_pass))
+            .collect();
         let passes = &self.passes;
         let mut owns = owns.into_iter();
         self.waiting.retain_mut(|w| {

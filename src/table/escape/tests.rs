@@ -265,3 +265,29 @@ fn a_fall_while_the_others_pass_is_judged_by_the_route_alone() {
         }
     );
 }
+
+#[test]
+fn a_failure_of_its_own_older_than_the_routes_pass_is_not_news() {
+    let t0 = Instant::now();
+    let at = |ms: u64| t0 + Duration::from_millis(ms);
+    let mut e = Escapes::default();
+    e.failed(&id(2), at(5)); // a suspected cluster-wide event
+    e.fell(&id(0), at(10));
+    let s = snap("URU");
+    assert_eq!(e.review(&s).ask, vec![0, 1]);
+    e.failed(&id(0), at(20)); // its own confirm failed, in the blink
+    e.passed(&id(1), at(4_000)); // the route passed seconds later: the blink may be over
+    assert_eq!(
+        e.review(&s),
+        Review::default(),
+        "its next result is awaited"
+    );
+    e.passed(&id(0), at(5_000));
+    assert_eq!(e.review(&s), Review::default(), "it passes: it rises");
+    e.failed(&id(0), at(6_000));
+    assert_eq!(
+        e.review(&s).close,
+        vec![0],
+        "its rise failed: its connections move"
+    );
+}
