@@ -136,3 +136,63 @@ fn connections_on_a_recovering_backend_stay_after_a_cluster_wide_blink() {
     assert!(t.rt.block_on(echoes(&mut t.on_a)), "still on a");
     assert!(t.rt.block_on(echoes(&mut t.on_b)), "still on b");
 }
+
+/// Seconds into the day of a JSON log line's `timestamp` (RFC 3339, UTC).
+fn day_secs(line: &serde_json::Value) -> f64 {
+    let ts = line["timestamp"].as_str().expect("timestamp");
+    let time = ts.split('T').nth(1).expect("a time").trim_end_matches('Z');
+    time.split(':')
+        .map(|p| p.parse::<f64>().expect("a number"))
+        .fold(0.0, |acc, p| acc * 60.0 + p)
+}
+
+#[test]
+fn connections_failed_open_to_a_backend_down_long_before_the_blink_move_when_another_is_ready() {
+    // `x` in this node's zone is down from the start (it answers 500, so failing open picks it
+    // first); `y` blinks. The connection that failed open to `x` moves as soon as `y` is ready
+    // again: `x` was not part of the event, nothing says it is recovering.
+    let interval = 2.0;
+    let lab = Lab::new();
+    let rt = Runtime::new().expect("runtime");
+    let (x, y) = rt.block_on(async { (lab.fake("x").await, lab.fake("y").await) });
+    let file = lab.path("blink.yaml");
+    let health = "health: { interval: 2s, timeout: 800ms, fast_interval: 300ms, rise: 2 }\n";
+    let yaml = lab.yaml("dc-a", &[(addr(&x), "dc-a"), (addr(&y), "dc-b")], health);
+    std::fs::write(&file, yaml).expect("write config");
+    x.control.set_ready(false);
+    let p = Proc::start(&file);
+    rt.block_on(poll("x unready, y ready", || {
+        p.states() == [Unready, Ready]
+    }));
+    // Down for longer than an interval before the blink: two more failed checks at 2 s.
+    let failed = |f: &FakeApiserver| {
+        let labels = format!("backend=\"{}\",result=\"fail\"", addr(f));
+        p.metric("readyprism_health_checks_total", &labels)
+    };
+    let before = failed(&x);
+    rt.block_on(poll("x failed two more checks", || {
+        failed(&x) >= before + 2.0
+    }));
+    y.control.set_ready(false);
+    rt.block_on(poll("both unready", || p.states() == [Unready, Unready]));
+    let (mut on_x, name) = rt.block_on(raw(p.listen)).expect("relayed");
+    assert_eq!(name, "x", "failing open: the zone first");
+    y.control.set_ready(true);
+    let left = p.wait_log(
+        "a backend is ready again; leaving the no-ready-backend state",
+        |_| true,
+    );
+    let moved = p.wait_log("closing the backend's connections", |v| {
+        v["fields"]["backend"] == addr(&x).as_str() && v["fields"]["reason"] == "left_none_ready"
+    });
+    let after = day_secs(&moved) - day_secs(&left);
+    assert!(
+        after < interval / 2.0,
+        "moved {after:.2} s after y was ready again: at once, not one interval later"
+    );
+    assert!(
+        !rt.block_on(echoes(&mut on_x)),
+        "the connection on x is closed"
+    );
+    assert_eq!(p.closes(&addr(&x), "left_none_ready"), 1);
+}

@@ -217,7 +217,8 @@ pub async fn run_writer(
         if failback.take_call_off(now) {
             call_off_failback(&table);
         }
-        recovery.observe(old.any_ready(), &table.load(), now);
+        let wait = table.load().routing.probe_interval;
+        recovery.observe(old.any_ready(), &table.load(), wait, now);
         recover(&table, &mut recovery);
         escape(&table, &mut escapes);
     }

@@ -4,6 +4,10 @@
 //! are moved (left_none_ready, the usual spread); those on a rising one stay, and move only if
 //! its rise fails. A backend that falls after the spell is left to the usual rules.
 //!
+//! A backend already down for over an interval when the spell began was not part of the event
+//! (it fell alone, long before): nothing says it is recovering, so the connections that failed
+//! open to it move as soon as another backend is ready, as without a spell.
+//!
 //! Owns the clock and the decisions (pure: the caller passes `now`). Does not own closing (the
 //! table writer stamps, publishes and bumps, as for any eviction).
 
@@ -41,6 +45,12 @@ impl Course {
 /// The recovery under way after a spell with none ready.
 #[derive(Debug, Default)]
 pub struct Recovery {
+    /// When each unready backend turned unready, as seen here.
+    down_since: Vec<(BackendId, Instant)>,
+    /// When the spell under way (or the last one) began; `None` before any (start-up).
+    began: Option<Instant>,
+    /// Backends down since long before the spell: moved as soon as it is over.
+    before: Vec<BackendId>,
     /// When the first backend turned ready, until the wait is over.
     left: Option<Instant>,
     /// Backends unready since the spell (their connections failed open to them): a backend that
@@ -53,29 +63,51 @@ pub struct Recovery {
 impl Recovery {
     /// Folds in a snapshot seen at `now`, `was_any_ready` in the previous one: leaving a spell
     /// with none ready starts the clock; a new spell stops everything (nothing moves in it).
-    pub fn observe(&mut self, was_any_ready: bool, snap: &Snapshot, now: Instant) {
+    /// `wait` is one probe interval: a backend down for longer than it when the spell began was
+    /// not part of it.
+    pub fn observe(&mut self, was_any_ready: bool, snap: &Snapshot, wait: Duration, now: Instant) {
         let unready = |id: &BackendId| {
             snap.position(id)
                 .is_some_and(|i| snap.backends[i].health.state == State::Unready)
         };
+        self.down_since.retain(|(id, _)| unready(id));
+        for b in &snap.backends {
+            let id = &b.spec.id;
+            if b.health.state == State::Unready && !self.down_since.iter().any(|(d, _)| d == id) {
+                self.down_since.push((id.clone(), now));
+            }
+        }
         if !snap.any_ready() {
-            *self = Recovery::default();
+            if was_any_ready {
+                self.began = Some(now);
+            }
+            self.left = None;
+            self.spell.clear();
+            self.before.clear();
+            self.rising.clear();
         } else if !was_any_ready {
             self.left = Some(now);
-            self.spell = snap
-                .backends
+            let long_before = |since: Instant| self.began.is_some_and(|b| since + wait < b);
+            let (before, spell): (Vec<_>, Vec<_>) = self
+                .down_since
                 .iter()
-                .filter(|b| b.health.state == State::Unready)
-                .map(|b| b.spec.id.clone())
-                .collect();
+                .partition(|(_, since)| long_before(*since));
+            self.before = before.into_iter().map(|(id, _)| id.clone()).collect();
+            self.spell = spell.into_iter().map(|(id, _)| id.clone()).collect();
             self.rising.clear();
         } else {
             self.spell.retain(|id| unready(id));
+            self.before.retain(|id| unready(id));
         }
     }
 
     /// When the wait of `wait` (one probe interval) is over; `None`: no recovery waits.
     pub fn next_due(&self, wait: Duration) -> Option<Instant> {
+        let wait = if self.before.is_empty() {
+            wait
+        } else {
+            Duration::ZERO
+        };
         self.left.map(|at| at + wait)
     }
 
@@ -88,15 +120,20 @@ impl Recovery {
                 .map(|i| (i, Course::of(&snap.backends[i].health)))
         };
         let mut moves = Vec::new();
-        if self.left.is_some_and(|at| now >= at + wait) {
-            self.left = None;
-            for id in std::mem::take(&mut self.spell) {
+        // Down ones move, rising ones are watched.
+        let mut sort = |ids: Vec<BackendId>, moves: &mut Vec<usize>| {
+            for id in ids {
                 match course(&id) {
                     Some((i, Course::Down)) => moves.push(i),
                     Some((_, Course::Rising)) => self.rising.push(id),
                     Some((_, Course::Fine)) | None => {}
                 }
             }
+        };
+        sort(std::mem::take(&mut self.before), &mut moves);
+        if self.left.is_some_and(|at| now >= at + wait) {
+            sort(std::mem::take(&mut self.spell), &mut moves);
+            self.left = None;
             return moves;
         }
         self.rising.retain(|id| match course(id) {
