@@ -123,8 +123,8 @@ impl BackendSource {
 }
 
 /// What the proxy tells a backend's monitor (passive health): client dials that failed, relays
-/// TCP gave up on (a dead path) and, only while the monitor asks for it, client dials that
-/// connected. A lock-free mailbox: a count, the latest reason, a flag, a wake-up. What they mean
+/// TCP gave up on (a dead path) and, only while the monitor asks for it, dials that connected
+/// (a client's, or a probe's). A lock-free mailbox: a count, the latest reason, a flag, a wake-up. What they mean
 /// is `health::passive`'s rule; the monitor reads them only through it.
 #[derive(Debug, Default)]
 pub struct DialReports {
@@ -132,7 +132,7 @@ pub struct DialReports {
     reason: ArcSwapOption<String>,
     /// Set by the monitor while a connected client dial would call off a pending fall.
     suspect: AtomicBool,
-    /// A client dial connected while `suspect`.
+    /// A dial connected while `suspect`.
     connected: AtomicBool,
     wake: Notify,
 }
@@ -146,14 +146,15 @@ impl DialReports {
         self.wake.notify_one();
     }
 
-    /// A client dial connected. One relaxed load unless the monitor asked for it.
+    /// A dial to the backend connected (a client's, or a probe's). One relaxed load unless the
+    /// monitor asked for it.
     pub fn connected(&self) {
         if self.suspect.load(Ordering::Relaxed) && !self.connected.swap(true, Ordering::AcqRel) {
             self.wake.notify_one();
         }
     }
 
-    /// The monitor's side: whether a successful client dial should be reported from now on.
+    /// The monitor's side: whether a dial that connects should be reported from now on.
     pub fn set_suspect(&self, suspect: bool) {
         self.suspect.store(suspect, Ordering::Relaxed);
         if !suspect {
@@ -161,7 +162,7 @@ impl DialReports {
         }
     }
 
-    /// Whether a client dial connected (while suspect) since the last call.
+    /// Whether a dial connected (while suspect) since the last call.
     pub fn take_connected(&self) -> bool {
         self.connected.swap(false, Ordering::AcqRel)
     }

@@ -5,10 +5,10 @@
 //!   reading, `stall`), counts as a failed check at
 //!   once (a kept-alive probe connection proves nothing about new connections), at most `fall`
 //!   of them per report, so one burst from a site's kubelets cannot count for more;
-//! - while a fall that such failures started is pending, a client dial that connects calls it
-//!   off: a new connection that worked refutes "new connections fail", so a lost SYN on a lossy
-//!   link (a dial fails when all of its attempts lose a packet) is not taken for a black hole
-//!   twice in a row;
+//! - while a fall is pending whose latest failure is a dial that got no connection (a client's,
+//!   or the probe's own), a dial that connects (a client's, or a probe's) calls it off: a new
+//!   connection that worked refutes "new connections fail", so lost SYNs on a lossy link (a
+//!   dial fails when all of its attempts lose a packet) are not taken for a black hole;
 //! - a probe that gets an HTTP answer, or that leaves no change pending, ends that: the backend
 //!   is judged by its answer from then on.
 //!
@@ -65,10 +65,14 @@ impl Passive {
     }
 
     /// A probe's `outcome` was folded in with `step`: a backend that answered HTTP is judged by
-    /// its answer, and with nothing pending there is no fall to call off.
+    /// its answer, and with nothing pending there is no fall to call off. A probe whose own dial
+    /// got no connection leaves a fall pending that a connecting dial calls off, as a failed
+    /// client dial does: on a lossy link the probe's SYNs are lost as often as a client's.
     pub fn probed(&self, outcome: &Outcome, step: Step) {
         if outcome.answered() || !step.pending {
             self.reports().set_suspect(false);
+        } else if outcome.unreached() {
+            self.reports().set_suspect(true);
         }
     }
 }
@@ -137,6 +141,7 @@ mod tests {
             latency: Some(Duration::from_millis(2)),
             class: crate::verdict::FailClass::Http5xx,
             checks: crate::verdict::FailingChecks::of(&["etcd"]),
+            unreached: false,
         };
         let step = step.then(machine.observe(&answered));
         assert_eq!((step.changed, step.pending), (None, true));

@@ -53,12 +53,14 @@ enum Failure {
     /// Could not be made for want of something on this node (descriptors, memory): no news of
     /// the backend.
     ThisNode(String),
-    /// The backend failed the check; `latency` is set when an HTTP answer (not 200) arrived.
+    /// The backend failed the check; `latency` is set when an HTTP answer (not 200) arrived,
+    /// `unreached` when the dial got no connection.
     Backend {
         reason: String,
         latency: Option<Duration>,
         class: FailClass,
         checks: FailingChecks,
+        unreached: bool,
     },
 }
 
@@ -70,6 +72,18 @@ impl Failure {
             latency: None,
             class: reason.class,
             checks: FailingChecks::none(),
+            unreached: false,
+        }
+    }
+
+    /// A dial that got no connection: no SYN-ACK, or refused.
+    fn unreached(reason: Reason) -> Self {
+        Failure::Backend {
+            reason: reason.text,
+            latency: None,
+            class: reason.class,
+            checks: FailingChecks::none(),
+            unreached: true,
         }
     }
 }
@@ -142,17 +156,20 @@ impl HttpsProbe {
                 latency: None,
                 class: reason.class,
                 checks: FailingChecks::none(),
+                unreached: false,
             }),
             Err(Failure::Backend {
                 reason,
                 latency,
                 class,
                 checks,
+                unreached,
             }) => Ok(Outcome::Fail {
                 reason: reason.into(),
                 latency,
                 class,
                 checks,
+                unreached,
             }),
         }
     }
@@ -182,6 +199,7 @@ impl HttpsProbe {
             .await
             .map_err(|e| match e {
                 ConnectError::ThisNode(reason) => Failure::ThisNode(reason),
+                ConnectError::Unreached(reason) => Failure::unreached(reason),
                 ConnectError::Backend(reason) => Failure::unanswered(reason),
             })
     }
@@ -218,6 +236,7 @@ impl HttpsProbe {
             latency: Some(answer.latency),
             class: reason.class,
             checks,
+            unreached: false,
         })
     }
 }

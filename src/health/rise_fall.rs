@@ -31,6 +31,9 @@ pub enum Outcome {
         class: FailClass,
         /// The checks an answer named as failing; none without an answer.
         checks: FailingChecks,
+        /// The dial got no connection (its SYNs unanswered, or refused): the failure says "new
+        /// connections fail", which a dial that connects refutes (`passive`).
+        unreached: bool,
     },
 }
 
@@ -42,7 +45,19 @@ impl Outcome {
             latency: None,
             class: FailClass::Dial,
             checks: FailingChecks::none(),
+            unreached: true,
         }
+    }
+
+    /// A failure whose dial got no connection (see `Outcome::Fail::unreached`).
+    pub fn unreached(&self) -> bool {
+        matches!(
+            self,
+            Outcome::Fail {
+                unreached: true,
+                ..
+            }
+        )
     }
 
     /// The class of failure, `None` for a pass.
@@ -226,6 +241,7 @@ mod tests {
             latency: Some(Duration::from_millis(2)),
             class: crate::verdict::FailClass::Http5xx,
             checks: crate::verdict::FailingChecks::none(),
+            unreached: false,
         }
     }
 
@@ -252,6 +268,7 @@ mod tests {
             latency: Some(Duration::from_millis(2)),
             class: crate::verdict::FailClass::Http5xx,
             checks: crate::verdict::FailingChecks::of(&["shutdown"]),
+            unreached: false,
         };
         assert_eq!(
             c.observe(&draining).changed,

@@ -12,6 +12,8 @@ struct Scripted {
     resets: Arc<std::sync::atomic::AtomicUsize>,
     /// How long each probe takes.
     takes: Duration,
+    /// Failures are dials that got no connection (SYNs unanswered), not HTTP 500 answers.
+    unreached: bool,
 }
 
 impl Scripted {
@@ -21,6 +23,7 @@ impl Scripted {
             script: script.iter().map(|&p| Some(p)).collect(),
             resets: Arc::default(),
             takes: Duration::from_millis(10),
+            unreached: false,
         }
     }
 }
@@ -33,18 +36,28 @@ impl Probe for Scripted {
         self.calls.lock().expect("calls").push(Instant::now());
         let next = self.script.pop_front().unwrap_or(Some(true));
         let takes = self.takes;
+        let unreached = self.unreached;
         async move {
             tokio::time::sleep(takes).await; // probes take time too
             let pass = next.ok_or_else(|| Inconclusive("Too many open files".into()))?;
             let latency = Duration::from_millis(1);
             Ok(if pass {
                 Outcome::Pass { latency }
+            } else if unreached {
+                Outcome::Fail {
+                    reason: "dial: timeout: 3 attempts unanswered".into(),
+                    latency: None,
+                    class: crate::verdict::FailClass::Timeout,
+                    checks: crate::verdict::FailingChecks::none(),
+                    unreached: true,
+                }
             } else {
                 Outcome::Fail {
                     reason: "HTTP 500".into(),
                     latency: Some(latency),
                     class: crate::verdict::FailClass::Http5xx,
                     checks: crate::verdict::FailingChecks::none(),
+                    unreached: false,
                 }
             })
         }
@@ -399,6 +412,48 @@ async fn a_client_dial_that_connects_calls_off_a_fall_that_failed_dials_started(
         }
         let h = next_health(&mut rx).await;
         assert_eq!(h.last_error(), Some("HTTP 500"), "the early probe");
+        let want = if connected_between {
+            State::Ready
+        } else {
+            State::Unready
+        };
+        assert_eq!(h.state, want, "connected between: {connected_between}");
+        cancel.cancel();
+        handle.await.expect("task ends on cancel");
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_probe_whose_dial_got_no_connection_leaves_a_fall_that_a_connecting_dial_calls_off() {
+    // fall 2. The probe's own SYNs go unanswered (a lossy link loses them as often as a
+    // client's), then a client dial fails: without a dial that connected between them that is
+    // the fall; with one, the probe's failure is refuted and the client's counts alone.
+    for connected_between in [true, false] {
+        let (tx, mut rx) = mpsc::channel(64);
+        let task = monitor(tx);
+        let live = task.live.clone();
+        let calls = Arc::new(Mutex::new(Vec::new()));
+        let mut probe = Scripted::new(&calls, &[true, false]);
+        probe.unreached = true;
+        let cancel = CancellationToken::new();
+        let handle = tokio::spawn(task.run(probe, cancel.clone()));
+        assert_eq!(next_health(&mut rx).await.state, State::Ready);
+        let h = next_health(&mut rx).await;
+        assert_eq!(
+            (h.state, h.last_error()),
+            (State::Ready, Some("dial: timeout: 3 attempts unanswered")),
+            "pending"
+        );
+        if connected_between {
+            live.dials.connected();
+        }
+        live.dials.report("dial: timeout after 1s".into());
+        let h = next_health(&mut rx).await;
+        assert_eq!(
+            h.last_error(),
+            Some("dial: timeout after 1s"),
+            "the client's"
+        );
         let want = if connected_between {
             State::Ready
         } else {

@@ -48,7 +48,10 @@ pub enum ConnectError {
     /// For want of something on this node (descriptors, ports, memory): no news of the backend.
     #[error("{0}")]
     ThisNode(String),
-    /// The backend's fault: the dial, TLS or the HTTP handshake failed.
+    /// The backend's fault: the dial got no connection (SYNs unanswered, refused, unreachable).
+    #[error("{0}")]
+    Unreached(Reason),
+    /// The backend's fault: connected, then TLS or the HTTP handshake failed.
     #[error("{0}")]
     Backend(Reason),
 }
@@ -118,11 +121,13 @@ pub async fn connect(
     live.count_dial(&tally);
     let tcp = tcp.map_err(|e| match e.blame() {
         Blame::ThisNode => ConnectError::ThisNode(e.to_string()),
-        Blame::Backend => ConnectError::Backend(Reason {
+        Blame::Backend => ConnectError::Unreached(Reason {
             text: e.to_string(),
             class: e.class(),
         }),
     })?;
+    // A new connection to the backend worked: evidence for passive health, as a client's is.
+    live.dials.connected();
     let stream = TlsConnector::from(tls.client.clone())
         .connect(spec.server_name.clone(), tcp)
         .await
@@ -229,3 +234,6 @@ async fn read_bounded(mut body: hyper::body::Incoming, limit: usize) -> (Vec<u8>
         }
     }
 }
+
+#[cfg(all(test, feature = "sim"))]
+mod tests;
