@@ -1,10 +1,15 @@
 //! Confirming the escape route on the real binary: a backend that turned unready keeps its
-//! connections until the backend they would go to has passed a probe since its fall. Probes come
-//! every 30 s here, so within a test the only probe of the route is the confirm the table asks
-//! for: a failed one closes nothing, a passed one closes at once.
+//! connections until the backend they would go to has passed a probe since its fall, and its own
+//! confirm, asked with the route's, still fails. Probes come every 30 s in most tests here, so the
+//! only probe of the route is the confirm the table asks for: a failed one closes nothing, a
+//! passed one closes as soon as the fallen backend's own confirm fails. A blink seen by the fallen
+//! backend's probes alone closes nothing: its own confirm passes.
 //!
 //! Blocking code on OS threads beside the child process: std's `Instant` is right here.
 #![allow(clippy::disallowed_types)]
+
+use std::sync::atomic::Ordering::SeqCst;
+use std::time::Duration;
 
 use readyprism::sim::apiserver::FakeApiserver;
 use readyprism::verdict::State::{Ready, Unready};
@@ -15,8 +20,8 @@ use tokio::runtime::Runtime;
 use crate::support::process::Proc;
 use crate::support::*;
 
-/// Both ready, probed every 30 s: `local` (this node's zone) and `remote`, a balancer, and a
-/// connection on `local`.
+/// Both ready, probed as `health` says: `local` (this node's zone) and `remote`, a balancer, and
+/// a connection on `local`.
 struct Route {
     _lab: Lab,
     rt: Runtime,
@@ -27,7 +32,7 @@ struct Route {
 }
 
 impl Route {
-    fn start() -> Route {
+    fn start(health: &str) -> Route {
         let lab = Lab::new();
         let rt = Runtime::new().expect("runtime");
         let (local, remote) =
@@ -36,7 +41,7 @@ impl Route {
         let yaml = lab.yaml(
             "dc-a",
             &[(addr(&local), "dc-a"), (addr(&remote), "dc-b")],
-            SLOW_PROBES,
+            health,
         );
         std::fs::write(&file, yaml).expect("write config");
         let p = Proc::start(&file);
@@ -69,21 +74,29 @@ impl Route {
             .block_on(poll("local unready", || self.p.states()[0] == Unready));
     }
 
-    fn confirms(&self) -> f64 {
-        let labels = format!("backend=\"{}\"", addr(&self.remote));
+    /// Confirm probes made of `f`.
+    fn confirms(&self, f: &FakeApiserver) -> f64 {
+        let labels = format!("backend=\"{}\"", addr(f));
         self.p.metric("readyprism_confirm_probes_total", &labels)
+    }
+
+    /// State changes of `f` to `to` (`ready`, `unready`).
+    fn changes(&self, f: &FakeApiserver, to: &str) -> f64 {
+        let labels = format!("backend=\"{}\",to=\"{to}\"", addr(f));
+        self.p
+            .metric("readyprism_backend_state_changes_total", &labels)
     }
 }
 
 #[test]
 fn a_failed_confirm_probe_closes_nothing() {
-    let r = Route::start();
+    let r = Route::start(SLOW_PROBES);
     r.remote.control.set_ready(false); // its next probe, the confirm, fails
     r.fail_local();
     r.rt.block_on(poll("the confirm probe answered", || {
         r.p.status().backends[1].last_error.is_some()
     }));
-    assert_eq!(r.confirms(), 1.0, "one confirm probe");
+    assert_eq!(r.confirms(&r.remote), 1.0, "one confirm probe");
     let local = addr(&r.local);
     assert!(
         !r.p.logged("closing the backend's connections", |v| {
@@ -96,7 +109,7 @@ fn a_failed_confirm_probe_closes_nothing() {
 
 #[test]
 fn a_passed_confirm_probe_closes_the_unready_backends_connections() {
-    let mut r = Route::start();
+    let mut r = Route::start(SLOW_PROBES);
     r.fail_local();
     assert!(
         r.rt.block_on(read_to_end(&mut r.on_local)).is_empty(),
@@ -106,6 +119,75 @@ fn a_passed_confirm_probe_closes_the_unready_backends_connections() {
     r.rt.block_on(poll("counted", || {
         r.p.closes(&local, "turned_unready") == 1
     }));
-    assert_eq!(r.confirms(), 1.0, "one confirm probe, not one per check");
+    assert_eq!(
+        r.confirms(&r.remote),
+        1.0,
+        "one confirm probe, not one per check"
+    );
     assert_eq!(r.rt.block_on(landed(r.p.listen)), "remote");
+}
+
+/// Probes every 2 s, every second while a change is pending, a fall of two and a rise of three:
+/// a backend that fails two answers falls, and passing again it stays unready (rising) for two
+/// more probes, about two seconds.
+const BLINKING: &str =
+    "health: { interval: 2s, timeout: 1500ms, fast_interval: 1s, fall: 2, rise: 3 }\n";
+
+#[test]
+fn a_blink_seen_only_by_the_fallen_backends_probes_closes_nothing() {
+    let mut r = Route::start(BLINKING);
+    // The route answers its probes in 500 ms, so its confirm, asked with the fallen backend's own
+    // (answered at once), passes long after it, with a 500 ms wait for it beyond that.
+    r.remote
+        .control
+        .set_readyz_delay(Duration::from_millis(500));
+    // `local` fails its next two answers and falls on the second, while `remote` keeps passing
+    // (its probes missed the blink); the blink is over as it falls: its own confirm passes.
+    let hits = r.local.control.readyz_hits.load(SeqCst);
+    r.local.control.fail_next(2);
+    r.rt.block_on(poll("local fell and rose again", || {
+        r.changes(&r.local, "unready") == 1.0 && r.p.states() == [Ready, Ready]
+    }));
+    assert!(
+        r.local.control.readyz_hits.load(SeqCst) >= hits + 5,
+        "two failures, its own confirm, two more passes"
+    );
+    let local = addr(&r.local);
+    assert_eq!(
+        r.p.closes(&local, "turned_unready"),
+        0,
+        "closed on the route's pass alone"
+    );
+    assert!(
+        !r.p.logged("closing the backend's connections", |_| true),
+        "a connection was moved though its backend passed its own confirm"
+    );
+    assert!(r.rt.block_on(echoes(&mut r.on_local)), "still on local");
+    assert_eq!(
+        r.confirms(&r.local),
+        1.0,
+        "its own confirm, asked at its fall"
+    );
+}
+
+#[test]
+fn a_fallen_backend_slow_to_answer_its_own_confirm_is_left_a_round_trip_after_the_routes_pass() {
+    let mut r = Route::start(BLINKING);
+    // `local` answers in 500 ms (an apiserver without etcd quorum can be slow to say so): it fails
+    // two answers and falls, then its own confirm passes, 500 ms after it was asked. The route
+    // passes at once (its confirm, or a probe that started during the fall's answer); the wait
+    // for the fallen backend's own answer is one round trip of that, so its connections move
+    // long before it answers, on the writer's timer: the route's next probe is due over a second
+    // after the fall.
+    r.local.control.set_readyz_delay(Duration::from_millis(500));
+    r.local.control.fail_next(2);
+    assert!(
+        r.rt.block_on(read_to_end(&mut r.on_local)).is_empty(),
+        "closed once the wait for its own confirm ran out"
+    );
+    let local = addr(&r.local);
+    r.rt.block_on(poll("counted", || {
+        r.p.closes(&local, "turned_unready") == 1
+    }));
+    assert_eq!(r.confirms(&r.local), 1.0, "its own confirm was asked");
 }

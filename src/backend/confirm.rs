@@ -1,5 +1,6 @@
 //! The table's request for one confirm probe of a backend (the escape route of another backend's
-//! connections), and the count of those its monitor made.
+//! connections, or a backend that just turned unready: does it still fail?), and the count of
+//! those its monitor made.
 //!
 //! Does not own when a confirm is needed (`table::escape`) or the bound on them (`health`: at
 //! most one per probe interval).

@@ -1,18 +1,21 @@
 //! Confirming the escape route before moving a backend's connections: a backend that turned
 //! unready keeps them until the backend they would go to (the picker's first choice now) has
-//! passed a probe that started after the fall. Until then that backend is asked for one confirm
-//! probe; a failed confirm closes nothing. During a cluster-wide blink every backend fails its
-//! checks together, and closing would only move clients onto the next failing apiserver.
+//! passed a probe that started after the fall, and the fallen backend itself has had its say.
+//! Both are asked for one confirm probe at the fall. A failed route confirm closes nothing:
+//! during a cluster-wide blink every backend fails its checks together, and closing would only
+//! move clients onto the next failing apiserver.
 //!
-//! When another backend has failed a check within the last probe interval too (a suspected
-//! cluster-wide event, which some backends' probes may have missed), the fallen backend is asked
-//! for a confirm probe of its own as well: its connections move only if it still fails, and stay
-//! while it passes again (it rises). With every other backend passing (one bad apiserver) the
-//! route's pass alone decides, as fast as before.
+//! The fallen backend's own confirm is asked on every fall: a blink of a few seconds can miss the
+//! other backends' probes on this node, so a fall that looks like one bad apiserver may pass
+//! again a moment later. Once the route has passed, its connections move if it still fails, and
+//! stay while it passes again (it rises). While its own result is outstanding they wait at most
+//! the route probe's round trip beyond that pass ([`deadline`]), so one bad apiserver (silent, or
+//! answering slowly) is left at most one such round trip later than on the route's pass alone.
 //!
 //! Owns the latest pass and failure of every backend, the backends waiting for a confirm, and the
 //! decision ([`judge`], pure; the caller passes instants). Does not own asking the monitor or
-//! closing (the table writer does both).
+//! closing (the table writer does both), nor the bound of one confirm per backend per probe
+//! interval (the monitor keeps it).
 
 use std::sync::atomic::Ordering;
 
@@ -27,8 +30,8 @@ use crate::verdict::State;
 /// What to do about one waiting backend's connections.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Verdict {
-    /// The route is confirmed (and, in a suspected cluster-wide event, the fallen backend still
-    /// fails): close them (turned_unready).
+    /// The route is confirmed and the fallen backend still fails (or did not answer in time):
+    /// close them (turned_unready).
     Close,
     /// Ask for confirm probes not asked yet for this fall: of the route's backend (`route`), of
     /// the fallen backend itself (`own`).
@@ -39,7 +42,7 @@ pub enum Verdict {
         own: bool,
     },
     /// Wait for the confirms asked (a failed route closes nothing; a fallen backend that passes
-    /// again keeps its connections while it rises).
+    /// again keeps its connections while it rises), at most until [`until`] says.
     Wait,
 }
 
@@ -50,10 +53,9 @@ const SAME_ROUND: Duration = Duration::from_secs(1);
 /// What is known of the fallen backend itself since its fall.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Own {
-    /// No other backend failed lately: one bad apiserver, its own state needs no second look.
-    Unsuspected,
-    /// A suspected cluster-wide event, and no probe of it has ended since the fall; `asked`: a
-    /// confirm of it was asked.
+    /// No probe of it has ended since the fall, or only a failure that is stale (started over
+    /// [`SAME_ROUND`] before the route's pass: the blink may have ended between them), so its
+    /// next result is awaited; `asked`: a confirm of it was asked.
     Pending {
         /// A confirm probe of it was asked during this fall.
         asked: bool,
@@ -64,21 +66,72 @@ pub enum Own {
     Passing,
 }
 
-/// The decision for a backend that fell at `fell`, relaying something now (`busy`) or not, whose
-/// connections would go to a backend whose latest pass started at `passed` (`None`: none known),
-/// already `asked` for a confirm or not, and what is known of the fallen backend itself (`own`).
-/// With nothing to move, nothing is confirmed: the eviction only stops dials picked from an older
-/// snapshot, which then re-plan as new connections do.
-pub fn judge(fell: Instant, busy: bool, passed: Option<Instant>, asked: bool, own: Own) -> Verdict {
+/// A passed probe as the table's writer saw it; the later is the one that started later.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub struct Pass {
+    /// When the probe started.
+    pub started: Instant,
+    /// When its result reached the writer.
+    pub arrived: Instant,
+}
+
+/// A backend's fall as the table's writer saw it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Fall {
+    /// When the evidence that turned it unready began (the probe's start, or when failed client
+    /// dials were counted).
+    pub at: Instant,
+    /// When the writer learnt of it (and asked for the confirms).
+    pub noted: Instant,
+}
+
+/// When the connections of a backend that fell (`fall`), whose own result is still outstanding,
+/// move after the route passed (`pass`, started after the fall): one round trip of the route's
+/// probe (its start to its arrival) beyond its arrival, or beyond the fall's, when the route
+/// passed before the writer learnt of the fall and asked the fallen backend. A confirm of the
+/// fallen backend asked with the route's takes about as long when it answers at all.
+pub fn deadline(fall: Fall, pass: Pass) -> Instant {
+    let trip = pass.arrived.saturating_duration_since(pass.started);
+    pass.arrived.max(fall.noted) + trip
+}
+
+/// When waiting ends by itself (then [`judge`] closes): the [`deadline`] once the route passed
+/// since the fall (`route`: its latest pass) while the fallen backend's own result is
+/// outstanding; `None` while the wait is for a result.
+pub fn until(fall: Fall, route: Option<Pass>, own: Own) -> Option<Instant> {
+    match own {
+        Own::Pending { .. } => route
+            .filter(|p| p.started > fall.at)
+            .map(|p| deadline(fall, p)),
+        Own::Failed | Own::Passing => None,
+    }
+}
+
+/// The decision at `now` for a backend that fell (`fall`), relaying something now (`busy`) or
+/// not, whose connections would go to a backend whose latest pass is `route` (`None`: none
+/// known), already `asked` for a confirm or not, and what is known of the fallen backend itself
+/// (`own`). With nothing to move, nothing is confirmed: the eviction only stops dials picked from
+/// an older snapshot, which then re-plan as new connections do.
+pub fn judge(
+    fall: Fall,
+    busy: bool,
+    route: Option<Pass>,
+    asked: bool,
+    own: Own,
+    now: Instant,
+) -> Verdict {
     if !busy {
         return Verdict::Close;
     }
-    let route = passed.is_some_and(|p| p > fell);
+    let confirmed = route.is_some_and(|p| p.started > fall.at);
     match own {
         Own::Passing => Verdict::Wait,
-        Own::Unsuspected | Own::Failed if route => Verdict::Close,
+        Own::Failed if confirmed => Verdict::Close,
+        Own::Pending { .. } if until(fall, route, own).is_some_and(|at| now >= at) => {
+            Verdict::Close
+        }
         _ => {
-            let ask_route = !route && !asked;
+            let ask_route = !confirmed && !asked;
             let ask_own = own == Own::Pending { asked: false };
             if ask_route || ask_own {
                 Verdict::Ask {
@@ -104,8 +157,8 @@ pub fn route(snap: &Snapshot) -> Option<usize> {
 /// The backends waiting for their escape route, and every backend's latest pass and failure.
 #[derive(Debug, Default)]
 pub struct Escapes {
-    /// When each backend's latest passing probe started.
-    passes: Vec<(BackendId, Instant)>,
+    /// Each backend's latest passing probe (the one that started last).
+    passes: Vec<(BackendId, Pass)>,
     /// When each backend's latest failed check started.
     failures: Vec<(BackendId, Instant)>,
     waiting: Vec<Waiting>,
@@ -114,23 +167,49 @@ pub struct Escapes {
 #[derive(Debug, Clone)]
 struct Waiting {
     id: BackendId,
-    fell: Instant,
+    fall: Fall,
     /// The route backends asked for a confirm during this fall.
     asked: Vec<BackendId>,
     /// The fallen backend itself was asked for a confirm during this fall.
     asked_own: bool,
+    /// When its wait ends by itself ([`until`]), as of the latest review.
+    until: Option<Instant>,
 }
 
-/// The latest instant of `id` in `list`.
-fn latest(list: &[(BackendId, Instant)], id: &BackendId) -> Option<Instant> {
+/// The latest value of `id` in `list`.
+fn latest<T: Copy>(list: &[(BackendId, T)], id: &BackendId) -> Option<T> {
     list.iter().find(|(b, _)| b == id).map(|(_, at)| *at)
 }
 
-/// Keeps `at` as `id`'s latest instant in `list`.
-fn note(list: &mut Vec<(BackendId, Instant)>, id: &BackendId, at: Instant) {
+/// Keeps the greater of `at` and the value kept as `id`'s latest in `list`.
+fn note<T: Copy + Ord>(list: &mut Vec<(BackendId, T)>, id: &BackendId, at: T) {
     match list.iter_mut().find(|(b, _)| b == id) {
         Some((_, kept)) => *kept = (*kept).max(at),
         None => list.push((id.clone(), at)),
+    }
+}
+
+/// What is known of fallen `w` itself, from every backend's latest `passes` and `failures`: see
+/// [`Own`]. A failure of its own that started more than [`SAME_ROUND`] before the route's latest
+/// pass (`route`) is stale.
+fn own_result(
+    passes: &[(BackendId, Pass)],
+    failures: &[(BackendId, Instant)],
+    w: &Waiting,
+    route: Option<Pass>,
+) -> Own {
+    let pass = latest(passes, &w.id)
+        .map(|p| p.started)
+        .filter(|p| *p > w.fall.at);
+    let fail = latest(failures, &w.id).filter(|f| *f > w.fall.at);
+    match (pass, fail) {
+        (Some(p), Some(f)) if p > f => Own::Passing,
+        (Some(_), None) => Own::Passing,
+        (_, Some(f)) if route.is_some_and(|p| f + SAME_ROUND < p.started) => {
+            Own::Pending { asked: w.asked_own }
+        }
+        (_, Some(_)) => Own::Failed,
+        (None, None) => Own::Pending { asked: w.asked_own },
     }
 }
 
@@ -145,9 +224,9 @@ pub struct Review {
 }
 
 impl Escapes {
-    /// A probe of `id` that started at `started` passed.
-    pub fn passed(&mut self, id: &BackendId, started: Instant) {
-        note(&mut self.passes, id, started);
+    /// A probe of `id` passed (when it started, when its result reached the writer).
+    pub fn passed(&mut self, id: &BackendId, pass: Pass) {
+        note(&mut self.passes, id, pass);
     }
 
     /// A check of `id` that started at `started` failed (a probe, or a client dial).
@@ -155,41 +234,16 @@ impl Escapes {
         note(&mut self.failures, id, started);
     }
 
-    /// What is known of fallen `w` itself: see [`Own`]. Suspected when another backend's latest
-    /// failure started less than `interval` before the fall, or after it. A failure of its own
-    /// that started more than [`SAME_ROUND`] before the route's latest pass (`route_pass`) is
-    /// stale: the blink may have ended between them, so its next result is awaited.
-    fn own(&self, w: &Waiting, interval: Duration, route_pass: Option<Instant>) -> Own {
-        let since = w.fell.checked_sub(interval).unwrap_or(w.fell);
-        let suspect = self
-            .failures
-            .iter()
-            .any(|(b, at)| *b != w.id && *at > since);
-        if !suspect {
-            return Own::Unsuspected;
-        }
-        let pass = latest(&self.passes, &w.id).filter(|p| *p > w.fell);
-        let fail = latest(&self.failures, &w.id).filter(|f| *f > w.fell);
-        match (pass, fail) {
-            (Some(p), Some(f)) if p > f => Own::Passing,
-            (Some(_), None) => Own::Passing,
-            (_, Some(f)) if route_pass.is_some_and(|p| f + SAME_ROUND < p) => {
-                Own::Pending { asked: w.asked_own }
-            }
-            (_, Some(_)) => Own::Failed,
-            (None, None) => Own::Pending { asked: w.asked_own },
-        }
-    }
-
-    /// `id` turned unready at `fell` (the start of the probe that said so): its connections wait
-    /// for a confirmed route.
-    pub fn fell(&mut self, id: &BackendId, fell: Instant) {
+    /// `id` turned unready (`fall`): its connections wait for a confirmed route and its own
+    /// confirm.
+    pub fn fell(&mut self, id: &BackendId, fall: Fall) {
         self.waiting.retain(|w| w.id != *id);
         self.waiting.push(Waiting {
             id: id.clone(),
-            fell,
+            fall,
             asked: Vec::new(),
             asked_own: false,
+            until: None,
         });
     }
 
@@ -198,24 +252,23 @@ impl Escapes {
         !self.waiting.is_empty()
     }
 
-    /// Judges every waiting backend against `snap`. One no longer unready (or removed) waits no
-    /// more, nor does one with nowhere to go (nothing ready: a cluster-wide blink closes nothing).
-    pub fn review(&mut self, snap: &Snapshot) -> Review {
+    /// When the next wait ends by itself, as of the latest review: review again then.
+    pub fn next_due(&self) -> Option<Instant> {
+        self.waiting.iter().filter_map(|w| w.until).min()
+    }
+
+    /// Judges every waiting backend against `snap` at `now`. One no longer unready (or removed)
+    /// waits no more, nor does one with nowhere to go (nothing ready: a cluster-wide blink closes
+    /// nothing).
+    pub fn review(&mut self, snap: &Snapshot, now: Instant) -> Review {
         let mut review = Review::default();
         self.passes.retain(|(id, _)| snap.position(id).is_some());
         self.failures.retain(|(id, _)| snap.position(id).is_some());
         let route = route(snap);
-        let interval = snap.routing.probe_interval;
-        let route_pass = route.and_then(|to| latest(&self.passes, &snap.backends[to].spec.id));
-        let owns: Vec<Own> = self
-            .waiting
-            .iter()
-            .map(|w| self.own(w, interval, route_pass))
-            .collect();
-        let passes = &self.passes;
-        let mut owns = owns.into_iter();
+        let pass = route.and_then(|to| latest(&self.passes, &snap.backends[to].spec.id));
+        let (passes, failures) = (&self.passes, &self.failures);
         self.waiting.retain_mut(|w| {
-            let own = owns.next().unwrap_or(Own::Unsuspected);
+            let own = own_result(passes, failures, w, pass);
             let Some(i) = snap.position(&w.id) else {
                 return false;
             };
@@ -223,9 +276,9 @@ impl Escapes {
                 return false;
             };
             let to_id = &snap.backends[to].spec.id;
-            let passed = passes.iter().find(|(b, _)| b == to_id).map(|(_, at)| *at);
             let busy = snap.backends[i].live.active.load(Ordering::Relaxed) > 0;
-            match judge(w.fell, busy, passed, w.asked.contains(to_id), own) {
+            w.until = until(w.fall, pass, own);
+            match judge(w.fall, busy, pass, w.asked.contains(to_id), own, now) {
                 Verdict::Close => {
                     review.close.push(i);
                     false

@@ -6,8 +6,9 @@
 //! home: when a same-zone backend has been ready for `failback_after` ([`failback`], pure), the
 //! connections relayed to other zones are evicted the same way, and the failback is called off
 //! if the zone has no ready backend left before every turn has come. A backend that turned unready
-//! keeps its connections until their escape route is confirmed ([`escape`], pure: the writer asks
-//! the route's monitor for a confirm probe); after a spell with none ready, connections move only
+//! keeps its connections until their escape route is confirmed and it still fails ([`escape`],
+//! pure: the writer asks the route's and its own monitor for a confirm probe, and looks again
+//! when a wait for its own answer runs out); after a spell with none ready, connections move only
 //! off backends still down one probe interval later ([`recovery`], pure). It keeps the log's cause
 //! current ([`cause`], pure): an unready backend's changed reason, and a reminder of every
 //! reason while none is ready; and the last few state transitions for people ([`recent`]). Does
@@ -35,7 +36,7 @@ use crate::pick::WhenNoneReady;
 use crate::verdict::{Health, State};
 use bump::{evict_now, publish_then_bump, stamp};
 use configure::configure;
-use escape::Escapes;
+use escape::{Escapes, Fall, Pass};
 use failback::Failback;
 use recovery::Recovery;
 use tokio::time::Instant;
@@ -125,6 +126,7 @@ pub async fn run_writer(
     loop {
         let due = failback.next_due(table.load().routing.failback_after);
         let recovered = recovery.next_due(table.load().routing.probe_interval);
+        let escaped = escapes.next_due();
         let cmd = tokio::select! {
             _ = cancel.cancelled() => return,
             _ = sleep_until_some(cause::next_reminder(announced, reminded)) => {
@@ -143,6 +145,10 @@ pub async fn run_writer(
                 recover(&table, &mut recovery);
                 continue;
             }
+            _ = sleep_until_some(escaped) => {
+                escape(&table, &mut escapes);
+                continue;
+            }
             cmd = rx.recv() => match cmd { Some(c) => c, None => return },
         };
         let old = table.load();
@@ -152,11 +158,12 @@ pub async fn run_writer(
                 health,
                 started,
             } => {
+                let arrived = Instant::now();
                 let Some(i) = old.position(&id) else {
                     continue; // a probe of a backend removed by a reload
                 };
                 if health.state != State::Unknown && health.last_failure.is_none() {
-                    escapes.passed(&id, started);
+                    escapes.passed(&id, Pass { started, arrived });
                 } else if health.last_failure.is_some() {
                     escapes.failed(&id, started);
                 }
@@ -170,7 +177,11 @@ pub async fn run_writer(
                 let fell;
                 (announced, fell) = apply(&table, &metrics, &old, next, announced);
                 for b in fell {
-                    escapes.fell(&b, started);
+                    let fall = Fall {
+                        at: started,
+                        noted: arrived,
+                    };
+                    escapes.fell(&b, fall);
                 }
                 match note {
                     cause::Note::Nothing => {}
@@ -196,8 +207,15 @@ pub async fn run_writer(
                 said.retain(|id, _| next.position(id).is_some());
                 let fell;
                 (announced, fell) = apply(&table, &metrics, &old, next, announced);
+                let now = Instant::now();
                 for b in fell {
-                    escapes.fell(&b, Instant::now());
+                    escapes.fell(
+                        &b,
+                        Fall {
+                            at: now,
+                            noted: now,
+                        },
+                    );
                 }
                 // After publishing: a connection that still read the old snapshot sees the new
                 // epoch, skips the removed backend and re-plans on the snapshot just published.
@@ -224,15 +242,15 @@ pub async fn run_writer(
     }
 }
 
-/// Judges the backends waiting for their escape route: asks the monitors of the routes (and, in a
-/// suspected cluster-wide event, of the fallen backends) for a confirm probe, and closes the
-/// connections of those whose route is confirmed (turned_unready).
+/// Judges the backends waiting for their escape route: asks the monitors of the routes and of the
+/// fallen backends themselves for a confirm probe, and closes the connections of those whose
+/// route is confirmed while they still fail, or did not answer in time (turned_unready).
 fn escape(table: &Table, escapes: &mut Escapes) {
     if !escapes.is_waiting() {
         return;
     }
     let snap = table.load();
-    let review = escapes.review(&snap);
+    let review = escapes.review(&snap, Instant::now());
     for &to in &review.ask {
         tracing::debug!(backend = %snap.backends[to].spec.id, "asking for a confirm probe (the escape route, or the fallen backend itself)");
         snap.backends[to].live.confirm.ask();

@@ -1,5 +1,7 @@
-//! The escape decision, table-tested: close only after a pass that started after the fall; the
-//! review of a snapshot: the route is the picker's first ready choice, a blink closes nothing.
+//! The escape decision, table-tested: close only after a pass that started after the fall, and
+//! only while the fallen backend's own confirm fails or once a round trip's wait for it ran out;
+//! the review of a snapshot: both confirms asked on every fall, the route is the picker's first
+//! ready choice, a blink closes nothing, a wait's end is due.
 
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -9,55 +11,170 @@ use super::*;
 use crate::backend::{Backend, BackendLive, BackendSpec, Routing};
 use crate::verdict::Health;
 
+/// Instants as milliseconds after one base.
+#[derive(Debug, Clone, Copy)]
+struct Clock(Instant);
+
+impl Clock {
+    fn new() -> Clock {
+        Clock(Instant::now())
+    }
+
+    fn at(self, ms: u64) -> Instant {
+        self.0 + Duration::from_millis(ms)
+    }
+
+    /// A pass that started at `started` and reached the writer at `arrived`.
+    fn pass(self, started: u64, arrived: u64) -> Pass {
+        Pass {
+            started: self.at(started),
+            arrived: self.at(arrived),
+        }
+    }
+
+    /// A fall at `ms`, learnt of at once.
+    fn fall(self, ms: u64) -> Fall {
+        Fall {
+            at: self.at(ms),
+            noted: self.at(ms),
+        }
+    }
+}
+
 #[test]
 fn judge_closes_only_after_a_pass_that_started_after_the_fall() {
-    let fell = Instant::now();
-    let before = fell - Duration::from_millis(1);
-    let after = fell + Duration::from_millis(1);
+    use Verdict::{Close, Wait};
+    let c = Clock::new();
+    let fall = c.fall(10);
+    // Arrived long ago, so no wait for the fallen backend's own answer is left either.
+    let pass = |started| Some(c.pass(started, started));
     const ASK: Verdict = Verdict::Ask {
         route: true,
         own: false,
     };
     let cases = [
         ("no pass known, not asked: ask", None, false, ASK),
-        ("no pass known, asked: wait", None, true, Verdict::Wait),
-        ("a pass before the fall: ask", Some(before), false, ASK),
+        ("no pass known, asked: wait", None, true, Wait),
+        ("a pass before the fall: ask", pass(9), false, ASK),
+        ("a pass before the fall, asked: wait", pass(9), true, Wait),
+        ("a pass at the fall: not after", pass(10), true, Wait),
+        ("a pass after the fall: close", pass(11), false, Close),
+        ("a pass after the fall, asked: close", pass(11), true, Close),
+    ];
+    let now = c.at(10_000);
+    for (name, route, asked, want) in cases {
+        for own in [Own::Failed, Own::Pending { asked: true }] {
+            let got = judge(fall, true, route, asked, own, now);
+            assert_eq!(got, want, "{name}, {own:?}");
+        }
+        let idle = judge(fall, false, route, asked, Own::Passing, now);
+        assert_eq!(idle, Close, "idle: {name}");
+    }
+}
+
+#[test]
+fn judge_closes_only_while_the_fallen_backend_still_fails_or_did_not_answer_in_time() {
+    use Own::{Failed, Passing};
+    use Verdict::{Close, Wait};
+    let c = Clock::new();
+    let fall = Fall {
+        at: c.at(10),
+        noted: c.at(20),
+    };
+    // The route's confirm started at 30 and its pass reached the writer at 50: a 20 ms round
+    // trip, so the fallen backend's own answer is awaited until 70.
+    let passed = Some(c.pass(30, 50));
+    let pending = Own::Pending { asked: false };
+    let asked = Own::Pending { asked: true };
+    let both = Verdict::Ask {
+        route: true,
+        own: true,
+    };
+    let own = Verdict::Ask {
+        route: false,
+        own: true,
+    };
+    let first = judge(fall, true, None, false, pending, c.at(20));
+    assert_eq!(first, both, "nothing known: ask both");
+    // The route asked from here on.
+    let cases = [
+        ("both asked: wait", None, asked, 40, Wait),
         (
-            "a pass before the fall, asked: wait",
-            Some(before),
-            true,
-            Verdict::Wait,
+            "it fails, the route not confirmed: wait",
+            None,
+            Failed,
+            40,
+            Wait,
         ),
         (
-            "a pass at the fall: not after",
-            Some(fell),
-            true,
-            Verdict::Wait,
+            "the route passed, its own not asked: ask",
+            passed,
+            pending,
+            50,
+            own,
         ),
         (
-            "a pass after the fall: close",
-            Some(after),
-            false,
-            Verdict::Close,
+            "the route passed, its own outstanding: wait",
+            passed,
+            asked,
+            50,
+            Wait,
+        ),
+        ("... until one round trip later", passed, asked, 69, Wait),
+        ("... then close", passed, asked, 70, Close),
+        (
+            "... not asked in time either: close",
+            passed,
+            pending,
+            70,
+            Close,
         ),
         (
-            "a pass after the fall, asked: close",
-            Some(after),
-            true,
-            Verdict::Close,
+            "the route passed, it still fails: close",
+            passed,
+            Failed,
+            50,
+            Close,
+        ),
+        ("it passes again: it rises, wait", passed, Passing, 50, Wait),
+        (
+            "it rises: no end to the wait",
+            passed,
+            Passing,
+            10_000,
+            Wait,
         ),
     ];
-    for (name, passed, asked, want) in cases {
-        assert_eq!(
-            judge(fell, true, passed, asked, Own::Unsuspected),
-            want,
-            "{name}"
-        );
-        assert_eq!(
-            judge(fell, false, passed, asked, Own::Unsuspected),
-            Verdict::Close,
-            "idle: {name}"
-        );
+    for (name, route, own, now, want) in cases {
+        let got = judge(fall, true, route, true, own, c.at(now));
+        assert_eq!(got, want, "{name}");
+    }
+    assert_eq!(until(fall, passed, asked), Some(c.at(70)), "due then");
+    assert_eq!(until(fall, None, asked), None, "the route not confirmed");
+    assert_eq!(until(fall, passed, Passing), None, "it rises");
+    assert_eq!(until(fall, passed, Failed), None, "closed at once");
+}
+
+#[test]
+fn the_wait_for_its_own_answer_counts_from_when_it_was_asked_at_the_latest() {
+    let c = Clock::new();
+    let at = |ms| c.at(ms);
+    let pass = Pass {
+        started: at(30),
+        arrived: at(50),
+    };
+    let cases = [
+        ("asked before the route's pass arrived", at(20), at(70)),
+        ("asked as it arrived", at(50), at(70)),
+        (
+            "the fall learnt of after the pass arrived",
+            at(100),
+            at(120),
+        ),
+    ];
+    for (name, noted, want) in cases {
+        let fall = Fall { at: at(10), noted };
+        assert_eq!(deadline(fall, pass), want, "{name}");
     }
 }
 
@@ -103,144 +220,108 @@ fn id(i: usize) -> BackendId {
 }
 
 #[test]
-fn a_fallen_backend_asks_its_route_once_then_closes_on_its_pass() {
-    let t0 = Instant::now();
-    let mut e = Escapes::default();
-    e.passed(&id(1), t0);
-    e.fell(&id(0), t0 + Duration::from_millis(10));
-    let s = snap("UR");
-    assert_eq!(
-        e.review(&s),
-        Review {
-            close: vec![],
-            ask: vec![1]
-        },
-        "ask the route"
-    );
-    assert_eq!(e.review(&s), Review::default(), "asked once");
-    e.passed(&id(1), t0 + Duration::from_millis(5));
-    assert_eq!(
-        e.review(&s),
-        Review::default(),
-        "a pass that started before the fall"
-    );
-    e.passed(&id(1), t0 + Duration::from_millis(20));
-    assert_eq!(
-        e.review(&s),
-        Review {
-            close: vec![0],
-            ask: vec![]
-        }
-    );
-    assert!(!e.is_waiting());
-}
-
-#[test]
 fn nothing_ready_or_a_recovered_backend_waits_no_more() {
-    let t0 = Instant::now();
+    let c = Clock::new();
     let mut e = Escapes::default();
-    e.fell(&id(0), t0);
+    e.fell(&id(0), c.fall(0));
     assert_eq!(
-        e.review(&snap("UU")),
+        e.review(&snap("UU"), c.at(0)),
         Review::default(),
         "a blink: nowhere to go"
     );
     assert!(!e.is_waiting());
-    e.fell(&id(0), t0);
-    assert_eq!(e.review(&snap("RR")), Review::default(), "ready again");
+    e.fell(&id(0), c.fall(0));
+    assert_eq!(
+        e.review(&snap("RR"), c.at(0)),
+        Review::default(),
+        "ready again"
+    );
     assert!(!e.is_waiting());
 }
 
 #[test]
-fn judge_in_a_suspected_cluster_wide_event_closes_only_while_the_fallen_backend_still_fails() {
-    let fell = Instant::now();
-    let after = Some(fell + Duration::from_millis(1));
-    let pending = Own::Pending { asked: false };
-    let asked = Own::Pending { asked: true };
-    let cases = [
-        (
-            "nothing known: ask both",
-            None,
-            false,
-            pending,
-            Verdict::Ask {
-                route: true,
-                own: true,
-            },
-        ),
-        (
-            "the route passed, its own not asked: ask it",
-            after,
-            true,
-            pending,
-            Verdict::Ask {
-                route: false,
-                own: true,
-            },
-        ),
-        (
-            "the route passed, its own asked: wait",
-            after,
-            true,
-            asked,
-            Verdict::Wait,
-        ),
-        (
-            "the route passed, it still fails: close",
-            after,
-            true,
-            Own::Failed,
-            Verdict::Close,
-        ),
-        (
-            "it passes again: it rises, wait",
-            after,
-            true,
-            Own::Passing,
-            Verdict::Wait,
-        ),
-        (
-            "it still fails, the route not confirmed: wait",
-            None,
-            true,
-            Own::Failed,
-            Verdict::Wait,
-        ),
-    ];
-    for (name, passed, route_asked, own, want) in cases {
-        assert_eq!(judge(fell, true, passed, route_asked, own), want, "{name}");
-    }
-}
-
-#[test]
-fn a_fall_while_another_backend_fails_waits_for_its_own_confirm() {
-    let t0 = Instant::now();
-    let at = |ms: u64| t0 + Duration::from_millis(ms);
+fn every_fall_asks_the_route_and_the_fallen_backend_itself() {
+    let c = Clock::new();
+    let at = |ms| c.at(ms);
     let mut e = Escapes::default();
-    e.passed(&id(1), at(0));
-    e.failed(&id(2), at(5)); // a third backend failed too: a suspected cluster-wide event
-    e.fell(&id(0), at(10));
-    let s = snap("URU");
+    let s = snap("UR");
+    // The other backend passes: no sign of a cluster-wide event, its own confirm is asked anyway.
+    e.passed(&id(1), c.pass(0, 1));
+    e.fell(&id(0), c.fall(10));
     assert_eq!(
-        e.review(&s),
+        e.review(&s, at(10)),
         Review {
             close: vec![],
             ask: vec![0, 1]
         },
         "ask the route and the fallen backend itself"
     );
-    e.passed(&id(1), at(20));
+    assert_eq!(e.review(&s, at(11)), Review::default(), "asked once");
+    assert_eq!(e.next_due(), None, "nothing to time yet");
+    e.passed(&id(1), c.pass(5, 12));
     assert_eq!(
-        e.review(&s),
+        e.review(&s, at(12)),
         Review::default(),
-        "its own confirm outstanding"
+        "a pass that started before the fall"
     );
-    e.passed(&id(0), at(20));
-    assert_eq!(e.review(&s), Review::default(), "it passes again: it rises");
-    assert!(e.is_waiting(), "watched while it rises");
-    e.failed(&id(0), at(30));
+    e.failed(&id(0), at(11));
+    e.passed(&id(1), c.pass(11, 15));
     assert_eq!(
-        e.review(&s),
+        e.review(&s, at(15)),
+        Review {
+            close: vec![0],
+            ask: vec![]
+        },
+        "the route passed and it still fails"
+    );
+    assert!(!e.is_waiting());
+}
+
+#[test]
+fn an_outstanding_own_answer_is_awaited_one_round_trip_of_the_route() {
+    let c = Clock::new();
+    let at = |ms| c.at(ms);
+    let mut e = Escapes::default();
+    let s = snap("UR");
+    e.fell(&id(0), c.fall(10));
+    assert_eq!(e.review(&s, at(10)).ask, vec![0, 1]);
+    e.passed(&id(1), c.pass(10 + 1, 31)); // a 20 ms round trip
+    assert_eq!(
+        e.review(&s, at(31)),
+        Review::default(),
+        "its own outstanding"
+    );
+    assert_eq!(e.next_due(), Some(at(51)), "one round trip later");
+    assert_eq!(e.review(&s, at(50)), Review::default(), "not yet");
+    assert_eq!(
+        e.review(&s, at(51)),
+        Review {
+            close: vec![0],
+            ask: vec![]
+        },
+        "no answer in time: one bad apiserver, silent or slow"
+    );
+    assert!(!e.is_waiting());
+    assert_eq!(e.next_due(), None);
+}
+
+#[test]
+fn a_fallen_backend_that_passes_its_own_confirm_keeps_its_connections_while_it_rises() {
+    let c = Clock::new();
+    let at = |ms| c.at(ms);
+    let mut e = Escapes::default();
+    let s = snap("UR");
+    e.fell(&id(0), c.fall(10));
+    assert_eq!(e.review(&s, at(10)).ask, vec![0, 1]);
+    e.passed(&id(0), c.pass(11, 13)); // the blink ended as it fell
+    e.passed(&id(1), c.pass(11, 14));
+    assert_eq!(e.review(&s, at(14)), Review::default(), "it rises");
+    assert_eq!(e.next_due(), None, "no end to the wait while it rises");
+    assert_eq!(e.review(&s, at(10_000)), Review::default(), "still rising");
+    assert!(e.is_waiting(), "watched while it rises");
+    e.failed(&id(0), at(10_001));
+    assert_eq!(
+        e.review(&s, at(10_002)),
         Review {
             close: vec![0],
             ask: vec![]
@@ -250,44 +331,49 @@ fn a_fall_while_another_backend_fails_waits_for_its_own_confirm() {
 }
 
 #[test]
-fn a_fall_while_the_others_pass_is_judged_by_the_route_alone() {
-    let t0 = Instant::now();
-    let at = |ms: u64| t0 + Duration::from_millis(ms);
-    let mut e = Escapes::default();
-    e.failed(&id(0), at(5)); // its own first failure: no suspicion
-    e.passed(&id(1), at(20));
-    e.fell(&id(0), at(10));
-    assert_eq!(
-        e.review(&snap("UR")),
-        Review {
-            close: vec![0],
-            ask: vec![]
-        }
-    );
-}
-
-#[test]
 fn a_failure_of_its_own_older_than_the_routes_pass_is_not_news() {
-    let t0 = Instant::now();
-    let at = |ms: u64| t0 + Duration::from_millis(ms);
+    let c = Clock::new();
+    let at = |ms| c.at(ms);
     let mut e = Escapes::default();
-    e.failed(&id(2), at(5)); // a suspected cluster-wide event
-    e.fell(&id(0), at(10));
     let s = snap("URU");
-    assert_eq!(e.review(&s).ask, vec![0, 1]);
+    e.fell(&id(0), c.fall(10));
+    assert_eq!(e.review(&s, at(10)).ask, vec![0, 1]);
     e.failed(&id(0), at(20)); // its own confirm failed, in the blink
-    e.passed(&id(1), at(4_000)); // the route passed seconds later: the blink may be over
+    e.passed(&id(1), c.pass(4_000, 4_100)); // the route passed seconds later: the blink may be over
     assert_eq!(
-        e.review(&s),
+        e.review(&s, at(4_100)),
         Review::default(),
         "its next result is awaited"
     );
-    e.passed(&id(0), at(5_000));
-    assert_eq!(e.review(&s), Review::default(), "it passes: it rises");
+    assert_eq!(
+        e.next_due(),
+        Some(at(4_200)),
+        "for one round trip of the route"
+    );
+    e.passed(&id(0), c.pass(4_150, 4_160));
+    assert_eq!(
+        e.review(&s, at(4_160)),
+        Review::default(),
+        "it passes: it rises"
+    );
+    assert_eq!(e.next_due(), None);
     e.failed(&id(0), at(6_000));
     assert_eq!(
-        e.review(&s).close,
+        e.review(&s, at(6_001)).close,
         vec![0],
         "its rise failed: its connections move"
+    );
+    // Another fall, the same stale failure: its next result, a failure, closes before the wait
+    // is over.
+    e.fell(&id(0), c.fall(7_000));
+    e.review(&s, at(7_000));
+    e.failed(&id(0), at(7_010));
+    e.passed(&id(1), c.pass(9_000, 9_100));
+    assert_eq!(e.review(&s, at(9_100)), Review::default(), "stale");
+    e.failed(&id(0), at(9_050));
+    assert_eq!(
+        e.review(&s, at(9_150)).close,
+        vec![0],
+        "its next result fails"
     );
 }
