@@ -25,7 +25,7 @@ pub use probe_counts::ProbeCounts;
 
 use crate::eviction::CloseReason;
 use crate::pick::{self, Candidate, Order, Pick};
-use crate::relay::Moved;
+use crate::relay::Totals;
 use crate::verdict::{Health, State};
 
 /// A backend's identity: its address exactly as configured. Reloads, probes, status, logs and
@@ -219,7 +219,7 @@ pub struct ConnCounters {
     /// Connections closed because of the backend's state, by [`CloseReason::index`].
     pub closes: [AtomicU64; CloseReason::ALL.len()],
     /// Bytes relayed each way, over every connection.
-    pub bytes: Moved,
+    pub bytes: Totals,
 }
 
 impl BackendLive {

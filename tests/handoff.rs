@@ -1,6 +1,7 @@
 //! A planned hand-off on the real binary: an apiserver whose only failing check is `shutdown`
 //! (kube-apiserver's graceful shutdown, still serving) takes no new connections after one probe,
-//! and its connections are closed each at a random point of `handoff_window` (reason `handoff`);
+//! and its connections are closed each at a random point of `handoff_window` (reason `handoff`),
+//! one with a request outstanding then once it is answered (by the window's end at the latest);
 //! if it stops answering before the window ends, the rest are closed at once.
 //!
 //! Blocking code on OS threads beside the child process: std's `Instant` is right here.
@@ -11,7 +12,7 @@ use std::time::{Duration, Instant};
 
 use readyprism::sim::apiserver::FakeApiserver;
 use readyprism::verdict::State::{Ready, Unready};
-use tokio::io::BufReader;
+use tokio::io::{AsyncWriteExt, BufReader};
 use tokio::net::TcpStream;
 use tokio::runtime::Runtime;
 
@@ -21,6 +22,13 @@ use crate::support::*;
 /// kube-apiserver's `/readyz` while it shuts down gracefully.
 const SHUTTING_DOWN: &str =
     "[+]ping ok\n[-]shutdown failed: reason withheld\nreadyz check failed\n";
+
+/// What the balancer logs when a hand-off's turn finds a request outstanding.
+const WAITING: &str =
+    "hand-off: a request is outstanding at the connection's turn; closing it once answered";
+
+/// A request several relay reads long: its answer (the fake's echo) comes back in parts.
+const REQUEST: usize = 64 * 1024;
 
 /// Probes every second and fall 3: a fall for any other reason takes three failed probes.
 const HEALTH: &str = "health: { interval: 1s, timeout: 800ms, fast_interval: 1s, fall: 3 }\n";
@@ -67,6 +75,24 @@ impl Drain {
     fn drain_a(&self) {
         let answer = (500, SHUTTING_DOWN.to_string());
         self.a.control.readyz_answer.store(Some(Arc::new(answer)));
+    }
+
+    /// Makes `a` hold its answers, sends a request on the (one) connection on `a`, and returns
+    /// it once the balancer has relayed all of it to `a` (its byte count says so): the request
+    /// is outstanding, and `a` echoes it as its answer once released.
+    fn send_held_request(&mut self) -> Vec<u8> {
+        self.a.control.set_raw_hold(true);
+        let request: Vec<u8> = (0..REQUEST).map(|i| (i % 251) as u8).collect();
+        let c = self.on_a[0].get_mut();
+        self.rt
+            .block_on(c.write_all(&request))
+            .expect("send the request");
+        let labels = format!("backend=\"{}\",direction=\"to_backend\"", addr(&self.a));
+        let relayed = (b"RAW\n".len() + REQUEST) as f64;
+        self.rt.block_on(poll("the request relayed to a", || {
+            self.p.metric("readyprism_bytes_total", &labels) >= relayed
+        }));
+        request
     }
 
     /// Reads every connection on `a` to its end at once; returns when each ended, in order.
@@ -155,4 +181,55 @@ fn a_draining_backend_that_stops_answering_has_the_rest_closed_at_once() {
         "the rest closed at once"
     );
     let _ = &d.b;
+}
+
+#[test]
+fn a_request_outstanding_at_its_handoff_turn_is_answered_before_the_close() {
+    let mut d = Drain::start("1s", 1);
+    let request = d.send_held_request();
+    d.drain_a();
+    let mut c = d.on_a.pop().expect("the connection on a");
+    let reading = d.rt.spawn(async move { read_to_end(&mut c).await });
+    d.rt.block_on(poll("its turn (or its end)", || {
+        reading.is_finished() || d.p.logged(WAITING, |_| true)
+    }));
+    assert!(
+        !reading.is_finished(),
+        "closed at its turn with its request outstanding"
+    );
+    d.a.control.set_raw_hold(false);
+    let got = d.rt.block_on(reading).expect("reader");
+    assert!(
+        got == request,
+        "the whole answer before the close: {} of {} B",
+        got.len(),
+        request.len()
+    );
+    let a = addr(&d.a);
+    d.rt.block_on(poll("the close counted as a hand-off", || {
+        d.p.closes(&a, "handoff") == 1
+    }));
+    let record =
+        d.p.wait_log("connection ended", |v| v["fields"]["reason"] == "handoff");
+    assert_eq!(record["fields"]["backend"], a.as_str(), "{record}");
+}
+
+#[test]
+fn a_request_never_answered_is_closed_by_the_end_of_the_handoff_window() {
+    let mut d = Drain::start("1s", 1);
+    d.send_held_request();
+    d.drain_a();
+    d.p.wait_log(WAITING, |_| true);
+    let mut c = d.on_a.pop().expect("the connection on a");
+    let got = d.rt.block_on(read_to_end(&mut c));
+    assert!(got.is_empty(), "no answer came: {} B", got.len());
+    let a = addr(&d.a);
+    d.rt.block_on(poll("the close counted as a hand-off", || {
+        d.p.closes(&a, "handoff") == 1
+    }));
+    assert_eq!(
+        d.p.closes(&a, "turned_unready"),
+        0,
+        "a's checks but shutdown pass"
+    );
 }

@@ -7,6 +7,7 @@
 //! errors end in its own task. Does not own the order (`pick`), the byte pump (`relay`), the
 //! dial (`dial`) or the eviction protocol (`eviction`).
 
+mod quiet;
 mod race;
 mod record;
 mod sockets;
@@ -114,22 +115,21 @@ impl Proxy {
     #[allow(clippy::manual_async_fn, reason = "an async fn's future is larger")]
     fn handle(self: Arc<Self>, client: TcpStream, mut record: Record) -> impl Future<Output = ()> {
         async move {
-            let moved = Moved::default();
             // The dial phase is boxed and gone before the relay: its plan, timers and sockets
             // take no room in the task of a connection that then sits idle for hours.
             let link = match Box::pin(self.route(&mut record)).await {
                 Ok(link) => link,
-                Err(end) => return record.log(&end, &moved),
+                Err(end) => return record.log(&end, &Moved::default()),
             };
             // The relay, written out here rather than in a function of its own: a second
             // future would hold its own references to what this one holds.
-            let relay =
-                crate::relay::relay(&client, &link.backend, &moved, &link.live.counters.bytes);
+            let (moved, total) = (&link.moved, &link.live.counters.bytes);
+            let relay = crate::relay::relay(&client, &link.backend, moved, total);
             let end = match race::race(relay, self.stop(&link, record.seq())).await {
                 First::Work(r) => relay_ended(&client, &link, r),
                 First::Stop(why) => stopped(&link, why),
             };
-            record.log(&end, &moved);
+            record.log(&end, &link.moved);
             // The sockets are closed one runtime turn later: what this turn's events woke (a new
             // client's accept and dial, another connection's bytes) runs first, and the teardown
             // (two deregistrations and two closes, which send the FINs) after it, as HAProxy
@@ -170,6 +170,7 @@ impl Proxy {
                         backend,
                         live: target.live.count_active(),
                         watch,
+                        moved: Moved::default(),
                     });
                 }
                 Dialed::Cut => return Err(End::Shutdown),
@@ -282,9 +283,9 @@ impl Proxy {
     }
 
     /// An evicted connection's turn to close, spread by its sequence number over the reason's
-    /// window, taken again in a later bump's window if one comes first; `None` if shutdown cuts
-    /// it first. An eviction called off before the turn (a
-    /// failback whose home zone has no ready backend left) leaves the connection relaying,
+    /// window (a hand-off closes at a quiet moment from then on: [`quiet`]), taken again in a
+    /// later bump's window if one comes first; `None` if shutdown cuts it first. An eviction
+    /// called off before the turn (a failback whose home zone has no ready backend left) leaves the connection relaying,
     /// watching on from the called-off bump (in this box: only such a connection keeps it).
     async fn evicted(
         &self,
@@ -297,11 +298,11 @@ impl Proxy {
         loop {
             let window = why.window(self.table.load().routing.handoff_window);
             let next = tokio::select! {
-                _ = tokio::time::sleep(spread(seq, window)) => return Some(why),
+                () = quiet::turn(why, spread(seq, window), window, &link.moved) => return Some(why),
                 _ = self.cut.cancelled() => return None,
                 _ = eviction.called_off(by) => eviction.stopped(by).await,
-                // A later bump before the turn (a draining backend failed another check): the
-                // turn is taken again in the later bump's window.
+                // A later bump before the close (a draining backend failed another check, also
+                // while its hand-off waits): the turn is taken again in the later bump's window.
                 later = eviction.stopped(by) => later,
             };
             match next {
@@ -320,12 +321,15 @@ struct Picked {
     order: Order,
 }
 
-/// What the relay keeps of the dial: the backend leg and its backend, nothing of the plan.
+/// What the relay keeps of the dial: the backend leg and its backend, nothing of the plan; and
+/// the connection's tally, which the relay adds to and its stop reads (a hand-off waits on it).
 struct Link {
     backend: TcpStream,
     /// Counted active as long as the link lives.
     live: Active,
     watch: EvictionWatch,
+    /// Bytes relayed each way, and which way the latest went.
+    moved: Moved,
 }
 
 enum Dialed {

@@ -15,7 +15,7 @@ use tokio::io::Interest;
 use tokio::net::TcpStream;
 
 use super::splice::{self, Pipe};
-use super::{Moved, TIERS};
+use super::{Moved, Totals, Way, TIERS};
 
 mod stuck;
 
@@ -47,29 +47,33 @@ impl Default for Store {
 }
 
 /// The counters one direction adds to, each as its bytes are written: the connection's and the
-/// backend's, for all bytes and for the spliced ones. Made afresh at every poll from the two
-/// [`Moved`]s the relay borrows, so an idle connection's future holds no copy of it.
+/// backend's, the spliced ones among the backend's, and the way of the connection's latest
+/// bytes. Made afresh at every poll from what the relay borrows, so an idle connection's future
+/// holds no copy of it.
 pub(super) struct Counters<'a> {
-    /// The connection's and the backend's tallies.
-    pub(super) tallies: [&'a Moved; 2],
-    /// Which direction: client → backend.
-    pub(super) to_backend: bool,
+    /// The connection's tally.
+    pub(super) moved: &'a Moved,
+    /// The backend's.
+    pub(super) total: &'a Totals,
+    /// Which direction.
+    pub(super) way: Way,
 }
 
 impl Counters<'_> {
-    /// `n` bytes written, `spliced` or copied.
+    /// `n` bytes written, `spliced` or copied: counted, and this way marked the latest (a
+    /// relaxed store: no lock, no allocation on the relay's path).
     fn add(&self, n: usize, spliced: bool) {
-        for m in self.tallies {
-            let way = if self.to_backend {
-                &m.to_backend
-            } else {
-                &m.to_client
-            };
-            way.fetch_add(n as u64, Ordering::Relaxed);
-            if spliced {
-                m.spliced.fetch_add(n as u64, Ordering::Relaxed);
-            }
+        let n = n as u64;
+        let (tally, total) = match self.way {
+            Way::ToBackend => (&self.moved.to_backend, &self.total.to_backend),
+            Way::ToClient => (&self.moved.to_client, &self.total.to_client),
+        };
+        tally.fetch_add(n, Ordering::Relaxed);
+        total.fetch_add(n, Ordering::Relaxed);
+        if spliced {
+            self.total.spliced.fetch_add(n, Ordering::Relaxed);
         }
+        self.moved.latest.wrote(self.way);
     }
 }
 

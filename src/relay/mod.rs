@@ -15,6 +15,7 @@
 
 use std::future::{poll_fn, Future};
 use std::io;
+mod activity;
 mod half;
 mod splice;
 
@@ -26,6 +27,7 @@ use std::time::Duration;
 use tokio::net::TcpStream;
 use tokio::time::Sleep;
 
+pub use activity::{Latest, Way};
 use half::{Counters, Failed, Half};
 
 /// Buffer sizes by tier: 1 KiB holds a kubelet request or a watch event, 16 KiB a TCP segment
@@ -87,16 +89,30 @@ impl RelayError {
     }
 }
 
-/// Bytes one connection moved, per direction, for its record. Updated as bytes are written, so
-/// they are right also when the relay is dropped (evicted, cut).
+/// Bytes one connection moved, per direction, for its record, and the way the latest went (a
+/// hand-off waits for a request's answer before it closes the connection). Updated as bytes are
+/// written, so they are right also when the relay is dropped (evicted, cut). Three words: every
+/// idle connection holds one.
 #[derive(Debug, Default)]
 pub struct Moved {
     /// Client → backend.
     pub to_backend: AtomicU64,
     /// Backend → client.
     pub to_client: AtomicU64,
-    /// Of both directions' bytes, those spliced (moved by the kernel, never copied through this
-    /// process): the bulk of large transfers.
+    /// The way of the latest bytes written.
+    pub latest: Latest,
+}
+
+/// Bytes relayed to and from one backend over all its connections, per direction, and of those
+/// the spliced ones (moved by the kernel, never copied through this process: the bulk of large
+/// transfers), for `/metrics`. Updated as bytes are written.
+#[derive(Debug, Default)]
+pub struct Totals {
+    /// Client → backend.
+    pub to_backend: AtomicU64,
+    /// Backend → client.
+    pub to_client: AtomicU64,
+    /// Of both directions' bytes, those spliced.
     pub spliced: AtomicU64,
 }
 
@@ -105,7 +121,8 @@ pub struct Moved {
 /// is stuck, the idle timer keeps ticking and the backend leg's TCP state is sampled once a second
 /// ([`crate::stall`]): a leg TCP then gives up on is a [`RelayError::StalledReader`] if the last
 /// sample said the backend stopped reading. Bytes are added to the
-/// connection's tally `moved` and to the backend's `total`.
+/// connection's tally `moved` (which also keeps the way of the latest) and to the backend's
+/// `total`.
 ///
 /// Not an `async fn`: the relay is where an idle connection waits, and an async fn would keep
 /// the arguments and the poll function's captures besides the state itself. The future is the
@@ -114,7 +131,7 @@ pub fn relay<'a>(
     client: &'a TcpStream,
     backend: &'a TcpStream,
     moved: &'a Moved,
-    total: &'a Moved,
+    total: &'a Totals,
 ) -> impl Future<Output = Result<Ended, RelayError>> + 'a {
     let mut first_done = None;
     let mut up = Half::default();
@@ -132,8 +149,9 @@ pub fn relay<'a>(
                 client,
                 backend,
                 &Counters {
-                    tallies: [moved, total],
-                    to_backend: true,
+                    moved,
+                    total,
+                    way: Way::ToBackend,
                 },
                 down_done,
             )
@@ -147,8 +165,9 @@ pub fn relay<'a>(
                 backend,
                 client,
                 &Counters {
-                    tallies: [moved, total],
-                    to_backend: false,
+                    moved,
+                    total,
+                    way: Way::ToClient,
                 },
                 a.is_ready(),
             )

@@ -15,6 +15,8 @@ struct Relayed {
     backend: TcpStream,
     /// The connection's tally, live.
     moved: Arc<Moved>,
+    /// The backend's totals, live: only this connection's bytes, besides 1000 from before.
+    total: Arc<Totals>,
     /// The relay; it checks at its end that the backend's totals grew by the connection's tally.
     task: tokio::task::JoinHandle<Result<Ended, RelayError>>,
 }
@@ -31,21 +33,21 @@ async fn relayed() -> Relayed {
         .expect("connect");
     let (backend, _) = l2.accept().await.expect("accept");
     let moved = Arc::new(Moved::default());
-    let tally = moved.clone();
+    let total = Arc::new(Totals::default());
+    total.to_client.store(1000, Ordering::Relaxed); // earlier connections' bytes
+    let (tally, sum) = (moved.clone(), total.clone());
     let task = tokio::spawn(async move {
-        let total = Moved::default();
-        total.to_client.store(1000, Ordering::Relaxed); // earlier connections' bytes
-        let r = relay(&proxy_client, &proxy_backend, &tally, &total).await;
+        let r = relay(&proxy_client, &proxy_backend, &tally, &sum).await;
         let load = |c: &AtomicU64| c.load(Ordering::Relaxed);
-        assert_eq!(load(&total.to_backend), load(&tally.to_backend));
-        assert_eq!(load(&total.to_client), 1000 + load(&tally.to_client));
-        assert_eq!(load(&total.spliced), load(&tally.spliced));
+        assert_eq!(load(&sum.to_backend), load(&tally.to_backend));
+        assert_eq!(load(&sum.to_client), 1000 + load(&tally.to_client));
         r
     });
     Relayed {
         client,
         backend,
         moved,
+        total,
         task,
     }
 }
@@ -87,7 +89,7 @@ async fn bulk_both_ways_with_half_close_is_counted_arriving_whole() {
         (counted_up, counted_down),
         (up.len() as u64, down.len() as u64)
     );
-    let spliced = r.moved.spliced.load(Ordering::Relaxed);
+    let spliced = r.total.spliced.load(Ordering::Relaxed);
     assert!(
         spliced > (counted_up + counted_down) * 3 / 4,
         "both ways went bulk, the FIN behind spliced bytes: {spliced} spliced"
@@ -110,7 +112,7 @@ async fn small_exchanges_echo_in_order_without_opening_a_pipe() {
     drop((client, backend));
     let _ = r.task.await.expect("relay task");
     assert_eq!(hook::PIPES_OPENED.get(), 0, "small exchanges copy");
-    assert_eq!(r.moved.spliced.load(Ordering::Relaxed), 0);
+    assert_eq!(r.total.spliced.load(Ordering::Relaxed), 0);
 }
 
 #[tokio::test(start_paused = true)]
@@ -236,7 +238,7 @@ async fn check(mut r: impl tokio::io::AsyncRead + Unpin, block: Arc<[u8]>) -> us
 }
 
 /// Sends `len` bytes each way at once through a relay, checks them, and returns the relay.
-async fn both_ways(len: usize) -> (Arc<Moved>, Result<Ended, RelayError>) {
+async fn both_ways(len: usize) -> (Arc<Totals>, Result<Ended, RelayError>) {
     let r = relayed().await;
     let (up, down) = (block(1), block(2));
     let (client_r, client_w) = r.client.into_split();
@@ -251,15 +253,15 @@ async fn both_ways(len: usize) -> (Arc<Moved>, Result<Ended, RelayError>) {
     let ended = r.task.await.expect("relay task");
     assert_eq!(r.moved.to_backend.load(Ordering::Relaxed), len as u64);
     assert_eq!(r.moved.to_client.load(Ordering::Relaxed), len as u64);
-    (r.moved, ended)
+    (r.total, ended)
 }
 
 #[tokio::test]
 async fn tens_of_mib_each_way_at_once_arrive_byte_identical_through_splice() {
     let len = 32 << 20;
-    let (moved, ended) = both_ways(len).await;
+    let (total, ended) = both_ways(len).await;
     ended.expect("relay ends cleanly");
-    let spliced = moved.spliced.load(Ordering::Relaxed);
+    let spliced = total.spliced.load(Ordering::Relaxed);
     // Only each burst's first 17 KiB is copied: more than 3/4 spliced means both ways were.
     assert!(
         spliced > (2 * len as u64) * 3 / 4,
@@ -276,19 +278,19 @@ async fn refused_splices_fall_back_to_copying_without_losing_or_reordering_a_byt
     // in the pipe to take back), and later ones, both ways running at once.
     for allowed in [0, 1, 2, 3, 4, 7, 20, 101] {
         hook::SPLICES_BEFORE_REFUSAL.set(allowed);
-        let (moved, ended) = both_ways(4 << 20).await;
+        let (total, ended) = both_ways(4 << 20).await;
         ended.expect("a refusal is no failure");
         if allowed == 0 {
-            assert_eq!(moved.spliced.load(Ordering::Relaxed), 0);
+            assert_eq!(total.spliced.load(Ordering::Relaxed), 0);
         }
     }
     hook::SPLICES_BEFORE_REFUSAL.set(u64::MAX);
     // No pipe to be had (EMFILE): copying from the start.
     hook::PIPES_REFUSED.set(true);
     hook::PIPES_OPENED.set(0);
-    let (moved, ended) = both_ways(4 << 20).await;
+    let (total, ended) = both_ways(4 << 20).await;
     ended.expect("no pipe is no failure");
-    assert_eq!(moved.spliced.load(Ordering::Relaxed), 0);
+    assert_eq!(total.spliced.load(Ordering::Relaxed), 0);
     assert_eq!(hook::PIPES_OPENED.get(), 0);
 }
 
@@ -367,9 +369,9 @@ async fn reset_while_spliced(client_sends: bool, client_resets: bool) -> RelayEr
     let receiver_resets = client_sends != client_resets;
     let sending = tokio::spawn(flood(sender.clone()));
     let receiving = (!receiver_resets).then(|| tokio::spawn(drain(receiver.clone())));
-    let moved = r.moved.clone();
+    let total = r.total.clone();
     eventually("bytes spliced", || {
-        moved.spliced.load(Ordering::Relaxed) > 0
+        total.spliced.load(Ordering::Relaxed) > 0
     })
     .await;
     let (victim, other) = if client_resets {

@@ -55,6 +55,9 @@ pub struct Control {
     pub(super) raw_stall_after: AtomicU64,
     /// When set, a `RAW\n` connection greets, then resets at the client's first bytes.
     pub(super) raw_reset: AtomicBool,
+    /// While true, `RAW\n` connections read what the client sends but hold its echo (their
+    /// answer) until it turns false.
+    pub(super) raw_hold: watch::Sender<bool>,
     fail_next: AtomicU64,
     pass_next: AtomicU64,
     handshake_delay_us: AtomicU64,
@@ -99,6 +102,7 @@ impl Control {
             readyz_trickle_us: AtomicU64::new(0),
             raw_stall_after: AtomicU64::new(0),
             raw_reset: AtomicBool::new(false),
+            raw_hold: watch::Sender::new(false),
             fail_next: AtomicU64::new(0),
             pass_next: AtomicU64::new(0),
             handshake_delay_us: AtomicU64::new(0),
@@ -242,6 +246,12 @@ impl Control {
     /// client's first bytes arrive, unread, as an apiserver that crashes or aborts a stream does.
     pub fn set_raw_reset(&self, reset: bool) {
         self.raw_reset.store(reset, Ordering::SeqCst);
+    }
+
+    /// Holds (`true`) the echo of what `RAW\n` connections read from now on, new and open ones
+    /// alike, until released (`false`): an answer the backend is still working on.
+    pub fn set_raw_hold(&self, hold: bool) {
+        self.raw_hold.send_replace(hold);
     }
 
     /// Delays every TLS handshake by `d` (a far or slow site: must not count as `/readyz` latency).

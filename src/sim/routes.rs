@@ -208,8 +208,8 @@ impl<F: FnMut(u64) -> Option<Bytes> + Unpin> Body for Ticking<F> {
 }
 
 /// `RAW\n` protocol: greet with the name, echo everything (or, when told to stall, only the first
-/// bytes; when told to reset, nothing: the client's first bytes get a reset), and on EOF say
-/// `bye\n` and close.
+/// bytes; when told to reset, nothing: the client's first bytes get a reset; while told to hold,
+/// nothing yet: what was read is echoed once released), and on EOF say `bye\n` and close.
 pub(super) async fn raw_echo(mut stream: TcpStream, control: &Control) {
     let mut hello = [0u8; 4];
     if stream.read_exact(&mut hello).await.is_err()
@@ -248,6 +248,8 @@ pub(super) async fn raw_echo(mut stream: TcpStream, control: &Control) {
                 return;
             }
             Ok(n) => {
+                // Only the sender's drop ends the wait otherwise, and `control` holds it.
+                let _ = control.raw_hold.subscribe().wait_for(|held| !held).await;
                 if stream.write_all(&buf[..n]).await.is_err() {
                     return;
                 }

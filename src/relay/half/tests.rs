@@ -91,10 +91,11 @@ async fn a_small_read_the_peer_cannot_take_yet_waits_in_a_buffer_to_arrive_in_or
     }
     src.write_all(b"0123456789").await.expect("write");
     from.readable().await.expect("readable");
-    let moved = [Moved::default(), Moved::default()];
+    let (moved, total) = (Moved::default(), Totals::default());
     let counters = Counters {
-        tallies: [&moved[0], &moved[1]],
-        to_backend: true,
+        moved: &moved,
+        total: &total,
+        way: Way::ToBackend,
     };
     let mut h = Half::default();
     let first =
@@ -118,7 +119,7 @@ async fn a_small_read_the_peer_cannot_take_yet_waits_in_a_buffer_to_arrive_in_or
         .expect("flushed");
     let all = reader.await.expect("reader");
     assert_eq!(&all[prefill..], b"0123456789");
-    assert_eq!(moved[0].to_backend.load(Ordering::Relaxed), 10);
+    assert_eq!(moved.to_backend.load(Ordering::Relaxed), 10);
 }
 
 #[test]
@@ -144,10 +145,11 @@ fn progress_clears_a_stopped_reader_verdict() {
         h.stuck_tick(|| Some(Stall::StoppedReading));
     }
     assert!(h.stopped_reading());
-    let (a, b) = (Moved::default(), Moved::default());
+    let (moved, total) = (Moved::default(), Totals::default());
     let counters = Counters {
-        tallies: [&a, &b],
-        to_backend: true,
+        moved: &moved,
+        total: &total,
+        way: Way::ToBackend,
     };
     h.wrote(1, &counters);
     assert!(!h.stopped_reading(), "it read again");
@@ -157,6 +159,28 @@ fn progress_clears_a_stopped_reader_verdict() {
             "the count started over"
         );
     }
+}
+
+#[test]
+fn a_write_is_counted_and_marks_its_way_the_latest() {
+    let (moved, total) = (Moved::default(), Totals::default());
+    for (way, n, spliced) in [
+        (Way::ToBackend, 3, false),
+        (Way::ToClient, 5, true),
+        (Way::ToBackend, 7, false),
+    ] {
+        let counters = Counters {
+            moved: &moved,
+            total: &total,
+            way,
+        };
+        counters.add(n, spliced);
+        assert_eq!(moved.latest.way(), Some(way), "after {n} B");
+    }
+    let load = |c: &std::sync::atomic::AtomicU64| c.load(Ordering::Relaxed);
+    assert_eq!((load(&moved.to_backend), load(&moved.to_client)), (10, 5));
+    assert_eq!((load(&total.to_backend), load(&total.to_client)), (10, 5));
+    assert_eq!(load(&total.spliced), 5);
 }
 
 #[test]
@@ -206,10 +230,11 @@ async fn only_bytes_with_a_fin_right_behind_wait_to_share_its_segment() {
     let (to, mut sink) = pair().await;
     to.set_nodelay(true)
         .expect("TCP_NODELAY, as both legs have");
-    let moved = [Moved::default(), Moved::default()];
+    let (moved, total) = (Moved::default(), Totals::default());
     let counters = Counters {
-        tallies: [&moved[0], &moved[1]],
-        to_backend: true,
+        moved: &moved,
+        total: &total,
+        way: Way::ToBackend,
     };
     let mut h = Half::default();
 
@@ -252,5 +277,5 @@ async fn only_bytes_with_a_fin_right_behind_wait_to_share_its_segment() {
         before + 1,
         "the last bytes and the FIN came in one segment"
     );
-    assert_eq!(moved[0].to_backend.load(Ordering::Relaxed), 7);
+    assert_eq!(moved.to_backend.load(Ordering::Relaxed), 7);
 }
