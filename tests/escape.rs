@@ -33,10 +33,23 @@ struct Route {
 
 impl Route {
     fn start(health: &str) -> Route {
+        Route::start_with(health, false)
+    }
+
+    /// With `short_queue`, `local` listens with a one-slot accept queue: once it stops
+    /// accepting and the queue is full, dials to it hang.
+    fn start_with(health: &str, short_queue: bool) -> Route {
         let lab = Lab::new();
         let rt = Runtime::new().expect("runtime");
-        let (local, remote) =
-            rt.block_on(async { (lab.fake("local").await, lab.fake("remote").await) });
+        let (local, remote) = rt.block_on(async {
+            let local = if short_queue {
+                let listener = readyprism::testing::short_queue().expect("short queue");
+                lab.cluster.fake_on("local", listener)
+            } else {
+                lab.fake("local").await
+            };
+            (local, lab.fake("remote").await)
+        });
         let file = lab.path("escape.yaml");
         let yaml = lab.yaml(
             "dc-a",
@@ -190,4 +203,71 @@ fn a_fallen_backend_slow_to_answer_its_own_confirm_is_left_a_round_trip_after_th
         r.p.closes(&local, "turned_unready") == 1
     }));
     assert_eq!(r.confirms(&r.local), 1.0, "its own confirm was asked");
+}
+
+/// Probes every 5 s, every second while a change is pending; dials time out after 300 ms.
+const FIVE: &str =
+    "health: { interval: 5s, timeout: 2s, fast_interval: 1s, fall: 2, rise: 2 }\nconnect_timeout: 300ms\n";
+
+#[test]
+fn a_route_that_failed_since_the_fall_saw_the_blink_so_an_older_own_failure_moves_nothing() {
+    // A blink on this node: `local` stops answering new connections and falls (two client dials
+    // time out), its own confirm fails, and so does the route's: the node sees the event through
+    // the route too. The route passes its re-probe a second later, the blink over: the failure of
+    // `local` is a round older than that pass, so its connections wait for its next result, which
+    // passes. (Closing on the route's pass would move them though `local` recovers.)
+    let mut r = Route::start_with(FIVE, true);
+    let hold = r.rt.block_on(async {
+        r.remote.control.fail_next(1); // its next answer is the confirm
+        r.local.control.set_accepting(false);
+        let mut fillers = Vec::new();
+        for _ in 0..16 {
+            match tokio::time::timeout(Duration::from_millis(200), TcpStream::connect(r.local.addr))
+                .await
+            {
+                Ok(Ok(s)) => fillers.push(s),
+                _ => break, // the queue is full: dials now hang
+            }
+        }
+        fillers
+    });
+    for _ in 0..2 {
+        assert_eq!(r.rt.block_on(landed(r.p.listen)), "remote");
+    }
+    r.rt.block_on(poll("local unready", || r.p.states()[0] == Unready));
+    r.rt.block_on(poll("both confirms failed, the route passed again", || {
+        let doc = r.p.status();
+        let own_failed = doc.backends[0]
+            .last_error
+            .as_deref()
+            .is_some_and(|e| e.contains("unanswered"));
+        own_failed
+            && r.confirms(&r.local) == 1.0
+            && r.confirms(&r.remote) == 1.0
+            && doc.backends[1].last_error.is_none()
+            && doc.backends[1].state == Ready
+    }));
+    assert!(
+        r.p.metric(
+            "readyprism_health_checks_total",
+            &format!("backend=\"{}\",result=\"fail\"", addr(&r.remote))
+        ) >= 1.0,
+        "the route failed its confirm"
+    );
+    r.local.control.set_accepting(true); // the blink is over for `local` too
+    r.rt.block_on(poll("local rose again", || {
+        r.changes(&r.local, "unready") == 1.0 && r.p.states() == [Ready, Ready]
+    }));
+    drop(hold);
+    let local = addr(&r.local);
+    assert_eq!(
+        r.p.closes(&local, "turned_unready"),
+        0,
+        "moved on the route's pass"
+    );
+    assert!(
+        !r.p.logged("closing the backend's connections", |_| true),
+        "a connection was moved though its backend's failure was older than the route's pass"
+    );
+    assert!(r.rt.block_on(echoes(&mut r.on_local)), "still on local");
 }

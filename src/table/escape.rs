@@ -11,6 +11,10 @@
 //! stay while it passes again (it rises). While its own result is outstanding they wait at most
 //! the route probe's round trip beyond that pass ([`deadline`]), so one bad apiserver (silent, or
 //! answering slowly) is left at most one such round trip later than on the route's pass alone.
+//! When the route itself failed a check since the fall (the node saw the event through it),
+//! only a failure of the fallen backend's own from the moment of the route's pass or later moves
+//! them ([`Own::Awaited`]): at fleet scale a short blink makes the route fail its confirm and pass
+//! a probe round later, the fallen backend's last failure a round older than that pass.
 //!
 //! Owns the latest pass and failure of every backend, the backends waiting for a confirm, and the
 //! decision ([`judge`], pure; the caller passes instants). Does not own asking the monitor or
@@ -50,6 +54,11 @@ pub enum Verdict {
 /// moment: the two confirms are asked together, so they start within this of each other.
 const SAME_ROUND: Duration = Duration::from_secs(1);
 
+/// How far apart two probes asked together (a fallen backend's and its route's confirms) may
+/// start: once the route itself has failed since the fall, only a failure of the fallen backend
+/// this close to the route's pass, or later, says it fails while the route passes.
+const SAME_MOMENT: Duration = Duration::from_millis(250);
+
 /// What is known of the fallen backend itself since its fall.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Own {
@@ -57,6 +66,15 @@ pub enum Own {
     /// [`SAME_ROUND`] before the route's pass: the blink may have ended between them), so its
     /// next result is awaited; `asked`: a confirm of it was asked.
     Pending {
+        /// A confirm probe of it was asked during this fall.
+        asked: bool,
+    },
+    /// The route failed a check since the fall too (this node saw the cluster-wide moment
+    /// through it), then passed, and no result of the fallen backend's own started with or after
+    /// that pass: the event may have ended between them. Its next result decides, however long
+    /// that takes (its probe interval at most), not the route's round trip; `asked` as for
+    /// `Pending`.
+    Awaited {
         /// A confirm probe of it was asked during this fall.
         asked: bool,
     },
@@ -103,7 +121,7 @@ pub fn until(fall: Fall, route: Option<Pass>, own: Own) -> Option<Instant> {
         Own::Pending { .. } => route
             .filter(|p| p.started > fall.at)
             .map(|p| deadline(fall, p)),
-        Own::Failed | Own::Passing => None,
+        Own::Awaited { .. } | Own::Failed | Own::Passing => None,
     }
 }
 
@@ -132,7 +150,10 @@ pub fn judge(
         }
         _ => {
             let ask_route = !confirmed && !asked;
-            let ask_own = own == Own::Pending { asked: false };
+            let ask_own = matches!(
+                own,
+                Own::Pending { asked: false } | Own::Awaited { asked: false }
+            );
             if ask_route || ask_own {
                 Verdict::Ask {
                     route: ask_route,
@@ -196,19 +217,22 @@ fn own_result(
     passes: &[(BackendId, Pass)],
     failures: &[(BackendId, Instant)],
     w: &Waiting,
-    route: Option<Pass>,
+    route: Option<(Pass, Option<Instant>)>,
 ) -> Own {
     let pass = latest(passes, &w.id)
         .map(|p| p.started)
         .filter(|p| *p > w.fall.at);
     let fail = latest(failures, &w.id).filter(|f| *f > w.fall.at);
+    // The route failed a check that started after the fall: the event was seen through it.
+    let seen = route.is_some_and(|(_, failed)| failed.is_some_and(|f| f > w.fall.at));
+    let before = |window: Duration, f: Instant| route.is_some_and(|(p, _)| f + window < p.started);
     match (pass, fail) {
         (Some(p), Some(f)) if p > f => Own::Passing,
         (Some(_), None) => Own::Passing,
-        (_, Some(f)) if route.is_some_and(|p| f + SAME_ROUND < p.started) => {
-            Own::Pending { asked: w.asked_own }
-        }
+        (_, Some(f)) if seen && before(SAME_MOMENT, f) => Own::Awaited { asked: w.asked_own },
+        (_, Some(f)) if before(SAME_ROUND, f) => Own::Pending { asked: w.asked_own },
         (_, Some(_)) => Own::Failed,
+        (None, None) if seen => Own::Awaited { asked: w.asked_own },
         (None, None) => Own::Pending { asked: w.asked_own },
     }
 }
@@ -266,9 +290,10 @@ impl Escapes {
         self.failures.retain(|(id, _)| snap.position(id).is_some());
         let route = route(snap);
         let pass = route.and_then(|to| latest(&self.passes, &snap.backends[to].spec.id));
+        let route_failed = route.and_then(|to| latest(&self.failures, &snap.backends[to].spec.id));
         let (passes, failures) = (&self.passes, &self.failures);
         self.waiting.retain_mut(|w| {
-            let own = own_result(passes, failures, w, pass);
+            let own = own_result(passes, failures, w, pass.map(|p| (p, route_failed)));
             let Some(i) = snap.position(&w.id) else {
                 return false;
             };

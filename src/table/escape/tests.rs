@@ -377,3 +377,58 @@ fn a_failure_of_its_own_older_than_the_routes_pass_is_not_news() {
         "its next result fails"
     );
 }
+
+#[test]
+fn once_the_route_failed_since_the_fall_only_a_newer_failure_of_its_own_moves_it() {
+    // The herd's blink at fleet scale: the fallen backend and its route both fail their confirms
+    // in the blink; the route passes its next check one fast interval later, the blink over.
+    let c = Clock::new();
+    let at = |ms| c.at(ms);
+    let mut e = Escapes::default();
+    let s = snap("UR");
+    e.fell(&id(0), c.fall(10));
+    assert_eq!(e.review(&s, at(10)).ask, vec![0, 1]);
+    e.failed(&id(0), at(12)); // its own confirm, in the blink
+    e.failed(&id(1), at(12)); // the route's confirm, in the blink: this node saw the event
+    assert_eq!(e.review(&s, at(15)), Review::default(), "no route yet");
+    e.passed(&id(1), c.pass(1_012, 1_015));
+    assert_eq!(
+        e.review(&s, at(1_015)),
+        Review::default(),
+        "its failure is a round older than the route's pass: not news"
+    );
+    assert_eq!(
+        e.next_due(),
+        None,
+        "no round-trip deadline: its next result decides"
+    );
+    assert_eq!(e.review(&s, at(4_000)), Review::default(), "still awaited");
+    e.passed(&id(0), c.pass(5_010, 5_012));
+    assert_eq!(
+        e.review(&s, at(5_012)),
+        Review::default(),
+        "it passes: it rises"
+    );
+    assert!(e.is_waiting(), "watched while it rises");
+
+    // Down for good: its next result fails after the route's pass, and that moves it.
+    let mut e = Escapes::default();
+    e.fell(&id(0), c.fall(10));
+    e.review(&s, at(10));
+    e.failed(&id(0), at(12));
+    e.failed(&id(1), at(12));
+    e.passed(&id(1), c.pass(1_012, 1_015));
+    assert_eq!(e.review(&s, at(1_015)), Review::default());
+    e.failed(&id(0), at(5_010));
+    assert_eq!(e.review(&s, at(5_012)).close, vec![0], "it still fails");
+
+    // Confirms asked together, the route's first failing then passing within the same moment:
+    // a failure of its own that close to the pass says it fails while the route passes.
+    let mut e = Escapes::default();
+    e.fell(&id(0), c.fall(10));
+    e.review(&s, at(10));
+    e.failed(&id(1), at(12));
+    e.failed(&id(0), at(1_000));
+    e.passed(&id(1), c.pass(1_100, 1_110));
+    assert_eq!(e.review(&s, at(1_110)).close, vec![0], "the same moment");
+}
