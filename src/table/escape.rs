@@ -11,7 +11,8 @@
 //! stay while it passes again (it rises). While its own result is outstanding they wait at most
 //! the route probe's round trip beyond that pass ([`deadline`]), so one bad apiserver (silent, or
 //! answering slowly) is left at most one such round trip later than on the route's pass alone.
-//! When the route itself failed a check since the fall (the node saw the event through it),
+//! When the route itself failed a check since the fall, or less than a probe interval before it
+//! (the node saw the event through it),
 //! only a failure of the fallen backend's own from the moment of the route's pass or later moves
 //! them ([`Own::Awaited`]): at fleet scale a short blink makes the route fail its confirm and pass
 //! a probe round later, the fallen backend's last failure a round older than that pass.
@@ -218,13 +219,15 @@ fn own_result(
     failures: &[(BackendId, Instant)],
     w: &Waiting,
     route: Option<(Pass, Option<Instant>)>,
+    interval: Duration,
 ) -> Own {
     let pass = latest(passes, &w.id)
         .map(|p| p.started)
         .filter(|p| *p > w.fall.at);
     let fail = latest(failures, &w.id).filter(|f| *f > w.fall.at);
-    // The route failed a check that started after the fall: the event was seen through it.
-    let seen = route.is_some_and(|(_, failed)| failed.is_some_and(|f| f > w.fall.at));
+    // The route failed a check that started less than an interval before the fall, or after
+    // it: the same event, seen through the route (it may even have fallen and risen in it).
+    let seen = route.is_some_and(|(_, failed)| failed.is_some_and(|f| f + interval > w.fall.at));
     let before = |window: Duration, f: Instant| route.is_some_and(|(p, _)| f + window < p.started);
     match (pass, fail) {
         (Some(p), Some(f)) if p > f => Own::Passing,
@@ -291,9 +294,16 @@ impl Escapes {
         let route = route(snap);
         let pass = route.and_then(|to| latest(&self.passes, &snap.backends[to].spec.id));
         let route_failed = route.and_then(|to| latest(&self.failures, &snap.backends[to].spec.id));
+        let interval = snap.routing.probe_interval;
         let (passes, failures) = (&self.passes, &self.failures);
         self.waiting.retain_mut(|w| {
-            let own = own_result(passes, failures, w, pass.map(|p| (p, route_failed)));
+            let own = own_result(
+                passes,
+                failures,
+                w,
+                pass.map(|p| (p, route_failed)),
+                interval,
+            );
             let Some(i) = snap.position(&w.id) else {
                 return false;
             };

@@ -432,3 +432,31 @@ fn once_the_route_failed_since_the_fall_only_a_newer_failure_of_its_own_moves_it
     e.passed(&id(1), c.pass(1_100, 1_110));
     assert_eq!(e.review(&s, at(1_110)).close, vec![0], "the same moment");
 }
+
+#[test]
+fn a_route_that_failed_within_an_interval_before_the_fall_saw_the_same_event() {
+    // The route fell in the blink first and rose again; the other backend fell a round after it:
+    // its failure from the blink moves nothing once the risen route passes.
+    let c = Clock::new();
+    let at = |ms| c.at(ms);
+    let s = snap("UR");
+    let mut e = Escapes::default();
+    e.failed(&id(1), at(6_000)); // the route, in the blink, before this fall (interval 5 s)
+    e.fell(&id(0), c.fall(10_000));
+    e.review(&s, at(10_000));
+    e.failed(&id(0), at(10_010));
+    e.passed(&id(1), c.pass(14_900, 14_910));
+    assert_eq!(e.review(&s, at(14_910)), Review::default(), "awaited");
+    assert_eq!(e.next_due(), None, "its next result decides");
+    // A route failure more than an interval before the fall is another story: the stale failure
+    // is awaited one round trip of the route, then it moves.
+    let mut e = Escapes::default();
+    e.failed(&id(1), at(4_000));
+    e.fell(&id(0), c.fall(10_000));
+    e.review(&s, at(10_000));
+    e.failed(&id(0), at(10_010));
+    e.passed(&id(1), c.pass(14_900, 14_910));
+    assert_eq!(e.review(&s, at(14_910)), Review::default());
+    assert_eq!(e.next_due(), Some(at(14_920)));
+    assert_eq!(e.review(&s, at(14_920)).close, vec![0]);
+}
