@@ -2,7 +2,8 @@
 """A herd for the partition lab's scenario 8: N clients that dial the balancer at once, in the
 node's namespace. Each makes one `GET /whoami` with client-go's retries (kubelet.py's `fetch`,
 TIMEOUT s per attempt) on its own new connection; all start together (a barrier). Prints one
-JSON object: {"dials": N, "ok": k, "seconds": [...], "sites": {...}, "errors": [...]}.
+JSON object: {"dials": N, "ok": k, "seconds": [...], "sites": {...}, "errors": [...],
+"results": [[t0, t1, ok, site, attempts, error], ...]} (t0, t1: each dial's wall-clock start and end).
 
   dialer.py --server 127.0.0.1:7445 --ca CA.pem --cert KUBELET.pem [--clients 50] [--timeout 10]
 """
@@ -30,9 +31,9 @@ def main():
 
     def one(i):
         barrier.wait()
-        t0 = time.monotonic()
+        t0, wall0 = time.monotonic(), time.time()
         ok, site, attempts, error = fetch(args, ctx, host, int(port), "/whoami")
-        results[i] = (ok, site, attempts, error, time.monotonic() - t0)
+        results[i] = (ok, site, attempts, error, time.monotonic() - t0, wall0, time.time())
 
     threads = [threading.Thread(target=one, args=(i,)) for i in range(args.clients)]
     for t in threads:
@@ -49,6 +50,7 @@ def main():
         "attempts": sum(r[2] for r in results),
         "sites": sites,
         "errors": [r[3] for r in results if not r[0]][:5],
+        "results": [[r[5], r[6], r[0], r[1], r[2], r[3]] for r in results],
     }))
 
 

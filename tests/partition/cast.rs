@@ -116,6 +116,11 @@ pub struct Members {
 pub struct Cast<'a> {
     lab: &'a NetLab,
     apiservers: BTreeMap<Host, LabProcess>,
+    /// Each site's `/readyz` and more flags, to start its apiserver again
+    /// ([`Cast::start_apiserver_again`]), and how many times it was.
+    spawned: BTreeMap<Host, (Readyz, Vec<String>, u32)>,
+    /// Apiservers stopped by [`Cast::start_apiserver_again`], kept for their logs.
+    retired_apiservers: Vec<LabProcess>,
     /// Apiservers started later ([`Cast::start_apiserver`]), by name.
     joined: BTreeMap<String, LabProcess>,
     authority: Ca,
@@ -175,9 +180,16 @@ impl<'a> Cast<'a> {
         )
     }
 
-    /// [`Cast::start_with`] without members, readyprism with `tuning`.
-    pub fn start_tuned(lab: &'a NetLab, readyz: [(Host, Readyz); 3], tuning: &Tuning) -> Cast<'a> {
-        Cast::start_inner(lab, readyz, None, Balancer::Readyprism, &[], tuning)
+    /// [`Cast::start_with`], readyprism with `tuning` and more flags for some sites' simulated
+    /// apiservers (`flags`).
+    pub fn start_tuned(
+        lab: &'a NetLab,
+        readyz: [(Host, Readyz); 3],
+        members: Option<&Members>,
+        flags: &[(Host, &[&str])],
+        tuning: &Tuning,
+    ) -> Cast<'a> {
+        Cast::start_inner(lab, readyz, members, Balancer::Readyprism, flags, tuning)
     }
 
     /// [`Cast::start_with`] without members, with `balancer` on the node instead of readyprism
@@ -208,6 +220,7 @@ impl<'a> Cast<'a> {
             write_endpoints(path, &Host::SITES.map(Host::ip));
         }
         let mut apiservers = BTreeMap::new();
+        let mut spawned = BTreeMap::new();
         for (site, readyz) in readyz {
             let files = ApiserverFiles {
                 ca: &ca,
@@ -221,6 +234,8 @@ impl<'a> Cast<'a> {
                 .map_or(&[][..], |f| f.1);
             let proc = spawn_apiserver(lab, &files, site, (site.ip(), site.name()), readyz, extra);
             apiservers.insert(site, proc);
+            let extra = extra.iter().map(|f| f.to_string()).collect();
+            spawned.insert(site, (readyz, extra, 0));
         }
         let (zone, backends, discovery) = match members {
             None => (
@@ -280,6 +295,8 @@ impl<'a> Cast<'a> {
         let cast = Cast {
             lab,
             apiservers,
+            spawned,
+            retired_apiservers: Vec::new(),
             joined: BTreeMap::new(),
             authority: ca,
             endpoints,

@@ -45,7 +45,8 @@ pub(super) fn write_endpoints(path: &Path, ips: &[Ipv4Addr]) {
 }
 
 /// Starts one simulated apiserver named `name` on `ip:6443` in `host`'s namespace, with a
-/// certificate for `ip`, requiring the kubelet's client certificate; `extra` flags last.
+/// certificate for `ip`, requiring the kubelet's client certificate; `extra` flags last. Its log
+/// is `apiserver-<name>.log`.
 pub(super) fn spawn_apiserver(
     lab: &NetLab,
     files: &ApiserverFiles,
@@ -53,6 +54,19 @@ pub(super) fn spawn_apiserver(
     (ip, name): (Ipv4Addr, &str),
     readyz: Readyz,
     extra: &[&str],
+) -> LabProcess {
+    spawn_apiserver_as(lab, files, host, (ip, name), readyz, extra, name)
+}
+
+/// [`spawn_apiserver`] with its log named `apiserver-<label>.log` (a restart keeps the first's).
+fn spawn_apiserver_as(
+    lab: &NetLab,
+    files: &ApiserverFiles,
+    host: Host,
+    (ip, name): (Ipv4Addr, &str),
+    readyz: Readyz,
+    extra: &[&str],
+    label: &str,
 ) -> LabProcess {
     let ip = ip.to_string();
     let cert = files.ca.server(&[&ip, "127.0.0.1"]).expect("server cert");
@@ -83,8 +97,22 @@ pub(super) fn spawn_apiserver(
         }
     }
     cmd.args(extra);
-    lab.spawn(&format!("apiserver-{name}"), cmd)
+    lab.spawn(&format!("apiserver-{label}"), cmd)
         .expect("spawn sim-apiserver")
+}
+
+/// Waits until an apiserver logs that it listens.
+fn wait_listening(proc: &LabProcess, name: &str) -> Result<(), String> {
+    if poll(Duration::from_secs(10), || {
+        proc.log_text().contains("simulated apiserver listening")
+    }) {
+        Ok(())
+    } else {
+        Err(format!(
+            "apiserver {name} did not start: {}",
+            proc.log_text()
+        ))
+    }
 }
 
 impl<'a> Cast<'a> {
@@ -98,11 +126,50 @@ impl<'a> Cast<'a> {
             require_client_cert: self.kind == Balancer::Readyprism,
         };
         let proc = spawn_apiserver(self.lab, &files, host, (ip, name), Readyz::Pass, &[]);
-        let up = poll(Duration::from_secs(10), || {
-            proc.log_text().contains("simulated apiserver listening")
-        });
-        assert!(up, "apiserver {name} did not start: {}", proc.log_text());
+        wait_listening(&proc, name).unwrap_or_else(|e| panic!("{e}"));
         self.joined.insert(name.to_string(), proc);
+    }
+
+    /// Sends `signal` to `site`'s apiserver (`TERM`: its graceful shutdown, with the flags it
+    /// was started with).
+    pub fn signal_apiserver(&self, site: Host, signal: &str) -> Result<(), String> {
+        self.apiservers
+            .get(&site)
+            .ok_or_else(|| format!("no apiserver at {}", site.name()))?
+            .signal(signal)
+    }
+
+    /// Starts `site`'s apiserver again, with the same `/readyz` and flags, once the running one
+    /// has exited (killed after `wait`), as kubelet restarts a static pod; waits until it
+    /// listens. The old one's log is kept.
+    pub fn start_apiserver_again(&mut self, site: Host, wait: Duration) -> Result<(), String> {
+        let old = self
+            .apiservers
+            .get_mut(&site)
+            .ok_or_else(|| format!("no apiserver at {}", site.name()))?;
+        if old.wait_timeout(wait).is_none() {
+            old.kill();
+        }
+        let (readyz, extra, n) = self
+            .spawned
+            .get_mut(&site)
+            .ok_or_else(|| format!("no apiserver at {}", site.name()))?;
+        *n += 1;
+        let (readyz, label) = (*readyz, format!("{}-{n}", site.name()));
+        let extra: Vec<&str> = extra.iter().map(String::as_str).collect();
+        let files = ApiserverFiles {
+            ca: &self.authority,
+            ca_path: &self.ca,
+            endpoints: self.endpoints.as_deref(),
+            require_client_cert: self.kind == Balancer::Readyprism,
+        };
+        let (ip, name) = (site.ip(), site.name());
+        let proc = spawn_apiserver_as(self.lab, &files, site, (ip, name), readyz, &extra, &label);
+        wait_listening(&proc, &label)?;
+        if let Some(old) = self.apiservers.insert(site, proc) {
+            self.retired_apiservers.push(old);
+        }
+        Ok(())
     }
 
     /// What every apiserver's Endpoints object says from now on: `ips` × the `https` port.

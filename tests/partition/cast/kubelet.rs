@@ -52,6 +52,26 @@ impl<'a> Cast<'a> {
         );
     }
 
+    /// Rotates the kubelet's client certificate as kubelet does: a new certificate and key from
+    /// the same CA in `kubelet-client-<time>.pem`, then `kubelet-client-current.pem` replaced by
+    /// a symlink to it (made beside it and renamed over it, so a reader never sees it missing).
+    /// The balancer, `kubelet.py` and the herd read the same path.
+    pub fn rotate_client_cert(&self) -> Result<(), String> {
+        let issued = self
+            .authority
+            .client("node")
+            .map_err(|e| format!("kubelet cert: {e}"))?;
+        let stamp = super::wall();
+        let name = format!("kubelet-client-{stamp:.6}.pem");
+        let dated = self.lab.path(&name);
+        std::fs::write(&dated, issued.combined_pem()).map_err(|e| format!("{dated:?}: {e}"))?;
+        let link = self.kubelet_pem.with_extension("pem.new");
+        let _ = std::fs::remove_file(&link);
+        std::os::unix::fs::symlink(&name, &link).map_err(|e| format!("{link:?}: {e}"))?;
+        std::fs::rename(&link, &self.kubelet_pem)
+            .map_err(|e| format!("{:?}: {e}", self.kubelet_pem))
+    }
+
     /// Stops the client (its records stay).
     pub fn stop_client(&mut self) {
         self.client.take();

@@ -3,7 +3,7 @@
 
 use crate::partition::netlab::Host::{DcA, DcB, Witness};
 
-use super::schedule::{Event, Fault, Kind};
+use super::schedule::{Event, Fault, Kind, Schedule};
 
 /// dc-b's member without quorum for 40 s, then stopped for 12 s (overlapping its last 4 s):
 /// dc-a and the witness keep quorum throughout, so a balancer that keeps routing to dc-b fails
@@ -48,14 +48,18 @@ pub fn seed_18_unready_during_failback() -> Vec<Event> {
     events
 }
 
-/// Fails on readyprism as it is (reproduced 16:07 UTC, cycle 2: failback closing dc-a's
-/// connections at 86.3 s, dc-a unready at 88.8 s, its last connection closed only at 95.6 s, with
-/// the reason `failback`): a connection waiting its turn in a failback's 10 s spread does not
-/// hear a later `turned_unready`. Ignored until that is fixed, then in CI (about 170 s).
+/// Failed before the fix (reproduced: failback closing dc-a's connections at 86.3 s, dc-a unready
+/// at 88.8 s, its last connection closed only at 95.6 s, with the reason `failback`): a
+/// connection waiting its turn in a failback's 10 s spread did not hear a later
+/// `turned_unready`. Now a later bump takes over a waiting turn; in CI (about 170 s).
 #[test]
 fn partition_chaos_unready_during_failback_keeps_the_invariants() {
     let events = seed_18_unready_during_failback();
-    let Some(violations) = super::run::run("chaos-unready-during-failback", 18, &events) else {
+    let Some(violations) = super::run::run(
+        "chaos-unready-during-failback",
+        18,
+        &Schedule::listed(events),
+    ) else {
         return;
     };
     assert!(
@@ -67,7 +71,8 @@ fn partition_chaos_unready_during_failback_keeps_the_invariants() {
 #[test]
 fn partition_chaos_long_local_outage_keeps_the_invariants() {
     let events = long_local_outage();
-    let Some(violations) = super::run::run("chaos-long-local-outage", 0, &events) else {
+    let Some(violations) = super::run::run("chaos-long-local-outage", 0, &Schedule::listed(events))
+    else {
         return;
     };
     assert!(

@@ -42,14 +42,19 @@ fn etcd_hosts(f: &Fault, resolved: Option<Host>) -> Vec<Host> {
                 sites(&[a, b])
             }
         }
-        Fault::SynBlackHole(_) => Vec::new(),
+        Fault::SynBlackHole(_) | Fault::GracefulRestart(_) | Fault::Unlisted(_) => Vec::new(),
     }
 }
 
-/// What a fault does to the member of `site` itself: `Bad` (stopped or cut from all peers).
+/// Whether a fault takes `site` down itself: its member stopped or cut from all peers, or its
+/// apiserver restarting (shutting down, then gone until the heal starts it again). A site left
+/// out of the Endpoints object is not down: it answers, with quorum.
 fn member_down(f: &Fault, resolved: Option<Host>, site: Host) -> bool {
     match *f {
-        Fault::NoQuorum(s) | Fault::EtcdStopped(s) | Fault::Isolated(s) => s == site,
+        Fault::NoQuorum(s)
+        | Fault::EtcdStopped(s)
+        | Fault::Isolated(s)
+        | Fault::GracefulRestart(s) => s == site,
         Fault::LeaderStopped => resolved == Some(site),
         _ => false,
     }
@@ -196,5 +201,18 @@ mod tests {
         let b = [fault(Fault::Cut(Node, DcB), 0.0, 5.0)];
         assert_eq!(state(&b, 1.0, DcB), Site::Bad);
         assert_eq!(throughout(&b, (0.0, 4.0), Site::Good), vec![DcA, Witness]);
+    }
+
+    #[test]
+    fn chaos_model_a_restarting_apiserver_is_bad_an_unlisted_one_stays_good() {
+        let a = [fault(Fault::GracefulRestart(DcB), 1.0, 15.0)];
+        assert_eq!(state(&a, 2.0, DcB), Site::Bad);
+        assert_eq!(state(&a, 2.0, DcA), Site::Good);
+        assert_eq!(state(&a, 15.5, DcB), Site::Good);
+        let b = [fault(Fault::Unlisted(DcB), 1.0, 15.0)];
+        assert_eq!(
+            throughout(&b, (0.0, 16.0), Site::Good),
+            vec![DcA, DcB, Witness]
+        );
     }
 }

@@ -6,18 +6,22 @@
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::time::Duration;
 
-use crate::partition::cast::{poll, wall, Cast, ClientEvent, Tuning};
+use crate::partition::cast::{poll, wall, Cast, ClientEvent, Members, Tuning};
 use crate::partition::etcd::EtcdCluster;
 use crate::partition::figures::results_dir;
-use crate::partition::netlab::{lab_print, Host, NetLab};
+use crate::partition::netlab::{
+    lab_print,
+    Host::{self, DcA, DcB, Witness},
+    NetLab,
+};
 use crate::partition::scenarios::ETCD;
 
 use super::invariants::{self, bound, Records, Violation};
 use super::liveness::{self, Ending, Return};
 use super::model::{self, Applied};
-use super::nemesis::Nemesis;
+use super::nemesis::{apiserver_flags, Nemesis, Played};
 use super::sampler;
-use super::schedule::{describe, print, Event};
+use super::schedule::{describe, print, Schedule};
 
 /// `failback_after` in the chaos runs (the default 60 s would make every return a minute long).
 const FAILBACK_AFTER: f64 = 10.0;
@@ -26,6 +30,12 @@ const FAILBACK_SPREAD: f64 = 10.0;
 const SHOWN: usize = 5;
 /// Sampling goes on this long after the return (the last window of the descriptor check).
 const QUIET: Duration = Duration::from_secs(16);
+/// With discovery on: the seeds in the config (dc-b, the node's zone, only from the Endpoints
+/// object, as in scenario 9) and discovery's poll interval.
+const MEMBERS: Members = Members {
+    seeds: &[DcA, Witness],
+    interval: "2s",
+};
 
 fn tuning() -> Tuning {
     Tuning {
@@ -166,28 +176,34 @@ fn event_json(a: &Applied) -> serde_json::Value {
     })
 }
 
-/// Plays `events` as run `name` (seed `seed`); the violations, or `None` if the lab is skipped.
-pub fn run(name: &str, seed: u64, events: &[Event]) -> Option<Vec<Violation>> {
+/// Plays `schedule` as run `name` (seed `seed`); the violations, or `None` if the lab is
+/// skipped.
+pub fn run(name: &str, seed: u64, schedule: &Schedule) -> Option<Vec<Violation>> {
+    let events = &schedule.events;
     let lab = NetLab::start(name)?;
     let mut etcd = EtcdCluster::start(&lab, name, &[])?;
     etcd.wait_healthy(Duration::from_secs(30))
         .unwrap_or_else(|e| panic!("{e}"));
-    let mut cast = Cast::start_tuned(&lab, ETCD, &tuning());
+    let members = schedule.discovery.then_some(&MEMBERS);
+    let flags = apiserver_flags();
+    let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
+    let flags = [DcA, DcB, Witness].map(|s| (s, flags.as_slice()));
+    let mut cast = Cast::start_tuned(&lab, ETCD, members, &flags, &tuning());
     let all_ready: Vec<(Host, &str)> = Host::SITES.into_iter().map(|s| (s, "ready")).collect();
     cast.wait_states(&all_ready, Duration::from_secs(30));
     cast.start_client();
-    lab_print(&print(seed, events));
+    lab_print(&print(seed, schedule));
 
     let t0 = wall();
     let pid = AtomicU32::new(cast.balancer_pid());
     let stop = AtomicBool::new(false);
-    let (applied, samples, ret) = std::thread::scope(|s| {
+    let (Played { applied, herds }, samples, ret) = std::thread::scope(|s| {
         let sampler = s.spawn(|| sampler::run(&lab, &pid, t0, &stop));
-        let applied = Nemesis::new(&lab, &etcd, &mut cast, &pid).play(events, t0);
-        let ret = wait_return(&cast, t0, model::last_heal(&applied));
+        let played = Nemesis::new(&lab, &etcd, &mut cast, &pid).play(events, t0);
+        let ret = wait_return(&cast, t0, model::last_heal(&played.applied));
         std::thread::sleep(QUIET);
         stop.store(true, Ordering::SeqCst);
-        (applied, sampler.join().expect("sampler"), ret)
+        (played, sampler.join().expect("sampler"), ret)
     });
     let end = wall() - t0;
     cast.stop_client();
@@ -205,7 +221,10 @@ pub fn run(name: &str, seed: u64, events: &[Event]) -> Option<Vec<Violation>> {
         records,
         counted,
     };
-    let client = cast.client_events();
+    // The herds' dials are requests like the client's (invariant 1 judges them too).
+    let mut client = cast.client_events();
+    let herd_dials = herds.len();
+    client.extend(herds.into_iter().map(ClientEvent::Req));
     let changes = cast.changes();
     let records = Records {
         applied: &applied,
@@ -224,8 +243,9 @@ pub fn run(name: &str, seed: u64, events: &[Event]) -> Option<Vec<Violation>> {
     violations.sort_by(|a, b| a.t.total_cmp(&b.t));
 
     let mut text = format!(
-        "chaos seed {seed}: {} events over {end:.0} s, detection bound {:.1} s, longest lease gap {lease_gap:.1} s, {} of {} samples with no ready backend\n  return: {ret:?}\n  processes: {growth:?}\n  connection records {:?}, counted {:?}\n",
+        "chaos seed {seed}: {} events over {end:.0} s ({}), {herd_dials} herd dials, detection bound {:.1} s, longest lease gap {lease_gap:.1} s, {} of {} samples with no ready backend\n  return: {ret:?}\n  processes: {growth:?}\n  connection records {:?}, counted {:?}\n",
         applied.len(),
+        if schedule.discovery { "discovery on" } else { "sites listed" },
         bound(),
         samples.iter().filter(|s| s.no_ready == Some(1.0)).count(),
         samples.len(),
@@ -261,6 +281,7 @@ pub fn run(name: &str, seed: u64, events: &[Event]) -> Option<Vec<Violation>> {
     }
     let record = serde_json::json!({
         "seed": seed, "t0": t0, "secs": end, "detection_bound": bound(),
+        "discovery": schedule.discovery, "herd_dials": herd_dials,
         "events": applied.iter().map(event_json).collect::<Vec<_>>(),
         "violations": violations.iter().map(|v| serde_json::json!({
             "invariant": v.invariant, "t": v.t, "what": v.what })).collect::<Vec<_>>(),
@@ -274,12 +295,11 @@ pub fn run(name: &str, seed: u64, events: &[Event]) -> Option<Vec<Violation>> {
     std::fs::write(&path, serde_json::to_string_pretty(&record).expect("JSON"))
         .unwrap_or_else(|e| panic!("{path:?}: {e}"));
     text.push_str(&format!("  record: {}\n", path.display()));
-    if !violations.is_empty() {
-        text.push_str(&format!(
-            "  logs: {}\n",
-            keep_logs(&lab, &dir, name).display()
-        ));
-    }
+    // Kept for every run (a few MB): a clean run's logs show what each event did.
+    text.push_str(&format!(
+        "  logs: {}\n",
+        keep_logs(&lab, &dir, name).display()
+    ));
     lab_print(&text);
     Some(violations)
 }

@@ -55,6 +55,14 @@ pub enum Fault {
     SynBlackHole(Host),
     /// Random loss, percent each way, between two hosts.
     Loss(Host, Host, u8),
+    /// The site's apiserver restarted gracefully, as a static pod is on an upgrade: SIGTERM (its
+    /// `/readyz` fails with `shutdown` for [`SHUTDOWN_DELAY`], then its listener closes and what
+    /// is still open is closed after [`SHUTDOWN_GRACE`]), started again at the heal.
+    GracefulRestart(Host),
+    /// The site's apiserver left out of the cluster's Endpoints object (discovery's answer) until
+    /// the heal; the apiserver itself keeps answering, as a node being drained does. Drawn only
+    /// in a schedule with discovery on.
+    Unlisted(Host),
 }
 
 /// An event of the balancer's own, at an instant.
@@ -68,6 +76,12 @@ pub enum Poke {
     IntervalEdit(u8),
     /// readyprism stopped (SIGTERM) and started again.
     Restart,
+    /// kubelet's client certificate rotated: a new certificate and key from the same CA in a new
+    /// file, `kubelet-client-current.pem` swapped to it (a symlink replaced by rename, as kubelet
+    /// does).
+    CertRotation,
+    /// A herd: [`HERD`] clients dial the balancer at once, one request each.
+    Herd,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -84,6 +98,25 @@ pub struct Event {
     pub kind: Kind,
 }
 
+/// A seed's schedule: how the balancer learns the apiservers, and the events.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Schedule {
+    /// Discovery on: the config names two seeds (dc-a, the witness), dc-b is known only from the
+    /// Endpoints object, zones by network. Otherwise the three sites are listed with their zones.
+    pub discovery: bool,
+    pub events: Vec<Event>,
+}
+
+impl Schedule {
+    /// A fixed list of events with the three sites listed.
+    pub fn listed(events: Vec<Event>) -> Schedule {
+        Schedule {
+            discovery: false,
+            events,
+        }
+    }
+}
+
 /// Shortest fault.
 pub const MIN_LEN: f64 = 1.0;
 /// Longest fault in a long schedule, and in a short (CI) one.
@@ -96,6 +129,13 @@ const FAULT_EVERY: f64 = 9.0;
 const POKE_EVERY: f64 = 12.0;
 /// No restart in a schedule's first seconds (the baseline of the process's descriptors).
 const RESTART_AFTER: f64 = 20.0;
+/// A graceful restart's `--shutdown-delay` and `--shutdown-grace` (every chaos apiserver runs
+/// with them); the fault lasts at least both and a second, the restart itself.
+pub const SHUTDOWN_DELAY: f64 = 8.0;
+pub const SHUTDOWN_GRACE: f64 = 4.0;
+const RESTART_MIN: f64 = SHUTDOWN_DELAY + SHUTDOWN_GRACE + 1.0;
+/// Clients in a herd (scenario 8's).
+pub const HERD: usize = crate::partition::dying_path::CLIENTS;
 
 const SITES: [Host; 3] = [DcA, DcB, Witness];
 
@@ -126,8 +166,8 @@ fn other_pair(rng: &mut Rng) -> (Host, Host) {
     }
 }
 
-fn draw_fault(rng: &mut Rng) -> Fault {
-    match rng.next_u64() % 8 {
+fn draw_fault(rng: &mut Rng, discovery: bool) -> Fault {
+    match rng.next_u64() % 10 {
         0 => Fault::NoQuorum(rng.pick(&SITES)),
         1 => Fault::EtcdStopped(rng.pick(&SITES)),
         2 => Fault::LeaderStopped,
@@ -141,15 +181,17 @@ fn draw_fault(rng: &mut Rng) -> Fault {
         }
         5 => Fault::Isolated(rng.pick(&SITES)),
         6 => Fault::SynBlackHole(rng.pick(&SITES)),
-        _ => {
+        7 => {
             let (a, b) = other_pair(rng);
             Fault::Loss(a, b, rng.pick(&[5u8, 10, 20]))
         }
+        8 if discovery => Fault::Unlisted(rng.pick(&SITES)),
+        _ => Fault::GracefulRestart(rng.pick(&SITES)),
     }
 }
 
 fn draw_poke(rng: &mut Rng, at: f64, restarted: &mut bool) -> Poke {
-    match rng.next_u64() % 5 {
+    match rng.next_u64() % 7 {
         0 => Poke::Sighup,
         1 => Poke::CommentEdit,
         2 => Poke::IntervalEdit(rng.pick(&[4u8, 5])),
@@ -157,25 +199,34 @@ fn draw_poke(rng: &mut Rng, at: f64, restarted: &mut bool) -> Poke {
             *restarted = true;
             Poke::Restart
         }
+        4 => Poke::CertRotation,
+        5 => Poke::Herd,
         _ => Poke::Sighup,
     }
 }
 
-/// The schedule of `seed`, `secs` long, by start time: faults of `MIN_LEN` to [`max_len`]
-/// seconds, each healed by the end, overlapping as they fall; balancer events between them, at
+/// The schedule of `seed`, `secs` long, by start time: discovery on for about half the seeds;
+/// faults of `MIN_LEN` to [`max_len`] seconds (a graceful restart at least its shutdown and a
+/// second), each healed by the end, overlapping as they fall; balancer events between them, at
 /// most one restart.
-pub fn draw(seed: u64, secs: f64) -> Vec<Event> {
+pub fn draw(seed: u64, secs: f64) -> Schedule {
     let mut rng = Rng::new(seed);
+    let discovery = rng.next_u64() % 2 == 1;
     let longest = max_len(secs);
     let mut events = Vec::new();
     let faults = ((secs / FAULT_EVERY).round() as usize).max(1);
     for _ in 0..faults {
-        let len = rng.range(MIN_LEN, longest).max(MIN_LEN);
+        let fault = draw_fault(&mut rng, discovery);
+        let shortest = match fault {
+            Fault::GracefulRestart(_) => RESTART_MIN.min(secs),
+            _ => MIN_LEN,
+        };
+        let len = rng.range(shortest, longest.max(shortest)).max(shortest);
         let at = rng.range(0.0, (secs - len).max(0.0));
         events.push(Event {
             at,
             len,
-            kind: Kind::Fault(draw_fault(&mut rng)),
+            kind: Kind::Fault(fault),
         });
     }
     let pokes = ((secs / POKE_EVERY).round() as usize).max(1);
@@ -191,7 +242,33 @@ pub fn draw(seed: u64, secs: f64) -> Vec<Event> {
         });
     }
     events.sort_by(|a, b| a.at.total_cmp(&b.at));
-    events
+    Schedule { discovery, events }
+}
+
+/// The kind of an event without its hosts or numbers (the by-hand run's tally).
+pub fn kind_name(kind: &Kind) -> &'static str {
+    match kind {
+        Kind::Fault(f) => match f {
+            Fault::NoQuorum(_) => "no quorum",
+            Fault::EtcdStopped(_) => "member stopped",
+            Fault::LeaderStopped => "leader stopped",
+            Fault::Cut(..) => "cut",
+            Fault::OneWay(..) => "one-way drop",
+            Fault::Isolated(_) => "site isolated",
+            Fault::SynBlackHole(_) => "SYN black hole",
+            Fault::Loss(..) => "loss",
+            Fault::GracefulRestart(_) => "apiserver graceful restart",
+            Fault::Unlisted(_) => "discovery answer without a site",
+        },
+        Kind::Poke(p) => match p {
+            Poke::Sighup => "SIGHUP",
+            Poke::CommentEdit => "config edit (comment)",
+            Poke::IntervalEdit(_) => "config edit (interval)",
+            Poke::Restart => "readyprism restart",
+            Poke::CertRotation => "certificate rotation",
+            Poke::Herd => "herd",
+        },
+    }
 }
 
 /// An event in words, e.g. `cut node <-> dc-a`.
@@ -206,20 +283,32 @@ pub fn describe(kind: &Kind) -> String {
             Fault::Isolated(s) => format!("{} isolated", s.name()),
             Fault::SynBlackHole(s) => format!("SYN black hole at {}", s.name()),
             Fault::Loss(a, b, p) => format!("{p}% loss {} <-> {}", a.name(), b.name()),
+            Fault::GracefulRestart(s) => format!("graceful restart of {}'s apiserver", s.name()),
+            Fault::Unlisted(s) => format!("{} left out of the Endpoints object", s.name()),
         },
         Kind::Poke(p) => match p {
             Poke::Sighup => "SIGHUP (config unchanged)".to_string(),
             Poke::CommentEdit => "config edit: a comment".to_string(),
             Poke::IntervalEdit(s) => format!("config edit: health.interval {s}s"),
             Poke::Restart => "readyprism restarted".to_string(),
+            Poke::CertRotation => "kubelet client certificate rotated".to_string(),
+            Poke::Herd => format!("herd: {HERD} clients dial at once"),
         },
     }
 }
 
 /// The schedule as text, one event a line.
-pub fn print(seed: u64, events: &[Event]) -> String {
-    let mut out = format!("chaos seed {seed}: {} events\n", events.len());
-    for e in events {
+pub fn print(seed: u64, schedule: &Schedule) -> String {
+    let how = if schedule.discovery {
+        "discovery on (seeds dc-a, witness)"
+    } else {
+        "three sites listed"
+    };
+    let mut out = format!(
+        "chaos seed {seed}: {} events, {how}\n",
+        schedule.events.len()
+    );
+    for e in &schedule.events {
         let len = if e.len > 0.0 {
             format!(" for {:.1} s", e.len)
         } else {
@@ -243,14 +332,20 @@ mod tests {
     fn chaos_schedule_keeps_its_bounds() {
         for seed in 0..200 {
             for secs in [30.0, 120.0, 600.0] {
-                let events = draw(seed, secs);
+                let Schedule { discovery, events } = draw(seed, secs);
                 let longest = max_len(secs);
                 let mut restarts = 0;
                 for e in &events {
                     assert!(e.at >= 0.0 && e.at + e.len <= secs, "{seed}: {e:?}");
                     match e.kind {
-                        Kind::Fault(_) => {
-                            assert!((MIN_LEN..=longest).contains(&e.len), "{seed}: {e:?}")
+                        Kind::Fault(Fault::GracefulRestart(_)) => {
+                            assert!((RESTART_MIN..=longest).contains(&e.len), "{seed}: {e:?}")
+                        }
+                        Kind::Fault(f) => {
+                            assert!((MIN_LEN..=longest).contains(&e.len), "{seed}: {e:?}");
+                            if let Fault::Unlisted(_) = f {
+                                assert!(discovery, "{seed}: unlisted without discovery");
+                            }
                         }
                         Kind::Poke(p) => {
                             assert_eq!(e.len, 0.0);
@@ -268,5 +363,35 @@ mod tests {
         }
         assert_eq!(max_len(120.0), MAX_LEN_SHORT);
         assert_eq!(max_len(600.0), MAX_LEN);
+    }
+
+    /// The kinds of event drawn for `seeds` at `secs`, and whether both ways of learning the
+    /// apiservers were.
+    fn drawn(seeds: &[u64], secs: f64) -> (std::collections::BTreeSet<&'static str>, bool) {
+        let schedules: Vec<Schedule> = seeds.iter().map(|&s| draw(s, secs)).collect();
+        let kinds = schedules
+            .iter()
+            .flat_map(|s| s.events.iter().map(|e| kind_name(&e.kind)))
+            .collect();
+        let both = schedules.iter().any(|s| s.discovery) && schedules.iter().any(|s| !s.discovery);
+        (kinds, both)
+    }
+
+    /// Every kind of event (16) is drawn, with discovery on and off, by the CI's three seeds
+    /// and by the by-hand run's seeds 1 to 100.
+    #[test]
+    fn chaos_schedules_draw_every_kind_of_event() {
+        use crate::partition::chaos::{CI_SECS, CI_SEEDS};
+        let (kinds, both) = drawn(&CI_SEEDS, CI_SECS);
+        assert!(
+            both && kinds.len() == 16,
+            "CI seeds: {kinds:?}, both {both}"
+        );
+        let seeds: Vec<u64> = (1..=100).collect();
+        let (kinds, both) = drawn(&seeds, 180.0);
+        assert!(
+            both && kinds.len() == 16,
+            "seeds 1-100: {kinds:?}, both {both}"
+        );
     }
 }
