@@ -11,6 +11,7 @@ mod quiet;
 mod race;
 mod record;
 mod sockets;
+mod turn;
 
 use std::future::Future;
 use std::net::SocketAddr;
@@ -282,34 +283,25 @@ impl Proxy {
         }
     }
 
-    /// An evicted connection's turn to close, spread by its sequence number over the reason's
-    /// window (a hand-off closes at a quiet moment from then on: [`quiet`]), taken again in a
-    /// later bump's window if one comes first; `None` if shutdown cuts it first. An eviction
-    /// called off before the turn (a failback whose home zone has no ready backend left) leaves the connection relaying,
-    /// watching on from the called-off bump (in this box: only such a connection keeps it).
+    /// An evicted connection's turn to close ([`turn::close_turn`]: the sooner of the bumps'
+    /// turns stands); `None` if shutdown cuts it first.
     async fn evicted(
         &self,
-        mut why: CloseReason,
-        mut by: EvictionWatch,
+        why: CloseReason,
+        by: EvictionWatch,
         seq: u32,
         link: &Link,
     ) -> Option<CloseReason> {
-        let eviction = &link.live.eviction;
-        loop {
-            let window = why.window(self.table.load().routing.handoff_window);
-            let next = tokio::select! {
-                () = quiet::turn(why, spread(seq, window), window, &link.moved) => return Some(why),
-                _ = self.cut.cancelled() => return None,
-                _ = eviction.called_off(by) => eviction.stopped(by).await,
-                // A later bump before the close (a draining backend failed another check, also
-                // while its hand-off waits): the turn is taken again in the later bump's window.
-                later = eviction.stopped(by) => later,
-            };
-            match next {
-                Stop::Shutdown => return None,
-                Stop::Evicted(next, next_by) => (why, by) = (next, next_by),
-            }
-        }
+        let handoff = || self.table.load().routing.handoff_window;
+        turn::close_turn(
+            &link.live.eviction,
+            (why, by),
+            seq,
+            handoff,
+            &link.moved,
+            &self.cut,
+        )
+        .await
     }
 }
 
@@ -400,12 +392,6 @@ fn stopped(link: &Link, why: Option<CloseReason>) -> End {
         }
         None => End::Shutdown,
     }
-}
-
-/// A per-connection delay in [0, window), spread by the connection's sequence number.
-fn spread(seq: u32, window: Duration) -> Duration {
-    let frac = u64::from(seq).wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 44; // 20 bits
-    window.mul_f64(frac as f64 / (1u64 << 20) as f64)
 }
 
 #[cfg(test)]

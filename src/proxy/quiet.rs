@@ -97,13 +97,17 @@ impl Quiet {
     }
 }
 
-/// Completes when a connection evicted for `why` now is to be closed: at its turn, `spread` into
-/// the reason's `window`, and for a hand-off at its first quiet moment from then on
+/// Completes when a connection evicted for `why` at `evicted` is to be closed: at its turn `due`
+/// (spread into the reason's `window`), and for a hand-off at its first quiet moment from then on
 /// ([`Quiet::look`] on its tally `moved`), by the window's end at the latest.
-pub(super) async fn turn(why: CloseReason, spread: Duration, window: Duration, moved: &Moved) {
-    let evicted = Instant::now();
+pub(super) async fn turn(
+    why: CloseReason,
+    (evicted, due): (Instant, Instant),
+    window: Duration,
+    moved: &Moved,
+) {
     let end = evicted + window;
-    tokio::time::sleep_until(evicted + spread).await;
+    tokio::time::sleep_until(due).await;
     if why != CloseReason::Handoff {
         return;
     }
@@ -194,7 +198,7 @@ mod tests {
         moved.latest.wrote(Way::ToBackend);
         let start = Instant::now();
         // Its turn at once, its answer at 1 s: the close comes once a look sees it quiet.
-        let closing = turn(CloseReason::Handoff, Duration::ZERO, 5 * SECOND, &moved);
+        let closing = turn(CloseReason::Handoff, (start, start), 5 * SECOND, &moved);
         let answer = async {
             tokio::time::sleep(SECOND).await;
             moved.to_client.store(5000, Relaxed);
@@ -218,14 +222,26 @@ mod tests {
         moved.latest.wrote(Way::ToBackend);
         let (spread, window) = (2 * SECOND, 5 * SECOND);
         let start = Instant::now();
-        closes(turn(CloseReason::Handoff, spread, window, &moved)).await;
+        closes(turn(
+            CloseReason::Handoff,
+            (start, start + spread),
+            window,
+            &moved,
+        ))
+        .await;
         let took = start.elapsed();
         assert!(
             took >= window && took < window + SETTLE,
             "outstanding to the end: closed at the window's end, after {took:?}"
         );
         let start = Instant::now();
-        closes(turn(CloseReason::TurnedUnready, spread, window, &moved)).await;
+        closes(turn(
+            CloseReason::TurnedUnready,
+            (start, start + spread),
+            window,
+            &moved,
+        ))
+        .await;
         let took = start.elapsed();
         assert!(
             took >= spread && took < spread + SETTLE,
