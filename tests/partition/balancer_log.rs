@@ -34,6 +34,26 @@ pub fn changes(log: &str) -> Vec<Change> {
         .collect()
 }
 
+/// Every backend the balancer removed (`backend removed; closing its connections`: gone from
+/// the config or from discovery) as a [`Change`] to `removed`, wall-clock time: a removed backend
+/// is neither ready nor unready until it is added again (then its first state change is logged
+/// from `unknown`).
+pub fn removals(log: &str) -> Vec<Change> {
+    log.lines()
+        .filter_map(|l| serde_json::from_str::<LogLine>(l).ok())
+        .filter(|l| l.fields.message.starts_with("backend removed"))
+        .filter_map(|l| {
+            Some(Change {
+                t: parse_timestamp(&l.timestamp)?,
+                site: site_of(l.fields.backend.as_deref()?)?,
+                from: String::new(),
+                to: "removed".to_string(),
+                reason: l.fields.reason.unwrap_or_default(),
+            })
+        })
+        .collect()
+}
+
 /// One client connection's end record (`connection ended`), wall-clock time.
 #[derive(Clone, Debug)]
 pub struct Ended {

@@ -23,6 +23,14 @@ pub const LEASE_LIMIT: f64 = 40.0;
 /// Invariant 3: from the logged `unready` to the last connection cut: the spread, one confirm
 /// probe, the slack and a sampling period.
 pub const CUT_LIMIT: f64 = EVICT_SPREAD + PROBE_TIMEOUT + SLACK + 1.0;
+/// The longest probe interval (5 s and its jitter; the chaos edits set 4 s or 5 s).
+const INTERVAL: f64 = 5.5;
+/// The blink rule's own bound, when another backend changed state or failed a check from an
+/// interval before the fall on (the node saw the event through it too: `docs/behaviour.md`,
+/// "the escape route is confirmed first"): the route's confirm fails, its next probe passes
+/// within an interval and a timeout, and the fallen backend's next failure from then on moves
+/// the connections, within another interval; then the cut as in [`CUT_LIMIT`].
+pub const BLINK_LIMIT: f64 = CUT_LIMIT + 2.0 * INTERVAL + PROBE_TIMEOUT;
 
 #[derive(Clone, Debug)]
 pub struct Violation {
@@ -57,9 +65,37 @@ impl Records<'_> {
             .map(|c| (c.to.as_str(), c.t - self.t0))
     }
 
+    /// Every request: the steady load's, the `/slow` ones held 2 s (one always in flight, so
+    /// that a cut of the node's path is scenario 7's dying path) and the herds' dials.
+    /// Whether every site was logged ready at `t`.
+    pub fn all_ready(&self, t: f64) -> bool {
+        Host::SITES
+            .into_iter()
+            .all(|s| self.state(s, t).is_some_and(|(st, _)| st == "ready"))
+    }
+
+    /// Whether a site other than `site` changed state (logged) or failed a check (sampled)
+    /// within `[from, to]`.
+    fn others_stirred(&self, site: Host, (from, to): (f64, f64)) -> bool {
+        let changed = self.changes.iter().any(|c| {
+            let t = c.t - self.t0;
+            c.site != site && t >= from && t <= to
+        });
+        let failed = self.samples.windows(2).any(|w| {
+            w[1].t >= from
+                && w[1].t <= to + 1.0
+                && w[0].pid == w[1].pid
+                && w[1]
+                    .failed
+                    .iter()
+                    .any(|(&o, &n)| o != site && n > w[0].failed.get(&o).copied().unwrap_or(n))
+        });
+        changed || failed
+    }
+
     fn requests(&self) -> impl Iterator<Item = &Exchange> {
         self.client.iter().filter_map(|e| match e {
-            ClientEvent::Req(x) => Some(x),
+            ClientEvent::Req(x) | ClientEvent::Slow(x) => Some(x),
             _ => None,
         })
     }
@@ -185,7 +221,9 @@ pub fn lease_renewed(r: &Records, end: f64) -> (f64, Vec<Violation>) {
 }
 
 /// Invariant 3: no sampled connection on a backend logged unready for over [`CUT_LIMIT`] while
-/// another was logged ready all that time (a blink, every backend unready, is not one of these).
+/// another was logged ready all that time (a blink, every backend unready, is not one of these);
+/// over [`BLINK_LIMIT`] when another backend stirred around the fall (the blink rule may hold
+/// them: its own bound). A removed backend is not ready.
 pub fn no_connection_stays_on_unready(r: &Records) -> Vec<Violation> {
     let mut out = Vec::new();
     let mut reported: Vec<(Host, f64)> = Vec::new();
@@ -200,7 +238,9 @@ pub fn no_connection_stays_on_unready(r: &Records) -> Vec<Violation> {
             let Some(("unready", since)) = r.state(site, s.t) else {
                 continue;
             };
-            if s.t - since <= CUT_LIMIT || reported.contains(&(site, since)) {
+            let blink = r.others_stirred(site, (since - INTERVAL, s.t));
+            let limit = if blink { BLINK_LIMIT } else { CUT_LIMIT };
+            if s.t - since <= limit || reported.contains(&(site, since)) {
                 continue;
             }
             let ready_all_along = Host::SITES.into_iter().filter(|&o| o != site).find(|&o| {
@@ -215,9 +255,14 @@ pub fn no_connection_stays_on_unready(r: &Records) -> Vec<Violation> {
                     invariant: 3,
                     t: s.t,
                     what: format!(
-                        "{n} connection(s) still on {}, unready since {since:.1} s, while {} was ready",
+                        "{n} connection(s) still on {}, unready since {since:.1} s, while {} was ready{}",
                         site.name(),
-                        other.name()
+                        other.name(),
+                        if blink {
+                            " (the blink rule's bound: another backend stirred around the fall)"
+                        } else {
+                            ""
+                        }
                     ),
                 });
             }
@@ -304,5 +349,79 @@ mod tests {
         }
         let (_, v) = lease_renewed(&records(&nowhere, &leases), 55.0);
         assert!(v.is_empty());
+    }
+
+    fn change(t: f64, site: Host, from: &str, to: &str) -> Change {
+        Change {
+            t,
+            site,
+            from: from.to_string(),
+            to: to.to_string(),
+            reason: String::new(),
+        }
+    }
+
+    /// A sample at `t` with `on` connections on dc-b and `failed` checks of dc-a so far.
+    fn sample(t: f64, on: f64, failed: f64) -> Sample {
+        Sample {
+            t,
+            pid: 1,
+            live: true,
+            fds: Some(10),
+            rss_kib: Some(1000),
+            no_ready: Some(0.0),
+            active: [(DcB, on)].into(),
+            failed: [(Host::DcA, failed)].into(),
+        }
+    }
+
+    /// dc-b logged unready at 10 s with a connection sampled on it every second until `until`;
+    /// dc-a ready all along, with `failed_at` its sampled check failures.
+    fn held(until: f64, failed_at: Option<f64>, changes: &[Change]) -> Vec<Violation> {
+        let samples: Vec<Sample> = (0..=until as usize)
+            .map(|t| {
+                let t = t as f64;
+                let failed = failed_at.is_some_and(|f| t >= f);
+                sample(t, 1.0, f64::from(u8::from(failed)))
+            })
+            .collect();
+        let r = Records {
+            applied: &[],
+            client: &[],
+            changes,
+            samples: &samples,
+            t0: 0.0,
+        };
+        no_connection_stays_on_unready(&r)
+    }
+
+    #[test]
+    fn chaos_invariant_3_allows_the_cut_limit_or_the_blink_rules_bound() {
+        use crate::partition::netlab::Host::DcA;
+        let fell = [
+            change(1.0, DcA, "unknown", "ready"),
+            change(10.0, DcB, "ready", "unready"),
+        ];
+        // A single bad backend: the cut within CUT_LIMIT.
+        assert!(held(10.0 + CUT_LIMIT - 0.5, None, &fell).is_empty());
+        assert_eq!(held(10.0 + CUT_LIMIT + 1.5, None, &fell).len(), 1);
+        // dc-a failed a check around the fall (the blink rule may hold them): its own bound.
+        assert!(held(10.0 + BLINK_LIMIT - 0.5, Some(11.0), &fell).is_empty());
+        let late = held(10.0 + BLINK_LIMIT + 1.5, Some(11.0), &fell);
+        assert_eq!(late.len(), 1, "{late:?}");
+        assert!(late[0].what.contains("blink"), "{late:?}");
+        // dc-a rose less than an interval before the fall: the same.
+        let rose = [
+            change(7.0, DcA, "unready", "ready"),
+            change(10.0, DcB, "ready", "unready"),
+        ];
+        assert!(held(10.0 + CUT_LIMIT + 1.5, None, &rose).is_empty());
+        // dc-a removed: not ready, nothing to move to.
+        let removed = [
+            change(1.0, DcA, "unknown", "ready"),
+            change(2.0, DcA, "", "removed"),
+            change(10.0, DcB, "ready", "unready"),
+        ];
+        assert!(held(10.0 + BLINK_LIMIT + 1.5, None, &removed).is_empty());
     }
 }

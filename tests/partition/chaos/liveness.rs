@@ -3,6 +3,8 @@
 //! record with a reason) and the return after the last heal (invariant 5). Pure: samples, logs
 //! and figures in, violations out.
 
+use std::collections::{BTreeMap, BTreeSet};
+
 use super::invariants::{bound, Records, Violation};
 use super::sampler::Sample;
 
@@ -14,17 +16,22 @@ pub const RSS_SLACK_KIB: u64 = 32 * 1024;
 /// The first and last seconds of a process's samples compared.
 const WINDOW: f64 = 15.0;
 
-/// One process's start and end: least descriptors and resident memory in its first and last
-/// [`WINDOW`] seconds.
+/// One process's start and end: least descriptors and resident memory over [`WINDOW`]
+/// seconds when every backend was logged ready (its first such window), and over its last
+/// [`WINDOW`] seconds (after the return, every backend ready): the same few connections open,
+/// the same probe connections. A process that restarted mid-fault starts with fewer backends
+/// answering, so its very first seconds are no baseline.
 #[derive(Clone, Debug, serde::Serialize)]
 pub struct Growth {
     pub pid: u32,
     pub fds: (usize, usize),
     pub rss_kib: (u64, u64),
     pub secs: f64,
+    /// When the baseline window began.
+    pub baseline_at: f64,
 }
 
-fn growth(samples: &[&Sample]) -> Option<Growth> {
+fn growth(samples: &[&Sample], calm: impl Fn(f64) -> bool) -> Option<Growth> {
     let (first, last) = (samples.first()?, samples.last()?);
     if last.t - first.t < 2.0 * WINDOW {
         return None;
@@ -39,33 +46,92 @@ fn growth(samples: &[&Sample]) -> Option<Growth> {
             w.iter().filter_map(|s| s.rss_kib).min().unwrap_or(0),
         )
     };
-    let (f0, r0) = least(first.t, first.t + WINDOW);
-    let (f1, r1) = least(last.t - WINDOW, last.t);
+    let end = last.t - WINDOW;
+    let base = samples
+        .iter()
+        .map(|s| s.t)
+        .filter(|&t| t + WINDOW <= end)
+        .find(|&t| {
+            samples
+                .iter()
+                .filter(|s| s.t >= t && s.t <= t + WINDOW)
+                .all(|s| calm(s.t))
+        })?;
+    let (f0, r0) = least(base, base + WINDOW);
+    let (f1, r1) = least(end, last.t);
     Some(Growth {
         pid: first.pid,
         fds: (f0, f1),
         rss_kib: (r0, r1),
         secs: last.t - first.t,
+        baseline_at: base,
     })
 }
 
-/// The connection records in a balancer's log: how many, and how many have no reason.
-pub fn records(log: &str) -> (usize, usize) {
-    let ended: Vec<serde_json::Value> = log
+/// The connection records in a balancer's log, by backend (`""` for a connection rejected
+/// without one), how many have no reason, and the backends it removed (their counters start
+/// again from 0 if they come back).
+#[derive(Clone, Debug, Default, PartialEq, serde::Serialize)]
+pub struct Tally {
+    pub by_backend: BTreeMap<String, usize>,
+    pub reasonless: usize,
+    pub removed: BTreeSet<String>,
+}
+
+impl Tally {
+    pub fn all(&self) -> usize {
+        self.by_backend.values().sum()
+    }
+
+    /// Whether the records match what the balancer counted (`counted`, by backend, `""` for the
+    /// rejected): equal for every backend, but at least as many for a removed one. `Err` says
+    /// where they differ.
+    pub fn matches(&self, counted: &BTreeMap<String, usize>) -> Result<(), String> {
+        let keys: BTreeSet<&String> = self.by_backend.keys().chain(counted.keys()).collect();
+        let mut wrong = Vec::new();
+        for k in keys {
+            let records = self.by_backend.get(k).copied().unwrap_or_default();
+            let count = counted.get(k).copied().unwrap_or_default();
+            let ok = if self.removed.contains(k) {
+                records >= count
+            } else {
+                records == count
+            };
+            if !ok {
+                wrong.push(format!("{k:?}: {records} records, {count} counted"));
+            }
+        }
+        if wrong.is_empty() {
+            Ok(())
+        } else {
+            Err(wrong.join("; "))
+        }
+    }
+}
+
+/// The connection records of a balancer's `log`.
+pub fn records(log: &str) -> Tally {
+    let mut tally = Tally::default();
+    for l in log
         .lines()
         .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
-        .filter(|l| l["fields"]["message"] == "connection ended")
-        .collect();
-    let reasonless = ended
-        .iter()
-        .filter(|l| {
-            l["fields"]["reason"]
-                .as_str()
-                .unwrap_or_default()
-                .is_empty()
-        })
-        .count();
-    (ended.len(), reasonless)
+    {
+        let fields = &l["fields"];
+        let backend = fields["backend"].as_str().unwrap_or_default().to_string();
+        match fields["message"].as_str() {
+            Some("connection ended") => {
+                *tally.by_backend.entry(backend).or_default() += 1;
+                if fields["reason"].as_str().unwrap_or_default().is_empty() {
+                    tally.reasonless += 1;
+                }
+            }
+            Some(m) if m.starts_with("backend removed") => {
+                tally.removed.insert(backend);
+            }
+            _ => {}
+        }
+    }
+    tally
 }
 
 /// What the end of the run found about the balancer.
@@ -74,10 +140,10 @@ pub struct Ending {
     pub exited: Option<String>,
     /// Its log and its restarted ones'.
     pub log: String,
-    /// Connection records in the running balancer's log (all, without a reason), and the
-    /// connections its metrics counted (relayed plus rejected), once none was active.
-    pub records: (usize, usize),
-    pub counted: Option<usize>,
+    /// Connection records in the running balancer's log, and the connections its metrics
+    /// counted (relayed, by backend, and rejected), once none was active.
+    pub records: Tally,
+    pub counted: Option<BTreeMap<String, usize>>,
 }
 
 /// Invariant 4: the processes' growth and the violations.
@@ -108,7 +174,7 @@ pub fn balancer_healthy(r: &Records, end: &Ending, at: f64) -> (Vec<Growth>, Vec
     let mut grown = Vec::new();
     for pid in pids {
         let mine: Vec<&Sample> = r.samples.iter().filter(|s| s.pid == pid).collect();
-        let Some(g) = growth(&mine) else {
+        let Some(g) = growth(&mine, |t| r.all_ready(t)) else {
             continue;
         };
         if g.fds.1 > g.fds.0 + FD_SLACK {
@@ -128,18 +194,18 @@ pub fn balancer_healthy(r: &Records, end: &Ending, at: f64) -> (Vec<Growth>, Vec
         }
         grown.push(g);
     }
-    let (all, reasonless) = end.records;
+    let (all, reasonless) = (end.records.all(), end.records.reasonless);
     if reasonless > 0 {
         out.push(v(
             at,
             format!("{reasonless} of {all} connection records have no reason"),
         ));
     }
-    if let Some(counted) = end.counted {
-        if counted != all {
+    if let Some(counted) = &end.counted {
+        if let Err(wrong) = end.records.matches(counted) {
             out.push(v(
                 at,
-                format!("{all} connection records for {counted} connections counted"),
+                format!("connection records and connections counted differ: {wrong}"),
             ));
         }
     }
@@ -193,4 +259,41 @@ pub fn everything_returns(ret: &Return) -> Vec<Violation> {
         v(ret.home_by, "the stream back in dc-b", ret.stream_home);
     }
     out
+}
+
+#[test]
+fn chaos_records_match_the_counts_by_backend_and_at_least_for_a_removed_one() {
+    let line = |msg: &str, backend: &str, reason: &str| {
+        serde_json::json!({"fields": {"message": msg, "backend": backend, "reason": reason}})
+            .to_string()
+    };
+    let log = [
+        line("connection ended", "10.77.1.1:6443", "closed"),
+        line("connection ended", "10.77.2.1:6443", "removed"),
+        line(
+            "backend removed; closing its connections",
+            "10.77.2.1:6443",
+            "removed",
+        ),
+        line("connection ended", "10.77.2.1:6443", "closed"),
+        line("connection ended", "", "all_dials_failed"),
+    ]
+    .join("\n");
+    let tally = records(&log);
+    assert_eq!((tally.all(), tally.reasonless), (4, 0));
+    let counted = |a: usize, b: usize, rejected: usize| {
+        BTreeMap::from([
+            ("10.77.1.1:6443".to_string(), a),
+            ("10.77.2.1:6443".to_string(), b),
+            (String::new(), rejected),
+        ])
+    };
+    // dc-b's counter started again at its removal: one counted, two records.
+    assert!(tally.matches(&counted(1, 1, 1)).is_ok());
+    // A record missing or doubled for a backend never removed is not.
+    assert!(tally.matches(&counted(2, 1, 1)).is_err());
+    assert!(tally.matches(&counted(0, 1, 1)).is_err());
+    assert!(tally.matches(&counted(1, 1, 0)).is_err());
+    // Nor more counted than recorded for a removed one.
+    assert!(tally.matches(&counted(1, 3, 1)).is_err());
 }

@@ -3,9 +3,11 @@
 //! the last heal, then the invariants: printed with the events around each violation and saved
 //! with every event's actual time to `target/partition-lab/chaos-<seed>.json`.
 
+use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::time::Duration;
 
+use crate::partition::balancer_log;
 use crate::partition::cast::{poll, wall, Cast, ClientEvent, Members, Tuning};
 use crate::partition::etcd::EtcdCluster;
 use crate::partition::figures::results_dir;
@@ -124,17 +126,31 @@ fn wait_return(cast: &Cast, t0: f64, last_heal: f64) -> Return {
     ret
 }
 
-/// The connections the running balancer counted (relayed and rejected), once none is active.
-fn counted(cast: &Cast) -> Option<usize> {
+/// The connections the running balancer counted, once none is active: relayed, by backend
+/// (`readyprism_connections_total`), and rejected (`""`).
+fn counted(cast: &Cast) -> Option<BTreeMap<String, usize>> {
     let idle = poll(Duration::from_secs(10), || {
         gauge(cast, "readyprism_connections_active") == Some(0.0)
     });
     if !idle {
         return None;
     }
-    let relayed = gauge(cast, "readyprism_connections_total").unwrap_or(0.0);
+    let mut out = BTreeMap::new();
+    for line in cast.metrics("readyprism_connections_total{") {
+        let backend = line
+            .split("backend=\"")
+            .nth(1)
+            .and_then(|r| r.split('"').next());
+        let value = line
+            .rsplit_once(' ')
+            .and_then(|(_, v)| v.parse::<f64>().ok());
+        if let (Some(b), Some(v)) = (backend, value) {
+            out.insert(b.to_string(), v as usize);
+        }
+    }
     let rejected = gauge(cast, "readyprism_connections_rejected_total").unwrap_or(0.0);
-    Some((relayed + rejected) as usize)
+    out.insert(String::new(), rejected as usize);
+    Some(out)
 }
 
 fn around(applied: &[Applied], t: f64) -> String {
@@ -191,7 +207,8 @@ pub fn run(name: &str, seed: u64, schedule: &Schedule) -> Option<Vec<Violation>>
     let mut cast = Cast::start_tuned(&lab, ETCD, members, &flags, &tuning());
     let all_ready: Vec<(Host, &str)> = Host::SITES.into_iter().map(|s| (s, "ready")).collect();
     cast.wait_states(&all_ready, Duration::from_secs(30));
-    cast.start_client();
+    // A `/slow` request always in flight: a cut of the node's path is a dying path (scenario 7).
+    cast.start_client_with(&["--slow"]);
     lab_print(&print(seed, schedule));
 
     let t0 = wall();
@@ -213,7 +230,7 @@ pub fn run(name: &str, seed: u64, schedule: &Schedule) -> Option<Vec<Violation>>
     let mut records = liveness::records(&cast.current_balancer_log());
     let _ = poll(Duration::from_secs(5), || {
         records = liveness::records(&cast.current_balancer_log());
-        Some(records.0) == counted
+        counted.as_ref().is_none_or(|c| records.matches(c).is_ok())
     });
     let ending = Ending {
         exited: cast.balancer_exited().map(|s| s.to_string()),
@@ -225,7 +242,11 @@ pub fn run(name: &str, seed: u64, schedule: &Schedule) -> Option<Vec<Violation>>
     let mut client = cast.client_events();
     let herd_dials = herds.len();
     client.extend(herds.into_iter().map(ClientEvent::Req));
-    let changes = cast.changes();
+    // A removal (discovery) is a change too: a removed backend is not ready.
+    let log = cast.balancer_log();
+    let mut changes = balancer_log::changes(&log);
+    changes.extend(balancer_log::removals(&log));
+    changes.sort_by(|a, b| a.t.total_cmp(&b.t));
     let records = Records {
         applied: &applied,
         client: &client,
@@ -288,6 +309,9 @@ pub fn run(name: &str, seed: u64, schedule: &Schedule) -> Option<Vec<Violation>>
         "longest_lease_gap": lease_gap, "return": ret, "processes": growth,
         "connection_records": ending.records, "connections_counted": ending.counted,
         "samples": samples.len(),
+        "sampled": samples.iter().map(|s| serde_json::json!([
+            s.t, s.pid, s.fds, s.rss_kib, s.no_ready,
+            s.active.iter().map(|(h, n)| (h.name(), n)).collect::<BTreeMap<_, _>>()])).collect::<Vec<_>>(),
     });
     let dir = results_dir();
     std::fs::create_dir_all(&dir).unwrap_or_else(|e| panic!("{dir:?}: {e}"));

@@ -23,6 +23,9 @@ pub struct Sample {
     pub no_ready: Option<f64>,
     /// `readyprism_connections_active` by site.
     pub active: BTreeMap<Host, f64>,
+    /// Failed health checks so far by site (`readyprism_health_checks_total{result="fail"}`;
+    /// starts again from 0 after a restart or a removal).
+    pub failed: BTreeMap<Host, f64>,
 }
 
 const EVERY: Duration = Duration::from_secs(1);
@@ -54,10 +57,26 @@ fn rss_kib(pid: u32) -> Option<u64> {
     line.split_whitespace().nth(1)?.parse().ok()
 }
 
-/// `name{labels} value` lines: the value, and the `backend` label's site if any.
-fn parse(metrics: &str) -> (Option<f64>, BTreeMap<Host, f64>) {
-    let mut no_ready = None;
-    let mut active = BTreeMap::new();
+/// What a sample reads of `/metrics`.
+#[derive(Debug, Default)]
+struct Read {
+    no_ready: Option<f64>,
+    active: BTreeMap<Host, f64>,
+    failed: BTreeMap<Host, f64>,
+}
+
+/// The `backend` label's site in `labels`.
+fn site_in(labels: &str) -> Option<Host> {
+    labels
+        .split("backend=\"")
+        .nth(1)
+        .and_then(|r| r.split('"').next())
+        .and_then(site_of)
+}
+
+/// `name{labels} value` lines: the gauges and failed checks, by the `backend` label's site.
+fn parse(metrics: &str) -> Read {
+    let mut read = Read::default();
     for line in metrics.lines().filter(|l| !l.starts_with('#')) {
         let Some((name, value)) = line.rsplit_once(' ') else {
             continue;
@@ -66,19 +85,18 @@ fn parse(metrics: &str) -> (Option<f64>, BTreeMap<Host, f64>) {
             continue;
         };
         if name == "readyprism_no_ready_backends" {
-            no_ready = Some(value);
+            read.no_ready = Some(value);
         } else if let Some(labels) = name.strip_prefix("readyprism_connections_active{") {
-            let site = labels
-                .split("backend=\"")
-                .nth(1)
-                .and_then(|r| r.split('"').next())
-                .and_then(site_of);
-            if let Some(site) = site {
-                active.insert(site, value);
+            if let Some(site) = site_in(labels) {
+                read.active.insert(site, value);
+            }
+        } else if let Some(labels) = name.strip_prefix("readyprism_health_checks_total{") {
+            if let Some(site) = site_in(labels).filter(|_| labels.contains("result=\"fail\"")) {
+                *read.failed.entry(site).or_default() += value;
             }
         }
     }
-    (no_ready, active)
+    read
 }
 
 fn sample(lab: &NetLab, pid: u32, t0: f64) -> Sample {
@@ -94,7 +112,11 @@ fn sample(lab: &NetLab, pid: u32, t0: f64) -> Sample {
         .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
         .unwrap_or_default();
     let live = out.starts_with("LIVE");
-    let (no_ready, active) = parse(&out);
+    let Read {
+        no_ready,
+        active,
+        failed,
+    } = parse(&out);
     Sample {
         t: wall() - t0,
         pid,
@@ -103,6 +125,7 @@ fn sample(lab: &NetLab, pid: u32, t0: f64) -> Sample {
         rss_kib: rss_kib(pid),
         no_ready,
         active,
+        failed,
     }
 }
 
@@ -122,8 +145,12 @@ pub fn run(lab: &NetLab, pid: &AtomicU32, t0: f64, stop: &AtomicBool) -> Vec<Sam
 
 #[test]
 fn chaos_sampler_reads_the_gauges_by_site() {
-    let text = "# HELP x\nreadyprism_no_ready_backends 0\nreadyprism_connections_active{backend=\"10.77.1.1:6443\"} 2\n";
-    let (no_ready, active) = parse(text);
-    assert_eq!(no_ready, Some(0.0));
-    assert_eq!(active.get(&Host::DcA), Some(&2.0));
+    let text = "# HELP x\nreadyprism_no_ready_backends 0\nreadyprism_connections_active{backend=\"10.77.1.1:6443\"} 2\n\
+        readyprism_health_checks_total{backend=\"10.77.3.1:6443\",result=\"pass\"} 9\n\
+        readyprism_health_checks_total{backend=\"10.77.3.1:6443\",result=\"fail\",reason=\"timeout\"} 2\n\
+        readyprism_health_checks_total{backend=\"10.77.3.1:6443\",result=\"fail\",reason=\"not_ready\"} 1\n";
+    let read = parse(text);
+    assert_eq!(read.no_ready, Some(0.0));
+    assert_eq!(read.active.get(&Host::DcA), Some(&2.0));
+    assert_eq!(read.failed.get(&Host::Witness), Some(&3.0));
 }
