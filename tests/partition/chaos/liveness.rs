@@ -7,6 +7,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use super::invariants::{bound, Records, Violation};
 use super::sampler::Sample;
+use crate::partition::client::ClientEvent;
 
 /// Descriptors a process may hold more at its end than at its start (both the least over
 /// [`WINDOW`] seconds, when the same few connections are open).
@@ -224,6 +225,53 @@ pub struct Return {
     pub home_by: f64,
 }
 
+/// When each part of the return came, from the records (not from a poll, which may begin late:
+/// balancer events can follow the last heal, and the nemesis plays them first): every backend
+/// logged ready (a removed one is not), `readyprism_no_ready_backends` sampled 0, and the
+/// client's stream on dc-b after its last line elsewhere; each the first such time at or after
+/// the last heal.
+pub fn returned(r: &Records, last_heal: f64, (failback_after, spread): (f64, f64)) -> Return {
+    let (ready_by, home_by) = return_bounds(last_heal, failback_after, spread);
+    let mut times: Vec<f64> = vec![last_heal];
+    times.extend(
+        r.changes
+            .iter()
+            .map(|c| c.t - r.t0)
+            .filter(|&t| t > last_heal),
+    );
+    let all_ready = times.into_iter().find(|&t| r.all_ready(t));
+    let none_unready_gauge = r
+        .samples
+        .iter()
+        .find(|s| s.t >= last_heal && s.no_ready == Some(0.0))
+        .map(|s| s.t);
+    let lines: Vec<(f64, &str)> = r
+        .client
+        .iter()
+        .filter_map(|e| match e {
+            ClientEvent::Line { t, site, .. } => Some((t - r.t0, site.as_str())),
+            _ => None,
+        })
+        .collect();
+    let away = lines
+        .iter()
+        .filter(|(_, site)| *site != "dc-b")
+        .map(|(t, _)| *t)
+        .fold(f64::NEG_INFINITY, f64::max);
+    let stream_home = lines
+        .iter()
+        .find(|(t, site)| *site == "dc-b" && *t >= last_heal && *t > away)
+        .map(|(t, _)| *t);
+    Return {
+        last_heal,
+        all_ready,
+        stream_home,
+        none_unready_gauge,
+        ready_by,
+        home_by,
+    }
+}
+
 /// The bounds after the last heal at `last_heal`: every backend ready within the detection bound;
 /// the stream in the node's zone within that, `failback_after` and its spread.
 pub fn return_bounds(last_heal: f64, failback_after: f64, spread: f64) -> (f64, f64) {
@@ -296,4 +344,57 @@ fn chaos_records_match_the_counts_by_backend_and_at_least_for_a_removed_one() {
     assert!(tally.matches(&counted(1, 1, 0)).is_err());
     // Nor more counted than recorded for a removed one.
     assert!(tally.matches(&counted(1, 3, 1)).is_err());
+}
+
+#[test]
+fn chaos_the_return_is_read_from_the_records_from_the_last_heal_on() {
+    use crate::partition::balancer_log::Change;
+    use crate::partition::netlab::Host::{DcA, DcB, Witness};
+    let change = |t: f64, site, to: &str| Change {
+        t,
+        site,
+        from: String::new(),
+        to: to.to_string(),
+        reason: String::new(),
+    };
+    let changes = [
+        change(1.0, DcA, "ready"),
+        change(1.0, Witness, "ready"),
+        change(1.0, DcB, "ready"),
+        change(20.0, DcB, "unready"),
+        change(41.5, DcB, "ready"),
+    ];
+    let sample = |t: f64, no_ready: f64| Sample {
+        t,
+        pid: 1,
+        live: true,
+        fds: None,
+        rss_kib: None,
+        no_ready: Some(no_ready),
+        active: BTreeMap::new(),
+        failed: BTreeMap::new(),
+    };
+    let samples = [sample(39.0, 0.0), sample(40.0, 1.0), sample(42.0, 0.0)];
+    let line = |t: f64, site: &str| ClientEvent::Line {
+        t,
+        c: 1,
+        site: site.to_string(),
+    };
+    let client = [line(10.0, "dc-b"), line(30.0, "dc-a"), line(55.0, "dc-b")];
+    let r = Records {
+        applied: &[],
+        client: &client,
+        changes: &changes,
+        samples: &samples,
+        t0: 0.0,
+    };
+    let ret = returned(&r, 40.0, (10.0, 10.0));
+    assert_eq!(ret.all_ready, Some(41.5));
+    assert_eq!(ret.none_unready_gauge, Some(42.0));
+    assert_eq!(ret.stream_home, Some(55.0));
+    assert!(everything_returns(&ret).is_empty());
+    // Not ready before the bound: invariant 5 fires.
+    let late = returned(&r, 20.0, (10.0, 10.0));
+    assert!(late.all_ready.is_some_and(|t| t > late.ready_by) || late.all_ready.is_none());
+    assert!(!everything_returns(&late).is_empty());
 }

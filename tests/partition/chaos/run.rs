@@ -19,7 +19,7 @@ use crate::partition::netlab::{
 use crate::partition::scenarios::ETCD;
 
 use super::invariants::{self, bound, Records, Violation};
-use super::liveness::{self, Ending, Return};
+use super::liveness::{self, Ending};
 use super::model::{self, Applied};
 use super::nemesis::{apiserver_flags, Nemesis, Played};
 use super::sampler;
@@ -95,35 +95,20 @@ fn chaos_a_family_sum_leaves_out_families_that_share_its_prefix() {
     );
 }
 
-/// Waits for the return after the last heal (invariant 5) and notes when each part came.
-fn wait_return(cast: &Cast, t0: f64, last_heal: f64) -> Return {
-    let (ready_by, home_by) = liveness::return_bounds(last_heal, FAILBACK_AFTER, FAILBACK_SPREAD);
-    let mut ret = Return {
-        last_heal,
-        ready_by,
-        home_by,
-        ..Return::default()
-    };
+/// Waits for the return after the last heal (invariant 5), until each part has come (by the
+/// balancer's states, its gauge, the client's stream) or the bound has passed with 5 s to spare.
+/// When each came is read from the records afterwards ([`liveness::returned`]).
+fn wait_return(cast: &Cast, t0: f64, last_heal: f64) {
+    let (_, home_by) = liveness::return_bounds(last_heal, FAILBACK_AFTER, FAILBACK_SPREAD);
     let all_ready: Vec<(Host, &str)> = Host::SITES.into_iter().map(|s| (s, "ready")).collect();
     let _ = poll(
         Duration::from_secs_f64(home_by + 5.0 - (wall() - t0)),
         || {
-            let t = wall() - t0;
-            if ret.all_ready.is_none() && cast.states_are(&all_ready) {
-                ret.all_ready = Some(t);
-            }
-            if ret.none_unready_gauge.is_none()
+            cast.states_are(&all_ready)
                 && gauge(cast, "readyprism_no_ready_backends") == Some(0.0)
-            {
-                ret.none_unready_gauge = Some(t);
-            }
-            if ret.stream_home.is_none() && stream_on(cast, "dc-b") {
-                ret.stream_home = Some(t);
-            }
-            ret.all_ready.is_some() && ret.none_unready_gauge.is_some() && ret.stream_home.is_some()
+                && stream_on(cast, "dc-b")
         },
     );
-    ret
 }
 
 /// The connections the running balancer counted, once none is active: relayed, by backend
@@ -214,13 +199,13 @@ pub fn run(name: &str, seed: u64, schedule: &Schedule) -> Option<Vec<Violation>>
     let t0 = wall();
     let pid = AtomicU32::new(cast.balancer_pid());
     let stop = AtomicBool::new(false);
-    let (Played { applied, herds }, samples, ret) = std::thread::scope(|s| {
+    let (Played { applied, herds }, samples) = std::thread::scope(|s| {
         let sampler = s.spawn(|| sampler::run(&lab, &pid, t0, &stop));
         let played = Nemesis::new(&lab, &etcd, &mut cast, &pid).play(events, t0);
-        let ret = wait_return(&cast, t0, model::last_heal(&played.applied));
+        wait_return(&cast, t0, model::last_heal(&played.applied));
         std::thread::sleep(QUIET);
         stop.store(true, Ordering::SeqCst);
-        (played, sampler.join().expect("sampler"), ret)
+        (played, sampler.join().expect("sampler"))
     });
     let end = wall() - t0;
     cast.stop_client();
@@ -260,6 +245,11 @@ pub fn run(name: &str, seed: u64, schedule: &Schedule) -> Option<Vec<Violation>>
     violations.extend(invariants::no_connection_stays_on_unready(&records));
     let (growth, v4) = liveness::balancer_healthy(&records, &ending, end);
     violations.extend(v4);
+    let ret = liveness::returned(
+        &records,
+        model::last_heal(&applied),
+        (FAILBACK_AFTER, FAILBACK_SPREAD),
+    );
     violations.extend(liveness::everything_returns(&ret));
     violations.sort_by(|a, b| a.t.total_cmp(&b.t));
 
