@@ -413,6 +413,39 @@ fn a_static_backend_is_never_removed_even_when_no_answer_lists_it() {
     assert_eq!(c_now.state, State::Ready);
 }
 
+/// While no backend is ready, discovery asks the one connections fail open to: the only static
+/// backend, unready, still answers the Endpoints object, and the backend it lists is learned,
+/// probed and takes connections (before, nothing was asked while none was ready). Its answers
+/// never remove: once every backend is unready again, answers without the discovered backend
+/// leave it listed.
+#[test]
+fn with_no_backend_ready_discovery_asks_an_unready_one_which_adds_but_never_removes() {
+    let rt = tokio::runtime::Runtime::new().expect("runtime");
+    let lab = Lab::new();
+    let (a, file) = lab.fake_and_config(&rt, "none-ready.yaml", DISCOVERY);
+    let b = rt.block_on(lab.fake("b"));
+    a.control.set_ready(false);
+    serve(&[&a, &b], &[&a, &b]);
+    let p = Proc::start(&file);
+    wait_listed(&rt, &p, &b, BackendSource::Discovered);
+    assert_eq!(rt.block_on(landed(p.listen)), "b", "clients get through");
+
+    b.control.set_ready(false);
+    serve(&[&a, &b], &[&a]);
+    rt.block_on(poll("no backend ready", || {
+        status(&p)
+            .backends
+            .iter()
+            .all(|s| s.state == State::Unready)
+    }));
+    let after = polls(&p, "unchanged");
+    rt.block_on(poll("four answers without b while none is ready", || {
+        polls(&p, "unchanged") >= after + 4
+    }));
+    let b_now = backend(&p, &b).expect("an unready backend's answer removes nothing");
+    assert_eq!(b_now.source, BackendSource::Discovered);
+}
+
 /// `App::run` applies discovery by itself, in process: no loop outside the app forwards the
 /// lists. It adds the listed backend, removes it after the answers without it, and ends when told.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -69,6 +69,24 @@ impl Membership {
         self.members() != before
     }
 
+    /// Folds in an answer from a backend that is not ready (asked while none is: discovery fails
+    /// open as connections do). It adds and keeps what it lists, and never counts toward a
+    /// removal: an apiserver without quorum may answer from a stale cache. Returns whether the
+    /// member list (or a member's source) changed.
+    pub fn observe_unready(&mut self, listed: &[SocketAddr], seeds: &[SocketAddr]) -> bool {
+        let before = self.members();
+        self.members.retain(|a, _| !seeds.contains(a));
+        for addr in listed.iter().filter(|a| !seeds.contains(a)) {
+            let entry = self
+                .members
+                .entry(*addr)
+                .or_insert((BackendSource::Discovered, 0));
+            *entry = (BackendSource::Discovered, 0);
+        }
+        self.cap();
+        self.members() != before
+    }
+
     /// Over [`MAX_ADDRESSES`] (answers that alternate between lists): the members missing from
     /// the most answers go first, so what this answer listed (at most the cap) stays.
     fn cap(&mut self) {
@@ -111,6 +129,36 @@ mod tests {
 
     fn addrs(m: &Membership) -> Vec<SocketAddr> {
         m.members().iter().map(|m| m.addr).collect()
+    }
+
+    #[test]
+    fn an_answer_from_an_unready_backend_adds_and_keeps_but_never_removes() {
+        let (a, b, c) = (
+            sa("10.0.1.10:6443"),
+            sa("10.0.2.10:6443"),
+            sa("10.0.3.10:6443"),
+        );
+        let mut m = Membership::default();
+        assert!(m.observe(&[a, b], &[]));
+        for _ in 0..2 * MISSES_TO_REMOVE {
+            m.observe_unready(&[c], &[]);
+        }
+        assert_eq!(addrs(&m), vec![a, b, c], "added, none removed");
+        // It resets the misses of what it lists; a good answer without them counts from there.
+        m.observe(&[a, c], &[]);
+        m.observe_unready(&[b], &[]);
+        m.observe(&[a, c], &[]);
+        m.observe(&[a, c], &[]);
+        assert_eq!(addrs(&m), vec![a, b, c]);
+        m.observe(&[a, c], &[]);
+        assert_eq!(
+            addrs(&m),
+            vec![a, c],
+            "three good answers in a row without it"
+        );
+        // Seeds are never members, from either kind of answer.
+        assert!(m.observe_unready(&[a], &[a]));
+        assert_eq!(addrs(&m), vec![c]);
     }
 
     #[test]

@@ -1,7 +1,9 @@
 //! Discovery: the backend list follows the cluster. A poll task asks, every `discovery.interval`
-//! (±10 %), the `default/kubernetes` Endpoints object from a ready backend — the one a new client
-//! connection would get, through the balancer's own pick and dial path, with the kubelet's
-//! certificate — and sends the discovered list to the main loop when it changes.
+//! (±10 %), the `default/kubernetes` Endpoints object from the backend a new client connection
+//! would get — a ready one, or while none is and connections fail open, the first they fail open
+//! to (its answer may add backends, never remove one) — through the balancer's own pick and dial
+//! path, with the kubelet's certificate, and sends the discovered list to the main loop when it
+//! changes.
 //!
 //! A poll, not a watch: the Node authorizer lets a kubelet's identity GET this one object but not
 //! list or watch EndpointSlices. One GET per interval, no retries in between, bounded by the
@@ -50,7 +52,7 @@ pub enum Poll {
     Changed,
     /// A good answer that changed nothing.
     Unchanged,
-    /// No backend is ready to ask.
+    /// No backend to ask (none is ready and connections are refused, or there are none).
     NoReadyBackend,
     /// The connection or the request failed before an answer (dial, TLS, HTTP).
     DialFailed(String),
@@ -193,18 +195,19 @@ impl Poller {
         }
     }
 
-    /// One GET to the first ready backend in pick order; answers what came of it and whom it
-    /// asked.
+    /// One GET to the first backend in pick order (the first ready one, or the first that
+    /// connections fail open to); answers what came of it and whom it asked.
     async fn poll(&mut self, rr: usize) -> (Poll, Option<Arc<BackendSpec>>) {
-        let (spec, live) = {
+        let (spec, live, ready) = {
             let snap = self.table.load();
             let pick = snap.pick(rr);
-            let first = match &pick {
-                Pick::Ready(order) => order.first().map(|&i| &snap.backends[i]),
-                Pick::NoneReady(_) | Pick::Refuse => None,
+            let (first, ready) = match &pick {
+                Pick::Ready(order) => (order.first(), true),
+                Pick::NoneReady(order) => (order.first(), false),
+                Pick::Refuse => (None, false),
             };
-            match first {
-                Some(b) => (b.spec.clone(), b.live.clone()),
+            match first.map(|&i| &snap.backends[i]) {
+                Some(b) => (b.spec.clone(), b.live.clone(), ready),
                 None => return (Poll::NoReadyBackend, None),
             }
         };
@@ -224,7 +227,12 @@ impl Poller {
                         tracing::warn!(backend = %spec.id, addresses = addresses.join(","), "discovery lists this balancer's own listen address; refused (it would relay to itself)");
                     }
                     self.own_listed = own;
-                    if self.membership.observe(&listed, &never.seeds) {
+                    let changed = if ready {
+                        self.membership.observe(&listed, &never.seeds)
+                    } else {
+                        self.membership.observe_unready(&listed, &never.seeds)
+                    };
+                    if changed {
                         Poll::Changed
                     } else {
                         Poll::Unchanged
