@@ -60,13 +60,19 @@ fn member_down(f: &Fault, resolved: Option<Host>, site: Host) -> bool {
     }
 }
 
-/// What a fault does to the node's path to `site`.
+/// The backends in the config with discovery on (`run.rs`): the sites an answer cannot remove.
+pub const SEEDS: [Host; 2] = [Host::DcA, Host::Witness];
+
+/// What a fault does to the node's path to `site`. A site the Endpoints object leaves out is
+/// unsure unless it is a seed: the balancer removes it, rightly, and learns it again only at a
+/// poll after it is listed again.
 fn node_path(f: &Fault, site: Host) -> Site {
     let touches = |a: Host, b: Host| (a == Node && b == site) || (b == Node && a == site);
     match *f {
         Fault::Isolated(s) | Fault::SynBlackHole(s) if s == site => Site::Bad,
         Fault::Cut(a, b) | Fault::OneWay(a, b) if touches(a, b) => Site::Bad,
         Fault::Loss(a, b, _) if touches(a, b) => Site::Unsure,
+        Fault::Unlisted(s) if s == site && !SEEDS.contains(&s) => Site::Unsure,
         _ => Site::Good,
     }
 }
@@ -204,15 +210,19 @@ mod tests {
     }
 
     #[test]
-    fn chaos_model_a_restarting_apiserver_is_bad_an_unlisted_one_stays_good() {
+    fn chaos_model_a_restarting_apiserver_is_bad_an_unlisted_seed_stays_good() {
         let a = [fault(Fault::GracefulRestart(DcB), 1.0, 15.0)];
         assert_eq!(state(&a, 2.0, DcB), Site::Bad);
         assert_eq!(state(&a, 2.0, DcA), Site::Good);
         assert_eq!(state(&a, 15.5, DcB), Site::Good);
-        let b = [fault(Fault::Unlisted(DcB), 1.0, 15.0)];
+        // A seed left out stays good; dc-b, known only from the list, is unsure meanwhile.
+        let b = [fault(Fault::Unlisted(DcA), 1.0, 15.0)];
         assert_eq!(
             throughout(&b, (0.0, 16.0), Site::Good),
             vec![DcA, DcB, Witness]
         );
+        let c = [fault(Fault::Unlisted(DcB), 1.0, 15.0)];
+        assert_eq!(state(&c, 2.0, DcB), Site::Unsure);
+        assert_eq!(throughout(&c, (0.0, 16.0), Site::Good), vec![DcA, Witness]);
     }
 }

@@ -35,7 +35,7 @@ const QUIET: Duration = Duration::from_secs(16);
 /// With discovery on: the seeds in the config (dc-b, the node's zone, only from the Endpoints
 /// object, as in scenario 9) and discovery's poll interval.
 const MEMBERS: Members = Members {
-    seeds: &[DcA, Witness],
+    seeds: &model::SEEDS,
     interval: "2s",
 };
 
