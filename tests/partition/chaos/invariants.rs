@@ -368,6 +368,7 @@ mod tests {
             pid: 1,
             live: true,
             fds: Some(10),
+            fixed_fds: Some(8),
             rss_kib: Some(1000),
             no_ready: Some(0.0),
             active: [(DcB, on)].into(),

@@ -300,7 +300,7 @@ pub fn run(name: &str, seed: u64, schedule: &Schedule) -> Option<Vec<Violation>>
         "connection_records": ending.records, "connections_counted": ending.counted,
         "samples": samples.len(),
         "sampled": samples.iter().map(|s| serde_json::json!([
-            s.t, s.pid, s.fds, s.rss_kib, s.no_ready,
+            s.t, s.pid, s.fds, s.rss_kib, s.no_ready, s.fixed_fds,
             s.active.iter().map(|(h, n)| (h.name(), n)).collect::<BTreeMap<_, _>>()])).collect::<Vec<_>>(),
     });
     let dir = results_dir();

@@ -18,6 +18,9 @@ pub struct Sample {
     pub live: bool,
     /// Open descriptors and resident memory (KiB); `None` if the process is gone.
     pub fds: Option<usize>,
+    /// Of those, the ones neither a socket nor a pipe (files, devices, epoll, eventfd, timerfd,
+    /// inotify): they do not come and go with connections.
+    pub fixed_fds: Option<usize>,
     pub rss_kib: Option<u64>,
     /// `readyprism_no_ready_backends`.
     pub no_ready: Option<f64>,
@@ -45,10 +48,21 @@ except Exception as e:
     print("# metrics failed:", e)
 "##;
 
-fn fds(pid: u32) -> Option<usize> {
-    std::fs::read_dir(format!("/proc/{pid}/fd"))
-        .ok()
-        .map(|d| d.count())
+/// Open descriptors, and those neither a socket nor a pipe.
+fn fds(pid: u32) -> (Option<usize>, Option<usize>) {
+    let Ok(dir) = std::fs::read_dir(format!("/proc/{pid}/fd")) else {
+        return (None, None);
+    };
+    let (mut all, mut fixed) = (0, 0);
+    for entry in dir.flatten() {
+        all += 1;
+        let target = std::fs::read_link(entry.path()).unwrap_or_default();
+        let target = target.to_string_lossy();
+        if !target.starts_with("socket:") && !target.starts_with("pipe:") {
+            fixed += 1;
+        }
+    }
+    (Some(all), Some(fixed))
 }
 
 fn rss_kib(pid: u32) -> Option<u64> {
@@ -117,11 +131,13 @@ fn sample(lab: &NetLab, pid: u32, t0: f64) -> Sample {
         active,
         failed,
     } = parse(&out);
+    let (fds, fixed_fds) = fds(pid);
     Sample {
         t: wall() - t0,
         pid,
         live,
-        fds: fds(pid),
+        fds,
+        fixed_fds,
         rss_kib: rss_kib(pid),
         no_ready,
         active,
