@@ -331,7 +331,13 @@ mod tests {
             .with_max_level(tracing::Level::DEBUG)
             .with_writer(move || sink.clone())
             .finish();
-        tracing::subscriber::with_default(subscriber, f);
+        tracing::subscriber::with_default(subscriber, || {
+            // Another test thread may have hit these callsites first, with no subscriber, and
+            // cached their interest as "never" while this one was being installed (tracing's
+            // interest cache races with a thread-local dispatcher): computed again now that it is.
+            tracing::callsite::rebuild_interest_cache();
+            f()
+        });
         let text = String::from_utf8(lines.0.lock().expect("lines").clone()).expect("utf-8");
         text.lines()
             .map(|l| serde_json::from_str(l).expect("json"))

@@ -41,6 +41,14 @@ def kind(what):
     return "other: " + what
 
 
+def none_ready(r):
+    """The share of samples with no backend ready (`-` in a record that kept no samples)."""
+    sampled = r.get("sampled")
+    if not sampled:
+        return "-"
+    return f"{round(100 * sum(1 for s in sampled if s[4] == 1.0) / len(sampled))} %"
+
+
 def main():
     directory = sys.argv[1]
     first, last = (int(sys.argv[2]), int(sys.argv[3])) if len(sys.argv) > 3 else (None, None)
@@ -68,7 +76,7 @@ def main():
         print(
             f"| {r['seed']} | {'discovery' if r.get('discovery') else 'listed'} | "
             f"{len(r['events'])} | {faults} | {r['longest_lease_gap']:.1f} s | "
-            f"{r['samples'] and round(100 * sum(1 for s in r.get('sampled', []) if s[4] == 1.0) / r['samples'])} % | "
+            f"{none_ready(r)} | "
             f"{violations} |"
         )
     clean = sum(1 for r in records if not r["violations"])
