@@ -30,6 +30,7 @@ mod partition;
 mod passive;
 mod picking;
 mod properties;
+mod real_apiserver;
 mod records;
 mod relay;
 mod sim_shutdown;

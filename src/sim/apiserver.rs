@@ -24,7 +24,7 @@ use crate::accept::Acceptor;
 pub use crate::sim::tls::{lenient_server_tls, server_tls, strict_server_tls, TlsSetupError};
 
 pub use super::control::{Behaviour, Control};
-pub use super::shutdown::Phase;
+pub use super::shutdown::{Phase, Plan};
 
 /// A running fake apiserver. Stops when dropped.
 #[derive(Debug)]
@@ -123,20 +123,29 @@ impl FakeApiserver {
     /// connections are closed. Follow it with [`Control::shutdown_phase`]; a second call changes
     /// nothing.
     pub fn begin_shutdown(&self, delay: Duration, grace: Duration) {
+        self.begin_shutdown_as(Plan {
+            delay,
+            grace,
+            send_retry_after: false,
+        });
+    }
+
+    /// [`FakeApiserver::begin_shutdown`] as `plan` says (`--shutdown-send-retry-after` too).
+    pub fn begin_shutdown_as(&self, plan: Plan) {
         if *self.control.phase.borrow() != Phase::Serving {
             return;
         }
         let tokens = (self.stop.clone(), self.unlisten.clone());
-        let timeline = super::shutdown::timeline(self.control.clone(), (delay, grace), tokens);
+        let timeline = super::shutdown::timeline(self.control.clone(), plan, tokens);
         // Sets `Draining` before it first waits: the check fails from the first poll.
         self.control.phase.send_replace(Phase::Draining);
         self.tasks.spawn(timeline);
     }
 
-    /// A graceful shutdown ([`FakeApiserver::begin_shutdown`]) to its end: every task done.
-    pub async fn shut_down(&self, delay: Duration, grace: Duration) {
+    /// A graceful shutdown ([`FakeApiserver::begin_shutdown_as`]) to its end: every task done.
+    pub async fn shut_down(&self, plan: Plan) {
         let mut phase = self.control.shutdown_phase();
-        self.begin_shutdown(delay, grace);
+        self.begin_shutdown_as(plan);
         let _ = phase.wait_for(|p| *p == Phase::Closed).await;
         self.stop().await;
     }

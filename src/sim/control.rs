@@ -47,6 +47,9 @@ pub struct Control {
     pub(super) phase: watch::Sender<Phase>,
     /// False once the accept loop has ended and dropped its listener.
     pub(super) listening: watch::Sender<bool>,
+    /// Requests in flight that a graceful shutdown waits for: all but the health endpoints and
+    /// the long-running `/watch` (kube-apiserver's `NonLongRunningRequestWaitGroup`).
+    pub(super) in_flight: watch::Sender<usize>,
     mode: AtomicU8,
     pub(super) readyz_delay_us: AtomicU64,
     /// When non-zero, `/readyz` answers 200 at once and then its body one byte per this many µs.
@@ -80,6 +83,8 @@ pub struct Control {
     pub last_client_cert: ArcSwapOption<Vec<u8>>,
     /// When set, `/readyz` also needs a linearizable read from this etcd client URL to pass.
     pub(super) etcd: ArcSwapOption<String>,
+    /// kube-apiserver's two rate-limited etcd checks on that URL: `etcd`, `etcd-readiness`.
+    pub(super) etcd_checks: [super::etcd_check::EtcdCheck; 2],
 }
 
 impl Control {
@@ -97,6 +102,7 @@ impl Control {
             checks: ArcSwap::from_pointee(checks),
             phase: watch::Sender::new(Phase::Serving),
             listening: watch::Sender::new(true),
+            in_flight: watch::Sender::new(0),
             mode: AtomicU8::new(Behaviour::Serve as u8),
             readyz_delay_us: AtomicU64::new(0),
             readyz_trickle_us: AtomicU64::new(0),
@@ -115,6 +121,7 @@ impl Control {
             endpoints_cut: AtomicBool::new(false),
             last_client_cert: ArcSwapOption::empty(),
             etcd: ArcSwapOption::empty(),
+            etcd_checks: Default::default(),
         }
     }
 

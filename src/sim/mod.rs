@@ -5,6 +5,7 @@
 pub mod apiserver;
 mod control;
 pub mod etcd;
+mod etcd_check;
 pub mod pki;
 pub mod process;
 pub mod readyz;

@@ -54,6 +54,11 @@ pub struct ApiserverOptions {
     /// served before they are closed.
     #[arg(long, value_parser = DurationValue::parse, default_value = "0s")]
     pub shutdown_grace: DurationValue,
+    /// On SIGTERM, after the delay, keep listening while requests in flight drain and answer new
+    /// ones (but `/readyz`, `/healthz`, `/livez`) `429` with `Retry-After: 5` and
+    /// `Connection: close` (kube-apiserver's `--shutdown-send-retry-after`).
+    #[arg(long)]
+    pub shutdown_send_retry_after: bool,
 }
 
 /// How often `--endpoints-file` is looked at.
@@ -141,7 +146,7 @@ pub async fn run_until_signalled(opts: ApiserverOptions) -> Result<(), SimError>
     let (delay, grace) = (opts.shutdown_delay.0, opts.shutdown_grace.0);
     tracing::info!(delay = %opts.shutdown_delay, grace = %opts.shutdown_grace, "{name}: shutting down");
     tokio::select! {
-        () = fake.shut_down(delay, grace) => {}
+        () = fake.shut_down(super::shutdown::Plan { delay, grace, send_retry_after: opts.shutdown_send_retry_after }) => {}
         name = signals.recv() => {
             tracing::info!("{name} again: stopping at once");
             fake.stop().await;

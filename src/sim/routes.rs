@@ -21,7 +21,7 @@ use hyper::{Request, Response, StatusCode};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
-use super::apiserver::Control;
+use super::apiserver::{Control, Phase};
 use super::readyz::{self, Endpoint, Query, ETCD_CHECKS};
 
 /// A response body: a whole answer or an endless stream.
@@ -42,7 +42,15 @@ pub(super) async fn answer<B>(
     control: &Control,
     peer_cert: Option<Arc<Vec<u8>>>,
 ) -> Response<AnyBody> {
-    let (status, body) = match req.uri().path() {
+    let path = req.uri().path();
+    let is_health = Endpoint::of(path).is_some();
+    if !is_health && *control.phase.borrow() == Phase::Rejecting {
+        return retry_after();
+    }
+    // What a graceful shutdown with `--shutdown-send-retry-after` waits for: every request in
+    // flight but the health endpoints and the long-running watch.
+    let _in_flight = (!is_health && path != "/watch").then(|| InFlight::enter(control));
+    let (status, body) = match path {
         "/readyz" if control.readyz_trickle_us.load(Ordering::SeqCst) > 0 => {
             let every = Duration::from_micros(control.readyz_trickle_us.load(Ordering::SeqCst));
             control.readyz_hits.fetch_add(1, Ordering::SeqCst);
@@ -124,6 +132,45 @@ pub(super) async fn answer<B>(
     resp
 }
 
+/// kube-apiserver's answer to a new request once its shutdown delay is over, with
+/// `--shutdown-send-retry-after` (k8s.io/apiserver v0.37.2 `pkg/server/filters/with_retry_after.go`;
+/// `http.Error` sets the type and adds the newline).
+fn retry_after() -> Response<AnyBody> {
+    let body = "The apiserver is shutting down, please try again later.\n";
+    let mut resp = Response::new(Full::new(Bytes::from_static(body.as_bytes())).boxed());
+    *resp.status_mut() = StatusCode::TOO_MANY_REQUESTS;
+    let headers = resp.headers_mut();
+    headers.insert(
+        hyper::header::CONNECTION,
+        hyper::header::HeaderValue::from_static("close"),
+    );
+    headers.insert(
+        hyper::header::RETRY_AFTER,
+        hyper::header::HeaderValue::from_static("5"),
+    );
+    headers.insert(
+        hyper::header::CONTENT_TYPE,
+        hyper::header::HeaderValue::from_static("text/plain; charset=utf-8"),
+    );
+    resp
+}
+
+/// One request in flight, counted in [`Control::in_flight`] until dropped.
+struct InFlight<'a>(&'a Control);
+
+impl<'a> InFlight<'a> {
+    fn enter(control: &'a Control) -> InFlight<'a> {
+        control.in_flight.send_modify(|n| *n += 1);
+        InFlight(control)
+    }
+}
+
+impl Drop for InFlight<'_> {
+    fn drop(&mut self) {
+        self.0.in_flight.send_modify(|n| *n = n.saturating_sub(1));
+    }
+}
+
 /// A health endpoint's answer: a fixed one if set, else each check's result rendered as
 /// kube-apiserver does (`readyz`). `/readyz` and `/healthz` also count the hit and record the
 /// client certificate.
@@ -141,12 +188,20 @@ async fn health(
         control.last_client_cert.store(peer_cert);
     }
     let script = control.scripted();
-    let mut read_failed = false;
+    let query = Query::parse(query);
+    // kube-apiserver's etcd checks, one after another, each rate-limited (`etcd_check`); a check
+    // the endpoint does not run, or the query excludes, is not run.
+    let mut read_failed = [false; 2];
     if let Some(url) = control.etcd.load_full() {
-        if let Err(e) = super::etcd::linearizable_read(&url).await {
-            // As kube-apiserver: the reason goes to the log, the body withholds it.
-            tracing::debug!(name = %control.name, error = %e, "etcd check failed");
-            read_failed = true;
+        for (i, name) in ETCD_CHECKS.iter().enumerate() {
+            if !endpoint.runs(name) || query.exclude.contains(*name) {
+                continue;
+            }
+            if let Err(e) = control.etcd_checks[i].run(&url).await {
+                // As kube-apiserver: the reason goes to the log, the body withholds it.
+                tracing::debug!(name = %control.name, check = name, error = %e, "etcd check failed");
+                read_failed[i] = true;
+            }
         }
     }
     if endpoint != Endpoint::Livez {
@@ -162,12 +217,13 @@ async fn health(
     let checks: Vec<(&str, bool)> = results
         .iter()
         .map(|(name, passing)| {
-            let etcd = ETCD_CHECKS.contains(&name.as_str());
-            let passing = (*passing || script == Some(true)) && !(read_failed && etcd);
+            let read = ETCD_CHECKS.iter().position(|c| c == name);
+            let failed_read = read.is_some_and(|i| read_failed[i]);
+            let passing = (*passing || script == Some(true)) && !failed_read;
             (name.as_str(), passing)
         })
         .collect();
-    let (code, body) = readyz::render(endpoint, &checks, &Query::parse(query));
+    let (code, body) = readyz::render(endpoint, &checks, &query);
     let code = StatusCode::from_u16(code).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
     (code, body)
 }

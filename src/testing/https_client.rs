@@ -68,6 +68,15 @@ impl Cluster {
 impl HttpsConn {
     /// `GET path` (with its query) on this connection: the status and the body as text.
     pub async fn get(&mut self, path: &str) -> Result<(u16, String), hyper::Error> {
+        let (status, _, body) = self.get_with_headers(path).await?;
+        Ok((status, body))
+    }
+
+    /// [`HttpsConn::get`] with the answer's headers too (`Retry-After`, `Connection`).
+    pub async fn get_with_headers(
+        &mut self,
+        path: &str,
+    ) -> Result<(u16, hyper::HeaderMap, String), hyper::Error> {
         self.sender.ready().await?;
         let req = hyper::Request::get(path)
             .header(hyper::header::HOST, "kubernetes")
@@ -75,7 +84,8 @@ impl HttpsConn {
             .expect("a valid request");
         let resp = self.sender.send_request(req).await?;
         let status = resp.status().as_u16();
+        let headers = resp.headers().clone();
         let body = resp.into_body().collect().await?.to_bytes();
-        Ok((status, String::from_utf8_lossy(&body).into_owned()))
+        Ok((status, headers, String::from_utf8_lossy(&body).into_owned()))
     }
 }

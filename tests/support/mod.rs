@@ -13,6 +13,7 @@ use readyprism::sim::apiserver::FakeApiserver;
 pub mod iptables;
 pub mod netns;
 pub mod process;
+pub mod real;
 
 mod client;
 mod lab;

@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use crate::sim::apiserver::{FakeApiserver, Phase};
+use crate::sim::apiserver::{FakeApiserver, Phase, Plan};
 use crate::testing::Cluster;
 
 /// Never reached in a test: the step after it must not have happened.
@@ -90,9 +90,16 @@ async fn after_the_grace_open_connections_are_closed() {
 async fn a_graceful_shutdown_runs_to_its_end() {
     let cluster = Cluster::new("end");
     let fake = cluster.fake("a");
-    tokio::time::timeout(Duration::from_secs(60), fake.shut_down(SHORT, SHORT))
-        .await
-        .expect("the shutdown ends");
+    tokio::time::timeout(
+        Duration::from_secs(60),
+        fake.shut_down(Plan {
+            delay: SHORT,
+            grace: SHORT,
+            send_retry_after: false,
+        }),
+    )
+    .await
+    .expect("the shutdown ends");
     assert_eq!(*fake.control.shutdown_phase().borrow(), Phase::Closed);
     assert!(cluster.connect(fake.addr).await.is_err(), "refused");
 }
@@ -105,4 +112,49 @@ async fn a_second_shutdown_does_not_restart_the_first() {
     wait_phase(&fake, Phase::Unlistened).await;
     fake.begin_shutdown(HOUR, HOUR);
     assert_eq!(*fake.control.shutdown_phase().borrow(), Phase::Unlistened);
+}
+
+#[tokio::test]
+async fn with_send_retry_after_new_requests_get_429_until_those_in_flight_drain() {
+    let cluster = Cluster::new("retry-after");
+    let fake = cluster.fake("a");
+    // A request in flight (`/slow`, held 2 s) that the shutdown must wait for.
+    let mut slow = cluster.connect(fake.addr).await.expect("connect");
+    let in_flight = tokio::spawn(async move { slow.get("/slow").await });
+    let mut flight = fake.control.in_flight.subscribe();
+    tokio::time::timeout(Duration::from_secs(60), flight.wait_for(|n| *n == 1))
+        .await
+        .expect("the slow request in flight in time")
+        .expect("alive");
+    fake.begin_shutdown_as(Plan {
+        delay: SHORT,
+        grace: HOUR,
+        send_retry_after: true,
+    });
+    wait_phase(&fake, Phase::Rejecting).await;
+    let mut conn = cluster.connect(fake.addr).await.expect("still listening");
+    let (status, headers, body) = conn.get_with_headers("/version").await.expect("answered");
+    assert_eq!(status, 429, "{body}");
+    assert_eq!(
+        headers.get("retry-after").map(|v| v.as_bytes()),
+        Some(&b"5"[..])
+    );
+    assert_eq!(
+        headers.get("connection").map(|v| v.as_bytes()),
+        Some(&b"close"[..])
+    );
+    // The health endpoints are exempt (`isRequestExemptFromRetryAfter`).
+    let mut conn = cluster.connect(fake.addr).await.expect("still listening");
+    let (status, body) = conn.get("/readyz").await.expect("answered");
+    assert_eq!(
+        (status, failed_lines(&body)),
+        (500, vec!["[-]shutdown failed: reason withheld"])
+    );
+    // Once the slow request is answered the listener closes.
+    let answered = in_flight
+        .await
+        .expect("task")
+        .expect("the slow request is answered");
+    assert_eq!(answered.0, 200);
+    wait_phase(&fake, Phase::Unlistened).await;
 }
