@@ -26,6 +26,7 @@ mod health;
 mod hostile;
 mod lifecycle;
 mod observability;
+mod own_addresses;
 mod partition;
 mod passive;
 mod picking;
