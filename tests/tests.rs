@@ -5,6 +5,7 @@ mod support;
 
 mod addresses;
 mod admin_hardening;
+mod admin_host;
 mod admin_page;
 mod alerts;
 mod architecture;
