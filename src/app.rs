@@ -19,7 +19,7 @@ use tokio_util::task::TaskTracker;
 use crate::admin::config_view::ConfigCell;
 use crate::admin::{Admin, StatusDoc};
 use crate::backend::BackendSpec;
-use crate::config::{Config, ListenField};
+use crate::config::{own, Config, ListenField};
 use crate::discovery::membership::Member;
 use crate::discovery::{Discovered, Parts};
 use crate::health::Monitor;
@@ -143,7 +143,10 @@ impl App {
         let admin_stop = CancellationToken::new();
         admin_tasks.spawn(admin.clone().serve(admin_l, admin_stop.clone()));
 
-        let own: Vec<SocketAddr> = bound.iter().map(|(_, (_, b))| *b).collect();
+        let own = own::Sockets {
+            listen: bound.iter().map(|(_, (_, b))| *b).collect(),
+            admin: Some(admin_bound),
+        };
         let mut app = App {
             config: config.clone(),
             table,
@@ -155,7 +158,7 @@ impl App {
             tasks,
             background,
             monitors: Vec::new(),
-            discovered: Discovered::start(&config, parts, &own),
+            discovered: Discovered::start(&config, parts, &own, own::host_addresses()),
             addresses: zone::AddressPoll::new(),
             listeners: Vec::new(),
             admin_listener: Listener {
@@ -255,11 +258,21 @@ impl App {
             .listeners
             .iter()
             .filter(|l| new.listen.contains(&l.configured));
-        let own: Vec<SocketAddr> = kept
-            .map(|l| l.bound)
-            .chain(fresh.iter().map(|(_, (_, b))| *b))
-            .collect();
-        self.discovered.follow(&new, &own);
+        let own = own::Sockets {
+            listen: kept
+                .map(|l| l.bound)
+                .chain(fresh.iter().map(|(_, (_, b))| *b))
+                .collect(),
+            admin: Some(
+                new_admin
+                    .as_ref()
+                    .map_or(self.admin_listener.bound, |(_, b)| *b),
+            ),
+        };
+        let host = tokio::task::spawn_blocking(own::host_addresses)
+            .await
+            .expect("listing addresses does not panic");
+        self.discovered.follow(&new, &own, host);
         self.configure_table(&new).await?;
         match self.tls.apply(tls_state) {
             Applied::Replaced { client_cert, .. } => {

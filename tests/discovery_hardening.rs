@@ -1,5 +1,5 @@
 //! Discovery and its cache on the real binary, as a clumsy operator or an attacker would meet
-//! them: an answer or a cache listing the balancer's own listen address is refused (it would
+//! them: an answer or a cache listing the balancer's own address is refused (it would
 //! relay to itself); a cache listing an address twice (or a static one) gives one backend each, probed; a cache of
 //! 5,000 entries gives at most 64 and the static backend is ready at once; a symlink planted at
 //! the old, guessable temporary name is not written through; a file that is not a cache is never
@@ -331,7 +331,7 @@ fn an_answer_or_a_cache_listing_the_balancers_own_listener_is_refused() {
     let own = first.listen;
     a.control.set_endpoints(&[a.addr, own]);
     let warned = first.wait_log(
-        "discovery lists this balancer's own listen address; refused (it would relay to itself)",
+        "discovery lists this balancer's own address; refused (it would relay to itself)",
         |_| true,
     );
     assert_eq!(warned["fields"]["addresses"], own.to_string());
@@ -354,7 +354,7 @@ fn an_answer_or_a_cache_listing_the_balancers_own_listener_is_refused() {
     let p = Proc::start(&file);
     assert_eq!(p.listen, own);
     p.wait_log(
-        "the discovery cache lists this balancer's own listen address; refused (it would relay to itself)",
+        "the discovery cache lists this balancer's own address; refused (it would relay to itself)",
         |_| true,
     );
     let listed: Vec<String> = status(&p).backends.into_iter().map(|b| b.address).collect();

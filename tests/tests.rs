@@ -5,6 +5,7 @@ mod support;
 
 mod addresses;
 mod admin_hardening;
+mod admin_host;
 mod admin_page;
 mod alerts;
 mod architecture;
@@ -26,6 +27,7 @@ mod health;
 mod hostile;
 mod lifecycle;
 mod observability;
+mod own_addresses;
 mod partition;
 mod passive;
 mod picking;

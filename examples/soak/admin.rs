@@ -130,7 +130,8 @@ async fn probe(admin: SocketAddr, end: Instant, f: Arc<Flood>) {
 pub async fn get(admin: SocketAddr, path: &str, timeout: Duration) -> Option<(u16, String)> {
     let exchange = async {
         let mut s = TcpStream::connect(admin).await.ok()?;
-        let head = format!("GET {path} HTTP/1.1\r\nHost: soak\r\nConnection: close\r\n\r\n");
+        // The admin server answers `/status` and `/metrics` only to a Host that names it.
+        let head = format!("GET {path} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n");
         s.write_all(head.as_bytes()).await.ok()?;
         let mut raw = Vec::new();
         s.read_to_end(&mut raw).await.ok()?;

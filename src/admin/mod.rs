@@ -3,9 +3,12 @@
 //!
 //! Reads the same snapshot the proxy does; owns no state of its own beyond the shutting-down flag.
 //! `status` owns the `/status` document's type, `config_view` what it says of the config,
-//! `status_file` keeping the document on disk, `page` the HTML page, `slots` the connection cap.
+//! `status_file` keeping the document on disk, `page` the HTML page, `slots` the connection cap,
+//! `host` which `Host` names it (every path but `/livez` and `/readyz`, which say one bit and
+//! which kubelet's probes reach with whatever `Host` they were given, is refused to another).
 
 pub mod config_view;
+pub mod host;
 pub mod page;
 mod slots;
 pub mod status;
@@ -13,6 +16,7 @@ pub mod status_file;
 pub(crate) mod timestamp;
 
 use std::convert::Infallible;
+use std::net::IpAddr;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -69,8 +73,14 @@ impl Admin {
     pub async fn serve(self: Arc<Self>, listener: TcpListener, stop: CancellationToken) {
         let tasks = TaskTracker::new();
         let mut slots = slots::Slots::new(MAX_CONNECTIONS);
+        let bound = listener.local_addr().ok().map(|a| a.ip());
         let mut acceptor = Acceptor::new("admin", listener, stop.clone());
         while let Some((stream, peer)) = acceptor.next().await {
+            // The addresses this connection reached the server at: what its `Host` may name.
+            let reached: Vec<IpAddr> = bound
+                .into_iter()
+                .chain(stream.local_addr().ok().map(|a| a.ip()))
+                .collect();
             let (mut slot, shed) = slots.admit();
             if shed.is_some() {
                 self.metrics.admin_shed.inc();
@@ -83,7 +93,8 @@ impl Admin {
                 let svc = service_fn(move |req| {
                     activity.request_started();
                     let admin = admin.clone();
-                    async move { Ok::<_, Infallible>(admin.route(&req)) }
+                    let answer = admin.route(&req, &reached);
+                    async move { Ok::<_, Infallible>(answer) }
                 });
                 let conn = hyper::server::conn::http1::Builder::new()
                     .timer(TokioTimer::new())
@@ -117,7 +128,8 @@ impl Admin {
         .with_expiry(&tls.client_cert, crate::tls::unix_now())
     }
 
-    fn route<B>(&self, req: &Request<B>) -> Response<Full<Bytes>> {
+    /// The answer to `req`, which reached the server at `reached`.
+    fn route<B>(&self, req: &Request<B>, reached: &[IpAddr]) -> Response<Full<Bytes>> {
         if req.method() != Method::GET && req.method() != Method::HEAD {
             let mut resp = text(StatusCode::METHOD_NOT_ALLOWED, "only GET and HEAD\n");
             resp.headers_mut().insert(
@@ -125,6 +137,15 @@ impl Admin {
                 header::HeaderValue::from_static(ALLOWED_METHODS),
             );
             return resp;
+        }
+        let guarded = !matches!(req.uri().path(), "/livez" | "/readyz");
+        if let Some(refused) = guarded.then(|| named(req, reached).err()).flatten() {
+            tracing::debug!(path = req.uri().path(), reason = %refused, "admin request refused");
+            return respond(
+                StatusCode::FORBIDDEN,
+                "text/plain; charset=utf-8",
+                format!("forbidden: {refused}\n"),
+            );
         }
         match req.uri().path() {
             "/livez" => text(StatusCode::OK, "ok\n"),
@@ -164,6 +185,22 @@ impl Admin {
                 "not found: try / /livez /readyz /status /config /metrics\n",
             ),
         }
+    }
+}
+
+/// Whether `req` names this server ([`host::judge`]): its `Host` headers, and the authority of an
+/// absolute-form target, which a client may send instead.
+fn named<B>(req: &Request<B>, reached: &[IpAddr]) -> Result<(), host::Refused> {
+    let hosts: Vec<&[u8]> = req
+        .headers()
+        .get_all(header::HOST)
+        .iter()
+        .map(|v| v.as_bytes())
+        .collect();
+    host::judge(&hosts, reached)?;
+    match req.uri().authority() {
+        Some(a) => host::judge(&[a.as_str().as_bytes()], reached),
+        None => Ok(()),
     }
 }
 

@@ -106,11 +106,16 @@ async fn exchange(stream: TcpStream, addr: &str, path: &str) -> Result<Answer, G
         addr: addr.to_string(),
         reason,
     };
+    // The address reached, not a name it was given: the admin server answers a `Host` that is
+    // an address it was reached at, and refuses other DNS names (`admin::host`).
+    let host = stream
+        .peer_addr()
+        .map_or_else(|_| addr.to_string(), |a| a.to_string());
     let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
         .await
         .map_err(|e| not_http(e.to_string()))?;
     let req = Request::get(path)
-        .header(header::HOST, addr)
+        .header(header::HOST, host)
         .header(header::CONNECTION, "close")
         .body(Empty::<Bytes>::new())
         .map_err(|e| not_http(format!("bad request: {e}")))?;

@@ -4,10 +4,11 @@
 //! `raw` owns the serde shape and scalar parsing, `parse_error` puts a parser error at its field,
 //! `locate` finds lines for cross-field errors, `watch` notices when
 //! its content changes (the read itself is `watched_file`'s), `zones` matches addresses against the `zones:` map, `discovery` resolves
-//! the `discovery:` block.
+//! the `discovery:` block, `own` says which addresses are this balancer's own.
 
 mod discovery;
 mod locate;
+pub mod own;
 mod parse_error;
 mod place;
 mod raw;
@@ -143,28 +144,37 @@ pub struct Config {
 impl Config {
     /// Reads and validates a config file (blocks: see [`watched_file::read`]).
     pub fn load(path: &Path) -> Result<Config, ConfigError> {
-        Config::parse_bytes(&watched_file::read(path)?.bytes, path)
+        Config::parse_bytes(&watched_file::read(path)?.bytes, path, &[])
     }
 
-    /// Validates the bytes of the config file at `path` (UTF-8 YAML).
-    fn parse_bytes(bytes: &[u8], path: &Path) -> Result<Config, ConfigError> {
+    /// Validates the bytes of the config file at `path` (UTF-8 YAML); `host` as for
+    /// [`Config::parse_on`].
+    fn parse_bytes(bytes: &[u8], path: &Path, host: &[IpAddr]) -> Result<Config, ConfigError> {
         let file = path.display().to_string();
         let src = std::str::from_utf8(bytes).map_err(|e| {
             let invalid = std::io::Error::new(std::io::ErrorKind::InvalidData, e);
             FileError::new(path, ReadError::Io(invalid))
         })?;
-        Config::parse(src, &file)
+        Config::parse_on(src, &file, host)
     }
 
-    /// Validates config text; `file` is only used to name the source in errors.
+    /// Validates config text; `file` is only used to name the source in errors. A static backend
+    /// is refused as this balancer's own when [`own::own`] says so without this host's interface
+    /// addresses (loopback, unspecified, a listener's IP): [`Config::parse_on`] also knows them.
     pub fn parse(src: &str, file: &str) -> Result<Config, ConfigError> {
+        Config::parse_on(src, file, &[])
+    }
+
+    /// [`Config::parse`] on a host with the interface addresses `host`: a static backend at one
+    /// of them on a listen or admin port is refused too.
+    pub fn parse_on(src: &str, file: &str, host: &[IpAddr]) -> Result<Config, ConfigError> {
         let raw: RawConfig = if src.trim().is_empty() {
             RawConfig::default()
         } else {
             let de = yaml_serde::Deserializer::from_str(src);
             serde_path_to_error::deserialize(de).map_err(|e| parse_error(src, file, e))?
         };
-        resolve::Resolver { src, file }.resolve(raw)
+        resolve::Resolver { src, file, host }.resolve(raw)
     }
 
     /// Whether this node's zone follows its interface addresses: a `zones:` map, and no zone set
@@ -312,8 +322,14 @@ impl Source {
 
     /// The node's zone, first found of: `--zone`, `READYPRISM_ZONE`, the config's `zone:`, the
     /// `zones:` network holding one of this node's interface addresses (with [`Node::Here`]).
+    /// With [`Node::Here`] a static backend at one of those addresses on a listen or admin port
+    /// is refused as this balancer's own ([`own::own`]).
     fn parse_for(&self, bytes: &[u8], node: Node) -> Result<Config, ConfigError> {
-        let mut config = Config::parse_bytes(bytes, &self.path)?;
+        let host = match node {
+            Node::Here => own::host_addresses(),
+            Node::Elsewhere => Vec::new(),
+        };
+        let mut config = Config::parse_bytes(bytes, &self.path, &host)?;
         if let Some(z) = &self.zone {
             if z.name.trim().is_empty() {
                 return Err(ConfigError::EmptyZoneOverride);
@@ -351,18 +367,6 @@ pub fn server_name_text(name: &ServerName<'_>) -> String {
         ServerName::IpAddress(ip) => IpAddr::from(*ip).to_string(),
         other => format!("{other:?}"),
     }
-}
-
-/// Whether a dial to `addr` reaches one of this balancer's own `listen` addresses (as bound: a
-/// configured port 0 is the port it got): the same address, or a loopback or unspecified
-/// address on a listen port while listening on a wildcard or loopback address. A backend there
-/// would relay to itself.
-pub fn is_own_listener(addr: SocketAddr, listen: &[SocketAddr]) -> bool {
-    let local = |ip: IpAddr| ip.is_loopback() || ip.is_unspecified();
-    listen.iter().any(|l| {
-        *l == addr
-            || (l.port() != 0 && l.port() == addr.port() && local(l.ip()) && local(addr.ip()))
-    })
 }
 
 #[cfg(test)]

@@ -10,9 +10,9 @@ use std::time::Duration;
 
 use rustls_pki_types::ServerName;
 
-use super::locate;
 use super::raw::{DurationValue, Networks, RawBackend, RawConfig, RawTls, ZoneName};
 use super::zones::ZoneMap;
+use super::{locate, own};
 use super::{Config, ConfigError, TlsFiles, DEFAULT_ADMIN, DEFAULT_LISTEN};
 use crate::backend::{BackendId, BackendSource, BackendSpec, NodeZone, Routing, ZoneSource};
 use crate::pick::WhenNoneReady;
@@ -41,6 +41,9 @@ pub const DEFAULT_STATUS_FILE: &str = "/var/lib/readyprism/status.json";
 pub(super) struct Resolver<'a> {
     pub(super) src: &'a str,
     pub(super) file: &'a str,
+    /// This host's interface addresses (none when the config is not judged on its node): a
+    /// static backend at one of them on a listen or admin port is this balancer's own.
+    pub(super) host: &'a [IpAddr],
 }
 
 impl Resolver<'_> {
@@ -128,7 +131,11 @@ impl Resolver<'_> {
         };
 
         let zones = self.zones(raw.zones)?;
-        let backends = self.backends(raw.backends, &zones, &listen)?;
+        let sockets = own::Sockets {
+            listen: listen.clone(),
+            admin: Some(admin),
+        };
+        let backends = self.backends(raw.backends, &zones, &sockets)?;
         let health = self.health(raw.health.unwrap_or_default())?;
         let tls = self.tls(raw.tls)?;
         let connect_timeout =
@@ -253,7 +260,7 @@ impl Resolver<'_> {
         &self,
         raw: Option<Vec<RawBackend>>,
         zones: &ZoneMap,
-        listen: &[SocketAddr],
+        sockets: &own::Sockets,
     ) -> Result<Vec<BackendSpec>, ConfigError> {
         let raw = raw.ok_or_else(|| {
             self.invalid(
@@ -279,14 +286,19 @@ impl Resolver<'_> {
             let field = format!("backends[{i}].address");
             let (host, port) =
                 split_host_port(&b.address).map_err(|m| self.invalid(line, &field, m))?;
-            let dialed = host.parse().map(|ip| SocketAddr::new(ip, port));
-            if dialed.is_ok_and(|a| super::is_own_listener(a, listen)) {
+            let dialed = host.parse().ok().map(|ip| SocketAddr::new(ip, port));
+            if let Some(own) = dialed.and_then(|a| own::own(a, sockets, self.host)) {
+                let what = match own {
+                    own::Own::Listener => "it would relay to itself",
+                    own::Own::Admin => "it would relay clients to its admin server",
+                };
                 return Err(self.invalid(
                     line,
                     field,
                     format!(
-                        "{:?} is this balancer's own listen address; it would relay to itself",
-                        b.address
+                        "{:?} is this balancer's own {} address (its port on an address this host answers on); {what}",
+                        b.address,
+                        own.field()
                     ),
                 ));
             }

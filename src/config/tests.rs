@@ -107,7 +107,9 @@ fn errors_name_where_they_are() {
         ("backends:\n  - address: a:1\ntls:\n  ca: /ca\nlisten: [\"localhost:7445\"]\n", vec!["node.yaml:5:", "listen[0]", "not an IP socket address"]),
         ("backends:\n  - address: a:1\ntls:\n  ca: /ca\nhealth:\n  rise: 0\n", vec!["node.yaml:6:", "health.rise", "at least 1"]),
         ("backends:\n  - address: a:1\ntls:\n  ca: /ca\nhealth:\n  fall: 1000000\n", vec!["node.yaml:6:", "health.fall", "1000000 is more than the maximum of 10"]),
-        ("backends:\n  - address: 127.0.0.1:7445\ntls:\n  ca: /ca\n", vec!["node.yaml:2:", "backends[0].address", "own listen address; it would relay to itself"]),
+        ("backends:\n  - address: 127.0.0.1:7445\ntls:\n  ca: /ca\n", vec!["node.yaml:2:", "backends[0].address", "own listen address", "it would relay to itself"]),
+        ("backends:\n  - address: a:1\n  - address: \"[::ffff:127.0.0.1]:7445\"\ntls:\n  ca: /ca\n", vec!["node.yaml:3:", "backends[1].address", "own listen address", "it would relay to itself"]),
+        ("backends:\n  - address: 127.0.0.1:7446\ntls:\n  ca: /ca\n", vec!["node.yaml:2:", "backends[0].address", "own admin address", "its admin server"]),
         ("backends:\n  - address: a:1\ntls:\n  ca: /ca\nwhen_none_ready: maybe\n", vec!["node.yaml:5:", "when_none_ready", "unknown variant"]),
         ("backends:\n  - address: a:1\ntls:\n  ca: /ca\nhealth:\n  rise: -1\n", vec!["node.yaml:6:", "health.rise"]),
         ("backends: [\n", vec!["node.yaml:2:"]),
@@ -160,29 +162,19 @@ fn a_remote_admin_address_needs_the_explicit_flag() {
 }
 
 #[test]
-fn own_listeners_are_the_bound_address_or_local_ones_on_a_local_listen_port() {
-    use super::is_own_listener;
-    let sa = |s: &str| -> std::net::SocketAddr { s.parse().expect("literal") };
-    let loopback = [sa("127.0.0.1:7445")];
-    for (addr, own) in [
-        ("127.0.0.1:7445", true),
-        ("127.0.0.2:7445", true),
-        ("[::1]:7445", true),
-        ("0.0.0.0:7445", true),
-        ("127.0.0.1:6443", false),
-        ("10.0.1.10:7445", false),
-    ] {
-        assert_eq!(is_own_listener(sa(addr), &loopback), own, "{addr}");
-    }
-    let wildcard = [sa("0.0.0.0:7445")];
-    assert!(is_own_listener(sa("127.0.0.1:7445"), &wildcard));
-    assert!(!is_own_listener(sa("10.0.1.10:6443"), &wildcard));
-    let node = [sa("10.0.0.5:7445")];
-    assert!(is_own_listener(sa("10.0.0.5:7445"), &node));
+fn a_static_backend_at_a_host_address_on_a_wildcard_listen_port_is_refused_on_that_host() {
+    let src =
+        format!("listen: [\"0.0.0.0:7445\"]\n{MINIMAL}").replace("10.0.1.10:6443", "10.0.0.5:7445");
     assert!(
-        !is_own_listener(sa("127.0.0.1:7445"), &node),
-        "not listening on loopback"
+        Config::parse(&src, "node.yaml").is_ok(),
+        "elsewhere: not known as own"
     );
+    let here = ["10.0.0.5".parse().expect("literal")];
+    let e = Config::parse_on(&src, "node.yaml", &here)
+        .expect_err("own")
+        .to_string();
+    assert!(e.starts_with("node.yaml:3: backends[0].address:"), "{e}");
+    assert!(e.contains("own listen address"), "{e}");
 }
 
 #[test]

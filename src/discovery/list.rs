@@ -19,6 +19,7 @@ use super::answer::MAX_ADDRESSES;
 use super::membership::{Member, Membership};
 use super::{cache, Poller};
 use crate::backend::{BackendId, BackendSource, BackendSpec};
+use crate::config::own::{self, Sockets};
 use crate::config::{Config, DiscoveryConfig};
 use crate::metrics::Metrics;
 use crate::table::Table;
@@ -33,34 +34,38 @@ struct Running {
 }
 
 /// Addresses that are never discovered backends: the static backends' (backends already) and
-/// this balancer's own listeners as bound (one there would relay to itself).
+/// this balancer's own (one there would relay to itself, or to the admin server).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub(crate) struct Never {
     /// The static backends given as IP:port.
     pub seeds: Vec<SocketAddr>,
-    /// The bound client listeners.
-    pub own: Vec<SocketAddr>,
+    /// The client listeners and the admin listener as bound.
+    pub own: Sockets,
 }
 
 impl Never {
-    fn of(config: &Config, own: &[SocketAddr]) -> Never {
+    fn of(config: &Config, own: &Sockets) -> Never {
         Never {
             seeds: seeds(config),
-            own: own.to_vec(),
+            own: own.clone(),
         }
     }
 
-    /// Whether `addr` is one of this balancer's own listeners.
-    pub fn is_own(&self, addr: SocketAddr) -> bool {
-        crate::config::is_own_listener(addr, &self.own)
+    /// Whether `addr` is this balancer's own ([`own::own`]) on a host with the interface
+    /// addresses `host`.
+    pub fn is_own(&self, addr: SocketAddr, host: &[IpAddr]) -> bool {
+        own::own(addr, &self.own, host).is_some()
     }
 }
 
 /// Discovery as the app holds it: the members and the task (none while discovery is off).
 pub struct Discovered {
     members: Vec<Member>,
-    /// The bound client listeners: never members.
-    own: Vec<SocketAddr>,
+    /// The listeners as bound: never members.
+    own: Sockets,
+    /// This host's interface addresses as read at start-up or the last reload: never members on
+    /// an own port (the poll task reads them again for every answer).
+    host: Vec<IpAddr>,
     running: Option<Running>,
     parts: Parts,
     updates: mpsc::Sender<Vec<Member>>,
@@ -84,36 +89,48 @@ pub(crate) struct Parts {
 impl Discovered {
     /// With `config.discovery.endpoints`: the cache (if any) read (blocks: a small file, once at
     /// start-up), its backends with source `cache`, and the poll task started; else nothing.
-    /// `own` are the bound client listeners.
-    pub(crate) fn start(config: &Config, parts: Parts, own: &[SocketAddr]) -> Discovered {
+    /// `own` are the listeners as bound, `host` this host's interface addresses.
+    pub(crate) fn start(
+        config: &Config,
+        parts: Parts,
+        own: &Sockets,
+        host: Vec<IpAddr>,
+    ) -> Discovered {
         let (updates, incoming) = mpsc::channel(4);
         let members = match (&config.discovery.cache, config.discovery.endpoints) {
-            (Some(path), true) => cached(path, &Never::of(config, own)),
+            (Some(path), true) => cached(path, &Never::of(config, own), &host),
             _ => Vec::new(),
         };
         let mut d = Discovered {
             members,
-            own: own.to_vec(),
+            own: own.clone(),
+            host: host.clone(),
             running: None,
             parts,
             updates,
             incoming,
         };
-        d.follow(config, own);
+        d.follow(config, own, host);
         d
     }
 
     /// The static backends, then the discovered ones not equal to a static one: what the table
     /// is configured with.
     pub fn backends(&self, config: &Config) -> Vec<Arc<BackendSpec>> {
-        merge(config, &self.members, &Never::of(config, &self.own))
+        merge(
+            config,
+            &self.members,
+            &Never::of(config, &self.own),
+            &self.host,
+        )
     }
 
     /// Starts, restarts or stops the poll task for `config` (start-up and reload), `own` being
-    /// the client listeners as bound for it. Discovery turned off forgets the discovered
-    /// backends; otherwise they are kept.
-    pub(crate) fn follow(&mut self, config: &Config, own: &[SocketAddr]) {
-        self.own = own.to_vec();
+    /// the listeners as bound for it and `host` this host's interface addresses. Discovery
+    /// turned off forgets the discovered backends; otherwise they are kept.
+    pub(crate) fn follow(&mut self, config: &Config, own: &Sockets, host: Vec<IpAddr>) {
+        self.own = own.clone();
+        self.host = host;
         let never = Never::of(config, own);
         let parts = &self.parts;
         let d = &config.discovery;
@@ -184,11 +201,17 @@ impl Discovered {
     }
 }
 
-/// [`Discovered::backends`] for `members`: never one of `never`.
-fn merge(config: &Config, members: &[Member], never: &Never) -> Vec<Arc<BackendSpec>> {
+/// [`Discovered::backends`] for `members`: never one of `never` on a host with the interface
+/// addresses `host`.
+fn merge(
+    config: &Config,
+    members: &[Member],
+    never: &Never,
+    host: &[IpAddr],
+) -> Vec<Arc<BackendSpec>> {
     let discovered = members
         .iter()
-        .filter(|m| !never.seeds.contains(&m.addr) && !never.is_own(m.addr))
+        .filter(|m| !never.seeds.contains(&m.addr) && !never.is_own(m.addr, host))
         .map(|m| spec(m, config));
     let all = config.backends.iter().cloned().chain(discovered);
     all.map(Arc::new).collect()
@@ -224,7 +247,7 @@ pub fn spec(m: &Member, config: &Config) -> BackendSpec {
 /// The cache's backends (minus the static ones) as members with source `cache`: each address
 /// once, at most [`MAX_ADDRESSES`] (an answer's cap) of them, each breach said with a WARN. A
 /// missing or unusable cache is said once and ignored.
-fn cached(path: &std::path::Path, never: &Never) -> Vec<Member> {
+fn cached(path: &std::path::Path, never: &Never, host: &[IpAddr]) -> Vec<Member> {
     match cache::load(path) {
         Ok(mut addrs) => {
             let read = addrs.len();
@@ -236,12 +259,12 @@ fn cached(path: &std::path::Path, never: &Never) -> Vec<Member> {
             addrs.retain(|a| !never.seeds.contains(a));
             let own: Vec<String> = addrs
                 .iter()
-                .filter(|a| never.is_own(**a))
+                .filter(|a| never.is_own(**a, host))
                 .map(ToString::to_string)
                 .collect();
             if !own.is_empty() {
-                tracing::warn!(file = %path.display(), addresses = own.join(","), "the discovery cache lists this balancer's own listen address; refused (it would relay to itself)");
-                addrs.retain(|a| !never.is_own(*a));
+                tracing::warn!(file = %path.display(), addresses = own.join(","), "the discovery cache lists this balancer's own address; refused (it would relay to itself)");
+                addrs.retain(|a| !never.is_own(*a, host));
             }
             if addrs.len() > MAX_ADDRESSES {
                 tracing::warn!(file = %path.display(), listed = addrs.len(), "the discovery cache lists more than {MAX_ADDRESSES} backends; only the first {MAX_ADDRESSES} are used");
@@ -308,21 +331,28 @@ mod tests {
     }
 
     #[test]
-    fn an_address_equal_to_a_static_backend_or_an_own_listener_is_not_listed() {
+    fn an_address_equal_to_a_static_backend_or_this_balancers_own_is_not_listed() {
         let yaml = "backends:\n  - address: 10.0.1.10:6443\ntls:\n  ca: /ca.crt\n";
         let config = Config::parse(yaml, "node.yaml").expect("valid");
         let member = |a: &str| Member {
             addr: a.parse().expect("literal"),
             source: BackendSource::Discovered,
         };
-        let own: SocketAddr = "127.0.0.1:7445".parse().expect("literal");
+        let own = Sockets {
+            listen: vec!["0.0.0.0:7445".parse().expect("literal")],
+            admin: Some("127.0.0.1:7446".parse().expect("literal")),
+        };
         let members = [
             member("10.0.1.10:6443"),
             member("10.0.2.10:6443"),
             member("127.0.0.1:7445"),
             member("[::1]:7445"),
+            member("[::ffff:127.0.0.1]:7445"),
+            member("10.0.0.5:7445"),
+            member("127.0.0.1:7446"),
         ];
-        let ids: Vec<_> = merge(&config, &members, &Never::of(&config, &[own]))
+        let host = ["10.0.0.5".parse().expect("literal")];
+        let ids: Vec<_> = merge(&config, &members, &Never::of(&config, &own), &host)
             .iter()
             .map(|b| (b.id.to_string(), b.source))
             .collect();

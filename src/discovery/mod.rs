@@ -28,6 +28,7 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use crate::backend::BackendSpec;
+use crate::config::own;
 use crate::jitter::Jitter;
 use crate::metrics::Metrics;
 use crate::pick::Pick;
@@ -124,9 +125,10 @@ pub(crate) struct Poller {
     pub timeout: Duration,
     /// Written after each change.
     pub cache: Option<PathBuf>,
-    /// The static backends' addresses and the bound listeners, updated on reload: never members.
+    /// The static backends' addresses and the listeners as bound, updated on reload: never
+    /// members.
     pub never: watch::Receiver<list::Never>,
-    /// This balancer's own listen addresses the last answer listed (refused; said once).
+    /// This balancer's own addresses the last answer listed (refused; said once).
     pub own_listed: Vec<SocketAddr>,
     /// The main loop, which applies each new list.
     pub updates: mpsc::Sender<Vec<Member>>,
@@ -220,11 +222,15 @@ impl Poller {
                 Err(bad) => Poll::Bad(bad),
                 Ok(listed) => {
                     let never = self.never.borrow().clone();
+                    // Read live: an address the node gained since the last reload counts too.
+                    let host = tokio::task::spawn_blocking(own::host_addresses)
+                        .await
+                        .expect("listing addresses does not panic");
                     let (own, listed): (Vec<SocketAddr>, Vec<SocketAddr>) =
-                        listed.into_iter().partition(|a| never.is_own(*a));
+                        listed.into_iter().partition(|a| never.is_own(*a, &host));
                     if own != self.own_listed && !own.is_empty() {
                         let addresses: Vec<String> = own.iter().map(ToString::to_string).collect();
-                        tracing::warn!(backend = %spec.id, addresses = addresses.join(","), "discovery lists this balancer's own listen address; refused (it would relay to itself)");
+                        tracing::warn!(backend = %spec.id, addresses = addresses.join(","), "discovery lists this balancer's own address; refused (it would relay to itself)");
                     }
                     self.own_listed = own;
                     let changed = if ready {
