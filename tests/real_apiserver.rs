@@ -11,6 +11,7 @@
 //! `target/real-apiserver/<test>.json`, the numbers `docs/behaviour.md` quotes.
 
 mod etcd;
+mod fall;
 mod kube;
 mod probe;
 mod sim;
