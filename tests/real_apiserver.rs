@@ -13,6 +13,7 @@
 mod etcd;
 mod fall;
 mod kube;
+mod peers;
 mod probe;
 mod sim;
 
@@ -61,7 +62,9 @@ impl Rig {
         let cluster = Arc::new(Cluster::new("real-apiserver-ca"));
         let prefix = loopback_prefix(salt);
         let (real_ip, sim_ip) = (format!("{prefix}10"), format!("{prefix}11"));
-        let files = ApiserverFiles::write(dir.path(), &cluster.ca, &[&real_ip, &sim_ip]);
+        // 127.0.0.1 too: a client through a balancer on 127.0.0.1 verifies that name.
+        let ips = [real_ip.as_str(), sim_ip.as_str(), "127.0.0.1"];
+        let files = ApiserverFiles::write(dir.path(), &cluster.ca, &ips);
         let etcd = Etcd::start(&etcd_bin, dir.path(), &prefix);
         Some(Rig {
             real_addr: format!("{real_ip}:6443").parse().expect("addr"),

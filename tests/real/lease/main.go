@@ -111,6 +111,7 @@ func main() {
 		TLSClientConfig: tlsCfg, MaxIdleConnsPerHost: 25, DialContext: dialer.DialContext,
 	})
 	base := rest.AnonymousClientConfig(cfg)
+	base.TLSClientConfig = rest.TLSClientConfig{} // the TLS options live in tr now, as UpdateTransport leaves them
 	base.ContentType, base.AcceptContentTypes, base.QPS, base.Burst, base.UserAgent =
 		cfg.ContentType, cfg.AcceptContentTypes, cfg.QPS, cfg.Burst, cfg.UserAgent
 
