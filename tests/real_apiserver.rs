@@ -13,6 +13,7 @@
 mod etcd;
 mod fall;
 mod kube;
+mod moves;
 mod peers;
 mod probe;
 mod sim;
@@ -51,6 +52,8 @@ struct Rig {
     apiserver_bin: PathBuf,
     real_addr: SocketAddr,
     sim_addr: SocketAddr,
+    /// A second real apiserver's address (the tests that move connections between two).
+    second_addr: SocketAddr,
 }
 
 impl Rig {
@@ -63,11 +66,18 @@ impl Rig {
         let prefix = loopback_prefix(salt);
         let (real_ip, sim_ip) = (format!("{prefix}10"), format!("{prefix}11"));
         // 127.0.0.1 too: a client through a balancer on 127.0.0.1 verifies that name.
-        let ips = [real_ip.as_str(), sim_ip.as_str(), "127.0.0.1"];
+        let second_ip = format!("{prefix}12");
+        let ips = [
+            real_ip.as_str(),
+            sim_ip.as_str(),
+            second_ip.as_str(),
+            "127.0.0.1",
+        ];
         let files = ApiserverFiles::write(dir.path(), &cluster.ca, &ips);
         let etcd = Etcd::start(&etcd_bin, dir.path(), &prefix);
         Some(Rig {
             real_addr: format!("{real_ip}:6443").parse().expect("addr"),
+            second_addr: format!("{second_ip}:6443").parse().expect("addr"),
             sim_addr: format!("{sim_ip}:6443").parse().expect("addr"),
             dir,
             cluster,

@@ -22,7 +22,7 @@ use crate::support::real::real_bin;
 use crate::support::wait_states;
 
 /// A child whose stdout JSON lines are collected; killed on drop.
-struct Logged {
+pub(super) struct Logged {
     child: Child,
     lines: Arc<Mutex<Vec<serde_json::Value>>>,
 }
@@ -35,7 +35,7 @@ impl Drop for Logged {
 }
 
 impl Logged {
-    fn spawn(mut cmd: Command, log: &Path) -> Logged {
+    pub(super) fn spawn(mut cmd: Command, log: &Path) -> Logged {
         let mut child = cmd
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
@@ -55,13 +55,13 @@ impl Logged {
         Logged { child, lines }
     }
 
-    fn lines(&self) -> Vec<serde_json::Value> {
+    pub(super) fn lines(&self) -> Vec<serde_json::Value> {
         self.lines.lock().expect("lines").clone()
     }
 }
 
 /// The lease client's requests of `client` (`lease`, `main`) that got a 2xx.
-fn ok_requests(lines: &[serde_json::Value], client: &str) -> Vec<serde_json::Value> {
+pub(super) fn ok_requests(lines: &[serde_json::Value], client: &str) -> Vec<serde_json::Value> {
     lines
         .iter()
         .filter(|l| {
@@ -74,15 +74,9 @@ fn ok_requests(lines: &[serde_json::Value], client: &str) -> Vec<serde_json::Val
         .collect()
 }
 
-/// Runs the lease client against `server` until it has renewed its lease three times (a 4 s lease:
-/// a renewal a second); returns its request lines.
-async fn renewals(
-    rig: &Rig,
-    bin: &Path,
-    server: SocketAddr,
-    node: &str,
-    tag: &str,
-) -> Vec<serde_json::Value> {
+/// The lease client's command line against `server` for `node`, with the test CA and the
+/// kubelet's certificate (written to the rig's directory); a 4 s lease: a renewal a second.
+pub(super) fn lease_command(rig: &Rig, bin: &Path, server: SocketAddr, node: &str) -> Command {
     let dir = rig.dir.path();
     let (cert, key) = (dir.join("node.crt"), dir.join("node.key"));
     std::fs::write(&cert, &rig.cluster.client.cert_pem).expect("cert");
@@ -95,6 +89,20 @@ async fn renewals(
         .arg("--key")
         .arg(&key)
         .args(["--node-lease-duration-seconds", "4"]);
+    cmd
+}
+
+/// Runs the lease client against `server` until it has renewed its lease three times; returns
+/// its request lines.
+async fn renewals(
+    rig: &Rig,
+    bin: &Path,
+    server: SocketAddr,
+    node: &str,
+    tag: &str,
+) -> Vec<serde_json::Value> {
+    let dir = rig.dir.path();
+    let cmd = lease_command(rig, bin, server, node);
     let client = Logged::spawn(cmd, &dir.join(format!("lease-client-{tag}.log")));
     let start = Instant::now();
     loop {
