@@ -123,14 +123,11 @@ impl Drain {
 fn a_draining_backend_takes_no_new_connections_after_one_failed_probe() {
     let d = Drain::start("5s", 0);
     d.drain_a();
-    let doc = d.rt.block_on(async {
-        let mut doc = d.p.status();
-        while doc.backends[0].state != Unready {
-            doc = d.p.status();
-            tokio::task::yield_now().await;
-        }
-        doc
-    });
+    let mut doc = d.p.status();
+    d.rt.block_on(poll("a unready", || {
+        doc = d.p.status();
+        doc.backends[0].state == Unready
+    }));
     assert!(
         doc.backends[0].consecutive_failures < 3,
         "fell before fall = 3 failed probes: {:?}",
