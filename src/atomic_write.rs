@@ -2,7 +2,8 @@
 //! random name created new beside it (`O_EXCL`, `O_NOFOLLOW`), written, synced, renamed over the
 //! target, then the directory synced. Readers see the old file or the new one, never half of one,
 //! also across a power loss; a file or symlink planted at the temporary name fails the write, it
-//! is never followed nor written through.
+//! is never followed nor written through. A file's name leaves room for its temporary file's
+//! ([`MAX_NAME`]).
 //!
 //! Shared by the discovery cache and the status file, with the one rule both follow before a
 //! write: a writer replaces only its own file ([`not_ours`]). Does not own what is written, nor
@@ -136,27 +137,49 @@ pub fn not_ours(path: &Path, ours: impl FnOnce(&[u8]) -> bool, what: &str) -> Op
     }
 }
 
+/// What the temporary file's name adds to the file's own: `.` before it, `.tmp-` and 16 hex
+/// digits after it ([`temporary`]).
+pub const TEMPORARY_EXTRA: usize = ".".len() + ".tmp-".len() + 16;
+
+/// The longest name (in bytes) a file replaced here may have: `NAME_MAX` (255 on every Linux
+/// filesystem the files live on) less [`TEMPORARY_EXTRA`], or its temporary file cannot be
+/// created, and it can never be written.
+pub const MAX_NAME: usize = 255 - TEMPORARY_EXTRA;
+
 /// Replaces `path` with `bytes`, created with permission bits `mode` (blocks: call it on the
 /// blocking pool). The temporary file is removed when any step after its creation fails.
 pub fn replace(path: &Path, bytes: &[u8], mode: u32) -> std::io::Result<()> {
-    let dir = directory(path);
-    let name = path.file_name().unwrap_or_default().to_string_lossy();
-    let tmp = dir.join(format!(".{name}.tmp-{:016x}", random()));
+    replace_through(path, &temporary(path, random()), bytes, mode)
+}
+
+/// The temporary file beside `path` that a write with `random` goes through:
+/// `.NAME.tmp-<16 hex digits>`.
+fn temporary(path: &Path, random: u64) -> PathBuf {
+    let mut name = std::ffi::OsString::from(".");
+    name.push(path.file_name().unwrap_or_default());
+    name.push(format!(".tmp-{random:016x}"));
+    directory(path).join(name)
+}
+
+/// [`replace`] through the temporary file `tmp`, its name chosen: created new here, or the write
+/// fails. Whatever is at `tmp` already (a file, a symlink planted since the choice) is never
+/// opened, followed nor removed.
+fn replace_through(path: &Path, tmp: &Path, bytes: &[u8], mode: u32) -> std::io::Result<()> {
     std::fs::OpenOptions::new()
         .write(true)
         .create_new(true)
         .mode(mode)
         .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
-        .open(&tmp)
+        .open(tmp)
         .and_then(|mut f| {
             let done = f.write_all(bytes).and_then(|()| f.sync_all());
-            done.and_then(|()| std::fs::rename(&tmp, path))
+            done.and_then(|()| std::fs::rename(tmp, path))
                 .inspect_err(|_| {
-                    let _ = std::fs::remove_file(&tmp); // ours: created new above
+                    let _ = std::fs::remove_file(tmp); // ours: created new above
                 })
         })?;
     // The rename is durable once the directory is.
-    std::fs::File::open(dir).and_then(|d| d.sync_all())
+    std::fs::File::open(directory(path)).and_then(|d| d.sync_all())
 }
 
 /// A name no other process can guess in advance: the standard library's per-process random
@@ -196,6 +219,55 @@ mod tests {
         let path = dir.path().join("gone").join("status.json");
         assert!(replace(&path, b"x", 0o600).is_err());
         assert!(!dir.path().join("gone").exists());
+    }
+
+    /// The file `status.json` in a new directory, with a victim file beside it (`keep me`) and
+    /// the temporary name a write of it will go through, chosen but not yet created.
+    fn chosen() -> (tempfile::TempDir, PathBuf, PathBuf, PathBuf) {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("status.json");
+        let victim = dir.path().join("victim");
+        std::fs::write(&victim, "keep me\n").expect("write");
+        let tmp = temporary(&path, random());
+        (dir, path, victim, tmp)
+    }
+
+    /// The write of `path` through `tmp` failed, leaving `victim` and `path` as they were.
+    fn refused(path: &Path, tmp: &Path, victim: &Path) {
+        let e = replace_through(path, tmp, b"written through\n", 0o644).expect_err("refused");
+        assert_eq!(e.kind(), std::io::ErrorKind::AlreadyExists, "{e}");
+        assert_eq!(std::fs::read(victim).expect("read"), b"keep me\n");
+        assert!(!path.exists(), "nothing renamed over the file");
+    }
+
+    #[test]
+    fn a_symlink_planted_at_the_chosen_temporary_name_is_never_followed() {
+        let (dir, path, victim, tmp) = chosen();
+        std::os::unix::fs::symlink(&victim, &tmp).expect("plant");
+        refused(&path, &tmp, &victim);
+        let elsewhere = dir.path().join("elsewhere");
+        std::fs::remove_file(&tmp).expect("unplant");
+        std::os::unix::fs::symlink(&elsewhere, &tmp).expect("plant a dangling link");
+        refused(&path, &tmp, &victim);
+        assert!(!elsewhere.exists(), "created through the dangling link");
+        assert!(tmp.is_symlink(), "the planted link is left alone");
+    }
+
+    #[test]
+    fn a_file_planted_at_the_chosen_temporary_name_is_never_written_through() {
+        let (_dir, path, victim, tmp) = chosen();
+        std::fs::hard_link(&victim, &tmp).expect("plant a second name of the victim");
+        refused(&path, &tmp, &victim);
+    }
+
+    #[test]
+    fn the_temporary_name_adds_what_the_name_bound_leaves_room_for() {
+        let name = "n".repeat(MAX_NAME);
+        let tmp = temporary(&Path::new("/d").join(&name), u64::MAX);
+        let tmp_name = tmp.file_name().expect("a name").len();
+        assert_eq!(tmp_name, name.len() + TEMPORARY_EXTRA);
+        assert_eq!(tmp_name, 255, "NAME_MAX");
+        assert_eq!(tmp.parent(), Some(Path::new("/d")), "beside the file");
     }
 
     /// The bits the process umask takes away from a new file (the test process's own).

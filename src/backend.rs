@@ -325,6 +325,7 @@ impl Snapshot {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::time::Duration;
 
     /// Two dial failures reported before anyone waits, the later one a timeout.
     fn reported_twice(r: &DialReports) {
@@ -332,11 +333,15 @@ mod tests {
         r.report("dial: timeout after 1s".into());
     }
 
-    #[tokio::test]
+    #[tokio::test(start_paused = true)]
     async fn dial_reports_made_before_the_wait_still_wake_the_monitor() {
         let r = DialReports::default();
         reported_twice(&r);
-        r.reported().await; // a report before the wait is not lost
+        // Paused time: a wait that would never end reaches the deadline at once, and fails.
+        tokio::time::timeout(Duration::from_secs(60), r.reported())
+            .await
+            .expect("the reports made before the wait were lost: it never ended");
+        assert_eq!(r.take(), Some((2, "dial: timeout after 1s".into())));
     }
 
     #[test]

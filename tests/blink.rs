@@ -81,7 +81,16 @@ impl Blink {
 
     /// Passed probes of `f`, from `/metrics`.
     fn passes(&self, f: &FakeApiserver) -> f64 {
-        let labels = format!("backend=\"{}\",result=\"pass\"", addr(f));
+        self.checks(f, "pass")
+    }
+
+    /// Failed checks of `f`, from `/metrics`.
+    fn fails(&self, f: &FakeApiserver) -> f64 {
+        self.checks(f, "fail")
+    }
+
+    fn checks(&self, f: &FakeApiserver, result: &str) -> f64 {
+        let labels = format!("backend=\"{}\",result=\"{result}\"", addr(f));
         self.p.metric("readyprism_health_checks_total", &labels)
     }
 }
@@ -106,6 +115,12 @@ fn every_backend_failing_closes_nothing() {
         t.p.metric("readyprism_no_ready_backends_events_total", ""),
         1.0
     );
+    // A negative needs a window: the fall's confirm probes (asked at once) and the close spread
+    // (1 s) are over once each backend has failed three more checks, ≥ 1.8 s apart.
+    let (a, b) = (t.fails(&t.a), t.fails(&t.b));
+    t.rt.block_on(poll("three more failed checks each", || {
+        t.fails(&t.a) >= a + 3.0 && t.fails(&t.b) >= b + 3.0
+    }));
     assert!(
         !t.p.logged("closing the backend's connections", |_| true),
         "a connection was moved during the blink"

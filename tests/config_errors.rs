@@ -50,6 +50,58 @@ fn each_kind_of_config_error_names_where_it_is() {
 }
 
 #[test]
+fn a_file_the_balancer_could_never_write_is_refused_where_it_is() {
+    let lab = Lab::new();
+    let ca = lab.path("ca.crt").display().to_string();
+    let dir = lab.dir.path().display().to_string();
+    let base = format!("backends:\n  - address: a:1\ntls:\n  ca: {ca}\n");
+    let long = |n: usize| format!("{dir}/{}", "n".repeat(n));
+    // (what follows the base from line 5, where, the field, what is said)
+    let cases = [
+        (
+            format!(
+                "discovery:\n  endpoints: true\n  cache: {dir}/x.json\nstatus_file: {dir}/x.json\n"
+            ),
+            "8:",
+            "status_file",
+            "is also discovery.cache",
+        ),
+        (
+            "discovery:\n  cache: /var/lib/readyprism/status.json\n".to_string(),
+            "6:",
+            "discovery.cache",
+            "is also the status file",
+        ),
+        (
+            format!("status_file: {}\n", long(234)),
+            "5:",
+            "status_file",
+            "names a file of 234 bytes",
+        ),
+        (
+            format!("discovery:\n  endpoints: true\n  cache: {}\n", long(255)),
+            "7:",
+            "discovery.cache",
+            "at most 233 fit",
+        ),
+    ];
+    for (i, (extra, pos, field, said)) in cases.iter().enumerate() {
+        let file = lab.write("bad.yaml", &format!("{base}{extra}"));
+        for cmd in ["check", "run"] {
+            let o = readyprism(&[cmd, "--config", &file]);
+            let err = stderr(&o);
+            assert_eq!(o.status.code(), Some(3), "case {i} ({cmd}): {err}");
+            assert!(
+                err.contains(&format!("{file}:{pos} {field}: ")),
+                "case {i} ({cmd}): {err:?} lacks {file}:{pos} {field}"
+            );
+            assert!(err.contains(said), "case {i} ({cmd}): {err:?}");
+            assert_eq!(err.trim().lines().count(), 1, "case {i}: one line: {err:?}");
+        }
+    }
+}
+
+#[test]
 fn each_zones_error_names_where_it_is() {
     let lab = Lab::new();
     let ca = lab.path("ca.crt").display().to_string();

@@ -1,9 +1,10 @@
 //! Discovery and its cache on the real binary, as a clumsy operator or an attacker would meet
 //! them: an answer or a cache listing the balancer's own address is refused (it would
 //! relay to itself); a cache listing an address twice (or a static one) gives one backend each, probed; a cache of
-//! 5,000 entries gives at most 64 and the static backend is ready at once; a symlink planted at
-//! the old, guessable temporary name is not written through; a file that is not a cache is never
-//! written over; a failed write is tried again without waiting for the next change, and its
+//! 5,000 entries gives at most 64 and the static backend is ready at once; the cache is private
+//! and leaves no temporary file (that a link or file planted at the temporary name is never
+//! followed is `atomic_write`'s unit tests': the name is random); a file that is not a cache is
+//! never written over; a failed write is tried again without waiting for the next change, and its
 //! error names the cache; a cache directory the balancer may not write (SELinux enforcing on a
 //! system extension) is warned about once while discovery and relaying go on.
 //!
@@ -164,29 +165,26 @@ fn discover_b(c: &Cached, before: impl FnOnce(&Proc)) -> (FakeApiserver, Proc) {
 }
 
 #[test]
-fn a_symlink_at_the_guessable_temporary_name_is_not_written_through() {
+fn the_cache_is_private_and_leaves_no_temporary_file() {
     let c = cached();
-    // The name the cache's temporary file had before (`.NAME.tmp-<pid>`): a symlink there to a
-    // file an attacker wants overwritten, planted before the first write.
-    let target = c.lab.path("precious");
-    std::fs::write(&target, "keep me\n").expect("write");
-    let dir = c.cache.parent().expect("dir").to_path_buf();
-    let (b, _p) = discover_b(&c, |p| {
-        let planted = dir.join(format!(".backends.json.tmp-{}", p.pid()));
-        std::os::unix::fs::symlink(&target, planted).expect("symlink");
-    });
+    let (b, _p) = discover_b(&c, |_| {});
     c.rt.block_on(poll("the cache written", || {
         std::fs::read_to_string(&c.cache).is_ok_and(|t| t.contains(&addr(&b)))
     }));
-    assert_eq!(
-        std::fs::read_to_string(&target).expect("read"),
-        "keep me\n",
-        "the planted symlink was followed"
-    );
     let mode = std::os::unix::fs::PermissionsExt::mode(
         &std::fs::metadata(&c.cache).expect("meta").permissions(),
     );
     assert_eq!(mode & 0o777, 0o600, "the cache is private");
+    let dir = c.cache.parent().expect("dir");
+    let names: Vec<_> = std::fs::read_dir(dir)
+        .expect("dir")
+        .map(|e| e.expect("entry").file_name())
+        .collect();
+    assert_eq!(
+        names,
+        [c.cache.file_name().expect("name")],
+        "only the cache"
+    );
 }
 
 #[test]

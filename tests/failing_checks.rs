@@ -1,6 +1,10 @@
 //! The named checks of a failed `/readyz` wherever an operator looks, on the real binary: the
 //! reason and `failing_checks` in `/status`, the `readyprism status` table, the
-//! `readyprism_backend_failing_check` series, the transition log line.
+//! `readyprism_backend_failing_check` series, the transition log line; a check named twice is
+//! one check (one series: a series twice is an invalid exposition).
+
+use std::collections::HashSet;
+use std::sync::Arc;
 
 use readyprism::sim::apiserver::FakeApiserver;
 
@@ -92,4 +96,35 @@ fn a_failing_check_series_goes_once_the_check_passes() {
         v["fields"]["to"] == "ready" && v["fields"]["from"] == "unready"
     });
     assert_eq!(change["fields"]["checks"], "");
+}
+
+#[test]
+fn a_check_named_twice_in_an_answer_is_one_series() {
+    let f = Failing::start();
+    let twice = "[+]ping ok\n[-]etcd failed: reason withheld\n[-]etcd failed: reason withheld\n\
+        [-]informer-sync failed: reason withheld\n[-]informer-sync failed: reason withheld\n\
+        readyz check failed\n";
+    let answer = (500, twice.to_string());
+    f.a.control.readyz_answer.store(Some(Arc::new(answer)));
+    let a = f.wait_status("the answer read", |b| {
+        b["last_error"]
+            .as_str()
+            .is_some_and(|e| e.contains("informer-sync"))
+    });
+    let (_, text) = blocking_get(f.p.admin, "/metrics");
+    let mut seen = HashSet::new();
+    for sample in text
+        .lines()
+        .filter(|l| !l.starts_with('#') && !l.is_empty())
+    {
+        let series = sample.rsplit_once(' ').map_or(sample, |(s, _)| s);
+        assert!(seen.insert(series), "{series} twice in the scrape:\n{text}");
+    }
+    assert_eq!(f.series("etcd"), Some(1.0));
+    assert_eq!(f.series("informer-sync"), Some(1.0));
+    assert_eq!(
+        a["failing_checks"],
+        serde_json::json!(["etcd", "informer-sync"])
+    );
+    assert_eq!(a["last_error"], "readyz 500: etcd, informer-sync failed");
 }

@@ -2,7 +2,8 @@
 //! (kube-apiserver's graceful shutdown, still serving) takes no new connections after one probe,
 //! and its connections are closed each at a random point of `handoff_window` (reason `handoff`),
 //! one with a request outstanding then once it is answered (by the window's end at the latest);
-//! if it stops answering before the window ends, the rest are closed at once.
+//! if it stops answering before the window ends, the rest are closed at once. `shutdown` failing
+//! beside another check (`poststarthook/rbac/bootstrap-roles`) is no hand-off: a fall as any other.
 //!
 //! Blocking code on OS threads beside the child process: std's `Instant` is right here.
 #![allow(clippy::disallowed_types)]
@@ -122,14 +123,11 @@ impl Drain {
 fn a_draining_backend_takes_no_new_connections_after_one_failed_probe() {
     let d = Drain::start("5s", 0);
     d.drain_a();
-    let doc = d.rt.block_on(async {
-        let mut doc = d.p.status();
-        while doc.backends[0].state != Unready {
-            doc = d.p.status();
-            tokio::task::yield_now().await;
-        }
-        doc
-    });
+    let mut doc = d.p.status();
+    d.rt.block_on(poll("a unready", || {
+        doc = d.p.status();
+        doc.backends[0].state == Unready
+    }));
     assert!(
         doc.backends[0].consecutive_failures < 3,
         "fell before fall = 3 failed probes: {:?}",
@@ -231,5 +229,28 @@ fn a_request_never_answered_is_closed_by_the_end_of_the_handoff_window() {
         d.p.closes(&a, "turned_unready"),
         0,
         "a's checks but shutdown pass"
+    );
+}
+
+#[test]
+fn shutdown_failing_beside_a_post_start_hook_is_no_handoff() {
+    // A window far beyond the test's patience: only a fall can close the connection in time.
+    let mut d = Drain::start("600s", 1);
+    let hook = "poststarthook/rbac/bootstrap-roles";
+    d.a.control.set_check(hook, false);
+    d.a.control.set_check("shutdown", false);
+    let ends = d.ends();
+    assert_eq!(ends.len(), 1);
+    let a = addr(&d.a);
+    d.rt.block_on(poll("the close counted", || {
+        d.p.closes(&a, "turned_unready") + d.p.closes(&a, "handoff") == 1
+    }));
+    assert_eq!(d.p.closes(&a, "handoff"), 0, "judged a planned hand-off");
+    let doc = d.p.status();
+    assert_eq!(doc.backends[0].failing_checks, [hook, "shutdown"]);
+    assert!(
+        doc.backends[0].consecutive_failures >= 3,
+        "fell by fall = 3, not at once: {:?}",
+        doc.backends[0]
     );
 }

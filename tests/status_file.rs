@@ -1,7 +1,7 @@
 //! The cause of a NotReady node readable without Kubernetes: the status file follows `/status`,
 //! `readyprism status --file` renders it, a status file that cannot be written never stops the
-//! balancer, an unready backend's changed reason is logged once, and `/config` shows the
-//! resolved config. All on the real binary.
+//! balancer (nor does a FIFO or a stalled pipe stop `status --file`), an unready backend's
+//! changed reason is logged once, and `/config` shows the resolved config. All on the real binary.
 //!
 //! Blocking code on OS threads, not driven by tokio's clock: std's `Instant` is right here.
 #![allow(clippy::disallowed_types)]
@@ -163,6 +163,60 @@ fn status_file_renders_the_admin_ports_table_from_a_path_or_stdin() {
         stderr(&bad)
     );
     drop(p);
+}
+
+/// Waits for `child` to exit within `bound`; kills it and fails saying `what` blocked if not.
+fn exited_within(child: &mut std::process::Child, bound: Duration, what: &str) -> Option<i32> {
+    let deadline = Instant::now() + bound;
+    loop {
+        if let Some(status) = child.try_wait().expect("try_wait") {
+            return status.code();
+        }
+        if Instant::now() >= deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("`readyprism status --file` from {what} still blocked after {bound:?}");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+#[test]
+fn status_file_from_a_fifo_or_a_stalled_pipe_gives_up_saying_so() {
+    use rustix::fs::{FileType, Mode, CWD};
+    let lab = Lab::new();
+    let fifo = lab.path("status.fifo");
+    rustix::fs::mknodat(CWD, &fifo, FileType::Fifo, Mode::RUSR | Mode::WUSR, 0).expect("mkfifo");
+    let status_file = |file: &Path, stdin: Stdio| {
+        std::process::Command::new(env!("CARGO_BIN_EXE_readyprism"))
+            .args(["status", "--file"])
+            .arg(file)
+            .stdin(stdin)
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("spawn")
+    };
+    // Nobody opens the FIFO to write; the pipe's writer holds it open and writes nothing.
+    let mut from_fifo = status_file(&fifo, Stdio::null());
+    let mut from_pipe = status_file(Path::new("-"), Stdio::piped());
+    let _silent_writer = from_pipe.stdin.take().expect("stdin");
+    let bound = readyprism::cli::status::FILE_TIMEOUT + patience();
+    for (what, child) in [
+        ("a FIFO", &mut from_fifo),
+        ("a stalled pipe", &mut from_pipe),
+    ] {
+        let code = exited_within(child, bound, what);
+        let mut said = String::new();
+        std::io::Read::read_to_string(&mut child.stderr.take().expect("stderr"), &mut said)
+            .expect("stderr");
+        assert_eq!(code, Some(2), "{what}: {said}");
+        assert!(
+            said.contains("cannot read the status file: it did not end within 10s"),
+            "{what}: {said}"
+        );
+        assert_eq!(said.trim().lines().count(), 1, "{what}: one line: {said}");
+    }
 }
 
 #[test]

@@ -38,5 +38,6 @@ mod relay;
 mod sim_shutdown;
 mod stalled_readers;
 mod status_file;
+mod status_file_writes;
 mod tls_files;
 mod zones;

@@ -1,8 +1,9 @@
 //! The status file: what `/status` says, kept on disk (`status_file`) so that a node cut off from
 //! Kubernetes can still be asked why (`talosctl read`, then `readyprism status --file -`).
 //!
-//! Owns when it is written ([`decide`], pure: on every change of the document, at most once a
-//! second, and every [`REFRESH`] so its check times stay fresh), its bounds (reasons cut at
+//! Owns when it is written ([`decide`], pure: on every change of the document's content
+//! (`content`: not its generation or times), at most once a second, and every [`REFRESH`] so
+//! its check times stay fresh), its bounds (reasons cut at
 //! [`MAX_REASON`] characters; the backends are the table's, at most 64 discovered ones besides the
 //! static ones), never writing over a file that is not a status document, and saying a failed
 //! write once (a WARN, retried at most once a second; the service runs on). Does not own the
@@ -100,13 +101,18 @@ fn bounded(mut doc: StatusDoc) -> StatusDoc {
     doc
 }
 
-/// The parts of a document that make it a change: all but its time, the check times, the live
-/// connection counts and latencies, which the refresh keeps fresh enough.
+/// The parts of a document that make it a change: all but what moves with every probe in steady
+/// state (the snapshot's generation, the document's time, the check times, the failures in a row
+/// of a backend that stays unready, the live connection counts and latencies), which the refresh
+/// keeps fresh enough. A state, a pending change, a reason, a backend added or removed, a reload
+/// is a change.
 fn content(doc: &StatusDoc) -> StatusDoc {
     let mut d = doc.clone();
+    d.generation = 0;
     d.at = None;
     for b in &mut d.backends {
         b.last_check = None;
+        b.consecutive_failures = 0;
         b.active_connections = 0;
         b.latency_ms = None;
     }

@@ -2,9 +2,14 @@
 //! keeps, `--file`) and renders it for an operator.
 //!
 //! Owns the human table and the exit-code decision. Does not own the document's shape
-//! (`admin::status`), the HTTP exchange (`cli::http`) or escaping (`cell`).
+//! (`admin::status`), the HTTP exchange (`cli::http`), reading a status file (`file`) or escaping
+//! (`cell`).
 
 use crate::admin::status::cell;
+
+mod file;
+
+pub use file::{read_file, FILE_TIMEOUT, MAX_FILE};
 
 use std::fmt::Write as _;
 
@@ -52,6 +57,13 @@ pub enum StatusError {
         /// Why.
         cause: std::io::Error,
     },
+    /// Nothing, or not all of it, was read within [`FILE_TIMEOUT`]: a FIFO or pipe that nobody
+    /// writes to or that stalled. A CLI must not hang.
+    #[error("{path}: cannot read the status file: it did not end within {}s (a FIFO or pipe that nobody writes to, or that stalled)", FILE_TIMEOUT.as_secs())]
+    FileTimeout {
+        /// The path as given (`-`: standard input).
+        path: String,
+    },
     /// The status file does not hold a readyprism status document.
     #[error("{path}: not a readyprism status file: {reason}")]
     NotAStatusFile {
@@ -60,43 +72,6 @@ pub enum StatusError {
         /// What is wrong.
         reason: String,
     },
-}
-
-/// The most a status file may hold: far above 64 + the static backends' documents.
-pub const MAX_FILE: u64 = 1024 * 1024;
-
-/// Reads a status file (`status_file`, or `-` for standard input: `talosctl read … | readyprism
-/// status --file -`) as [`fetch`] reads `/status` (blocks; at most [`MAX_FILE`] bytes).
-pub fn read_file(path: &str) -> Result<Fetched, StatusError> {
-    use std::io::Read;
-    let err = |cause| StatusError::File {
-        path: path.to_string(),
-        cause,
-    };
-    let mut bytes = Vec::new();
-    let read = if path == "-" {
-        std::io::stdin()
-            .lock()
-            .take(MAX_FILE + 1)
-            .read_to_end(&mut bytes)
-    } else {
-        std::fs::File::open(path).and_then(|f| f.take(MAX_FILE + 1).read_to_end(&mut bytes))
-    };
-    read.map_err(err)?;
-    if bytes.len() as u64 > MAX_FILE {
-        return Err(err(std::io::Error::other(format!(
-            "more than {MAX_FILE} bytes"
-        ))));
-    }
-    let body = String::from_utf8_lossy(&bytes).into_owned();
-    let doc = serde_json::from_str(&body).map_err(|e| StatusError::NotAStatusFile {
-        path: path.to_string(),
-        reason: cell::cell(&e.to_string(), MAX_ERROR),
-    })?;
-    Ok(Fetched {
-        body: cell::json_escaped(body.trim_end()),
-        doc,
-    })
 }
 
 /// A fetched status document.

@@ -12,6 +12,7 @@ use rustls_pki_types::ServerName;
 
 use super::locate;
 use super::raw::{DurationValue, RawDiscovery};
+use super::resolve::files::written_file;
 use super::resolve::Resolver;
 use super::{server_name_text, ConfigError};
 
@@ -91,9 +92,11 @@ impl Resolver<'_> {
         }
         let cache = match raw.cache {
             None => None,
-            Some(p) => Some(cache_path(&p).map_err(|m| {
-                self.invalid(line("cache"), "discovery.cache", format!("{p:?} {m}"))
-            })?),
+            Some(p) => Some(
+                written_file(&p, "/var/lib/readyprism/backends.json").map_err(|m| {
+                    self.invalid(line("cache"), "discovery.cache", format!("{p:?} {m}"))
+                })?,
+            ),
         };
         let server_name = match raw.server_name.filter(|n| !n.is_empty()) {
             None => None,
@@ -112,19 +115,6 @@ impl Resolver<'_> {
             server_name,
         })
     }
-}
-
-/// A cache file path: absolute, naming a file (not a directory), so the temporary file written
-/// beside it lands in a known directory.
-fn cache_path(text: &str) -> Result<PathBuf, &'static str> {
-    let path = PathBuf::from(text);
-    if !path.is_absolute() {
-        return Err("must be an absolute path (e.g. /var/lib/readyprism/backends.json)");
-    }
-    if text.ends_with('/') || path.file_name().is_none() {
-        return Err("must name a file, not a directory");
-    }
-    Ok(path)
 }
 
 #[cfg(test)]

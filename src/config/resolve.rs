@@ -18,6 +18,7 @@ use crate::backend::{BackendId, BackendSource, BackendSpec, NodeZone, Routing, Z
 use crate::pick::WhenNoneReady;
 
 mod dead_path;
+pub(super) mod files;
 mod health;
 
 // (default, maximum) of every duration. The maxima are far beyond any sensible setting and keep
@@ -147,7 +148,13 @@ impl Resolver<'_> {
         let handoff_window =
             self.duration("handoff_window", raw.handoff_window, HANDOFF_WINDOW, true)?;
         let discovery = self.discovery(raw.discovery)?;
+        let status_file_set = raw.status_file.is_some();
         let status_file = self.status_file(raw.status_file)?;
+        self.distinct_files(
+            status_file.as_deref(),
+            status_file_set,
+            discovery.cache.as_deref(),
+        )?;
         let mut routing = Routing {
             when_none_ready: raw.when_none_ready.unwrap_or(WhenNoneReady::FailOpen),
             connect_timeout,
@@ -172,29 +179,6 @@ impl Resolver<'_> {
             zone_ambiguous: None,
             status_file,
         })
-    }
-
-    /// `status_file`: [`DEFAULT_STATUS_FILE`] when absent, `""` turns it off; else an absolute
-    /// path naming a file, so its temporary file lands in a known directory.
-    fn status_file(&self, raw: Option<String>) -> Result<Option<PathBuf>, ConfigError> {
-        let text = match raw {
-            None => return Ok(Some(PathBuf::from(DEFAULT_STATUS_FILE))),
-            Some(t) if t.is_empty() => return Ok(None),
-            Some(t) => t,
-        };
-        let path = PathBuf::from(&text);
-        let why = if !path.is_absolute() {
-            "must be an absolute path (e.g. /var/lib/readyprism/status.json), or \"\" to keep none"
-        } else if text.ends_with('/') || path.file_name().is_none() {
-            "must name a file, not a directory"
-        } else {
-            return Ok(Some(path));
-        };
-        Err(self.invalid(
-            self.key("status_file"),
-            "status_file",
-            format!("{text:?} {why}"),
-        ))
     }
 
     /// A duration in `(0, max]` (`[0, max]` when `zero_ok`); `default` when absent.

@@ -44,14 +44,15 @@ fn endpoint(body: &[u8]) -> String {
         .to_string()
 }
 
-/// An HTTP answer other than 200 in words. A body that lists failing checks (`checks`, parsed from
-/// it) reads `readyz 500: etcd, etcd-readiness failed`; any other `HTTP 500: <first line>`.
+/// An HTTP answer other than 200 in words. A body that names failing checks (`checks`, parsed from
+/// it) reads `readyz 500: etcd, etcd-readiness failed`; any other `HTTP 500: <first line>` (the
+/// first `[-]` line when none of them could be named).
 /// kube-apiserver verifies client certificates after the handshake, so an expired one is not a
 /// TLS alert but a `401`: with `ours` expired, the reason says so and the failure is our
 /// certificate's.
 pub fn answer_reason(code: u16, body: &[u8], checks: &FailingChecks, ours: Option<Left>) -> Reason {
     let text = match first_line(body) {
-        _ if !checks.is_empty() => format!("{} {code}: {checks} failed", endpoint(body)),
+        _ if checks.any_named() => format!("{} {code}: {checks} failed", endpoint(body)),
         Some(line) => format!("HTTP {code}: {line}"),
         None => format!("HTTP {code}"),
     };
@@ -307,6 +308,14 @@ mod tests {
             "the endpoint as the body names it"
         );
         assert_eq!(reason_of(503, "[-]etcd failed"), "readyz 503: etcd failed");
+        assert_eq!(
+            reason_of(
+                500,
+                "[-]poststarthook/rbac/bootstrap-roles failed: reason withheld\n[-]x_y failed\n"
+            ),
+            "readyz 500: poststarthook/rbac/bootstrap-roles, 1 more failed",
+            "k8s.io/apiserver's `/` names kept; one it cannot name counted"
+        );
     }
 
     #[test]
@@ -318,10 +327,10 @@ mod tests {
         assert_eq!(
             reason_of(
                 500,
-                "[+]ping ok\n[-]poststarthook/rbac/bootstrap-roles failed: reason withheld\n"
+                "[+]ping ok\n[-]Etcd\u{1b}[31m failed: reason withheld\n"
             ),
-            "HTTP 500: [-]poststarthook/rbac/bootstrap-roles failed: reason withheld",
-            "a name our parse does not keep: the line as sent"
+            "HTTP 500: [-]Etcd\\x1b[31m failed: reason withheld",
+            "a name our parse cannot keep: the line as sent, escaped"
         );
         assert_eq!(reason_of(502, ""), "HTTP 502");
     }

@@ -85,3 +85,24 @@ fn a_file_that_is_not_a_status_document_is_never_written_over() {
         "{e}"
     );
 }
+
+#[test]
+fn only_a_real_change_is_a_change_of_content() {
+    let doc = crate::cli::status::sample();
+    let mut probed = doc.clone();
+    probed.generation += 7;
+    probed.at = Some("2030-01-01T00:00:00Z".into());
+    for b in &mut probed.backends {
+        b.last_check = Some("2030-01-01T00:00:00Z".into());
+        b.consecutive_failures += 3;
+        b.active_connections += 2;
+        b.latency_ms = Some(99.0);
+    }
+    assert_eq!(content(&probed), content(&doc), "a probe's new snapshot");
+    let mut fell = doc.clone();
+    fell.backends[1].state = crate::verdict::State::Unready;
+    assert_ne!(content(&fell), content(&doc), "a backend fell");
+    let mut reason = doc.clone();
+    reason.backends[0].last_error = Some("readyz 500: shutdown failed".into());
+    assert_ne!(content(&reason), content(&doc), "a new reason");
+}
