@@ -11,6 +11,12 @@ The rules are Talos's own, ported from its source (siderolabs/talos, identical a
 v1.14.0-rc.1; each cited where it is applied), plus stricter ones marked "stricter": Talos decodes
 the manifest and the service spec without rejecting unknown keys, so a misspelt key would be
 silently ignored on the node; here it is an error.
+
+Talos's own code (not a port) checks the manifest, the image layout, the service spec and, at
+1.13, the ExtensionServiceConfig and the extension patches too: talos/tools/machinery (machinery
+v1.13.9), run by .ci/deploy-check. The ports here stay: they cover 1.14, which that tool cannot
+build, and the exported image; the rules marked "project's rule" (depends on cri and time, the
+mounts, the version) are ours alone: Talos's Spec.Validate requires none of them.
 """
 import argparse, json, os, re, shlex, shutil, stat, subprocess, sys, tempfile
 
