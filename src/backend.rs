@@ -15,9 +15,11 @@ use tokio::sync::Notify;
 
 pub use crate::eviction::Eviction;
 pub use confirm::Confirm;
+pub use learned_window::LearnedWindow;
 pub use routing::{NodeZone, Routing, ZoneSource, DEFAULT_DEAD_PATH_TIMEOUT};
 
 mod confirm;
+mod learned_window;
 pub mod probe_counts;
 mod routing;
 
@@ -203,6 +205,8 @@ pub struct BackendLive {
     pub dial_memory: crate::dial::Memory,
     /// The table's asks for a confirm probe (another backend's connections would move here).
     pub confirm: Confirm,
+    /// Its shutdown window as its monitor learned it, which a hand-off to it fits into.
+    pub shutdown_window: LearnedWindow,
 }
 
 /// The proxy's per-backend counts: plain atomics (the relay path touches nothing else), read by

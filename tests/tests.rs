@@ -35,6 +35,7 @@ mod properties;
 mod real_apiserver;
 mod records;
 mod relay;
+mod shutdown_window;
 mod sim_shutdown;
 mod stalled_readers;
 mod status_file;

@@ -138,6 +138,11 @@ pub struct BackendStatus {
     /// Failing checks the answer listed beyond those kept; omitted when 0.
     #[serde(default, skip_serializing_if = "is_zero")]
     pub failing_checks_more: u32,
+    /// The apiserver's shutdown window in seconds as learned from its probes (its first
+    /// `[-]shutdown` answer to its first refused dial); a hand-off to it fits into 0.7 of it.
+    /// Omitted until one was learned.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub shutdown_window_s: Option<f64>,
 }
 
 fn is_zero(n: &u32) -> bool {
@@ -238,6 +243,11 @@ impl StatusDoc {
                     .last_failure
                     .as_ref()
                     .map_or(0, |f| f.checks.more()),
+                shutdown_window_s: b
+                    .live
+                    .shutdown_window
+                    .get()
+                    .map(|w| (w.as_secs_f64() * 10.0).round() / 10.0),
             })
             .collect();
         StatusDoc {

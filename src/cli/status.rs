@@ -320,6 +320,7 @@ pub(crate) fn sample() -> StatusDoc {
             consecutive_failures: u64::from(state == State::Unready) * 3,
             failing_checks: Vec::new(),
             failing_checks_more: 0,
+            shutdown_window_s: None,
         }
     };
     StatusDoc {

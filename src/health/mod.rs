@@ -8,6 +8,7 @@
 pub(crate) mod passive;
 pub(crate) mod probe;
 pub(crate) mod rise_fall;
+pub(crate) mod shutdown_window;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -26,6 +27,7 @@ use crate::verdict::{Health, State};
 use passive::Passive;
 use probe::{HttpsProbe, Inconclusive, Probe};
 use rise_fall::{Outcome, RiseFall, Step};
+use shutdown_window::{Learned, ShutdownWindow};
 
 /// What [`Monitor::heed`] saw first.
 enum Heard<T> {
@@ -83,6 +85,7 @@ impl Monitor {
         let mut short = false;
         // When the latest confirm probe was made: at most one per interval.
         let mut confirmed: Option<Instant> = None;
+        let mut shutdown = ShutdownWindow::default();
         loop {
             // Probe.
             let started = Instant::now();
@@ -118,6 +121,9 @@ impl Monitor {
                         probe.reset();
                     }
                     let step = machine.observe(&outcome);
+                    if let Some(learned) = shutdown.observe(&outcome, Instant::now()) {
+                        self.learned(learned);
+                    }
                     let step = heard.map_or(step, |h| h.then(step));
                     passive.probed(&outcome, step);
                     if !self.publish(&machine, step, started, &cancel).await {
@@ -167,6 +173,22 @@ impl Monitor {
                     Heard::Stop => return,
                 }
             }
+        }
+    }
+
+    /// Keeps what a probe taught of the apiserver's shutdown window; the first close with no
+    /// window is a WARN naming the setting to change.
+    fn learned(&self, learned: Learned) {
+        let id = &self.spec.id;
+        match learned {
+            Learned::Window(window) => {
+                self.live.shutdown_window.set(window);
+                tracing::info!(backend = %id, window = ?window, "learned the apiserver's shutdown window (first [-]shutdown to its listener's close); hand-offs to it fit into 0.7 of it");
+            }
+            Learned::NoWindow if self.live.shutdown_window.closed_without_window() == 0 => {
+                tracing::warn!(backend = %id, "the apiserver closed its listener right after passing its checks, with no [-]shutdown window: a graceful restart with kube-apiserver's --shutdown-delay-duration 0 (Talos's default) or a crash; its connections cannot be handed off. Set --shutdown-delay-duration longer than handoff_window plus health.interval (on Talos: cluster.apiServer.extraArgs shutdown-delay-duration)");
+            }
+            Learned::NoWindow => {}
         }
     }
 

@@ -89,7 +89,7 @@ type NoExemplar = prometheus_client::encoding::NoLabelSet;
 type Read = fn(&Backend) -> u64;
 
 /// The per-backend counters with only a `backend` label: name, help, and how to read it.
-const COUNTERS: [(&str, &str, Read); 5] = [
+const COUNTERS: [(&str, &str, Read); 6] = [
     (
         "connections",
         "Client connections relayed to the backend",
@@ -114,6 +114,11 @@ const COUNTERS: [(&str, &str, Read); 5] = [
         "confirm_probes",
         "Probes made at once to confirm the backend as the escape route of an unready backend's connections (at most one per probe interval)",
         |b| b.live.confirm.count(),
+    ),
+    (
+        "backend_closed_without_shutdown_window",
+        "Times the backend refused a probe's dial right after passing its checks, with no [-]shutdown answer between: a graceful restart with kube-apiserver's --shutdown-delay-duration 0, or a crash",
+        |b| b.live.shutdown_window.without_window(),
     ),
 ];
 
@@ -213,6 +218,18 @@ impl Collector for Backends {
             let mut m = encoder.encode_descriptor(name, help, None, MetricType::Counter)?;
             for b in backends {
                 ConstCounter::new(read(b)).encode(m.encode_family(&Labels { backend: id(b) })?)?;
+            }
+        }
+        let mut m = encoder.encode_descriptor(
+            "backend_shutdown_window_seconds",
+            "The backend's shutdown window as learned from its probes (first [-]shutdown answer to first refused dial); a hand-off to it fits into 0.7 of it. Absent until learned",
+            None,
+            MetricType::Gauge,
+        )?;
+        for b in backends {
+            if let Some(w) = b.live.shutdown_window.get() {
+                ConstGauge::new(w.as_secs_f64())
+                    .encode(m.encode_family(&Labels { backend: id(b) })?)?;
             }
         }
         let mut m = encoder.encode_descriptor(

@@ -292,7 +292,11 @@ impl Proxy {
         seq: u32,
         link: &Link,
     ) -> Option<CloseReason> {
-        let handoff = || self.table.load().routing.handoff_window;
+        // The setting, or less: 0.7 of the backend's learned shutdown window.
+        let handoff = || {
+            let setting = self.table.load().routing.handoff_window;
+            link.live.shutdown_window.fit(setting)
+        };
         turn::close_turn(
             &link.live.eviction,
             (why, by),

@@ -17,7 +17,7 @@ use super::kube::KubeApiserver;
 use super::peers::{lease_command, ok_requests, Logged};
 use super::{write_record, Rig, ONE_AT_A_TIME};
 use crate::support::real::real_bin;
-use crate::support::{unready_closes, wait_states};
+use crate::support::{metric, unready_closes, wait_states};
 
 /// What the client showed after the restart began.
 #[derive(Debug)]
@@ -181,10 +181,32 @@ async fn client_go_through_readyprism_when_its_apiserver_restarts() {
             .iter()
             .find(|(r, _)| *r == "handoff")
             .map_or(0, |(_, n)| *n);
-        eprintln!("{name}: client {seen:?}; readyprism closes {closes:?}");
+        // What readyprism learned of the apiserver's shutdown: a window with the delay, a close
+        // without one (counted, WARN) with none. Its next probe tells, at most an interval away.
+        let learned = || {
+            let window = app.status().backends[0].shutdown_window_s;
+            let text = app.metrics_text();
+            let labels = format!("backend=\"{local_addr}\"");
+            let without = metric(
+                &text,
+                "readyprism_backend_closed_without_shutdown_window_total",
+                &labels,
+            );
+            (window, without.unwrap_or(0.0))
+        };
+        let asked = Instant::now();
+        while learned().0.is_none()
+            && learned().1 < 1.0
+            && asked.elapsed() < Duration::from_secs(15)
+        {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        let (window, without) = learned();
+        eprintln!("{name}: client {seen:?}; readyprism closes {closes:?}; learned window {window:?}, closes without one {without}");
         record.push(serde_json::json!({
             "variant": name, "failed_requests": seen.failed, "redials": seen.redials,
             "relists": seen.relists, "moved_after_s": seen.moved_after,
+            "learned_window_s": window, "closed_without_window": without,
             "readyprism_closes": closes.iter().map(|(r, n)| serde_json::json!({"reason": r, "n": n})).collect::<Vec<_>>(),
         }));
         assert!(
@@ -195,6 +217,18 @@ async fn client_go_through_readyprism_when_its_apiserver_restarts() {
             seen.moved_after.is_some(),
             "{name}: no request succeeded on a new connection: {seen:?}"
         );
+        if flags.is_empty() {
+            assert_eq!(
+                (window, without),
+                (None, 1.0),
+                "{name}: a close without a shutdown window, counted once"
+            );
+        } else {
+            assert!(
+                window.is_some_and(|w| w > 0.0),
+                "{name}: no shutdown window learned ({without} closes without one)"
+            );
+        }
         if !flags.is_empty() {
             // With a shutdown window readyprism hands the connection off inside it, at a quiet
             // moment: the client loses nothing.

@@ -20,6 +20,7 @@ fn backend(address: &str, state: State, last_error: Option<&str>) -> BackendStat
         consecutive_failures: 0,
         failing_checks: Vec::new(),
         failing_checks_more: 0,
+        shutdown_window_s: None,
     }
 }
 

@@ -29,6 +29,7 @@ fn backend(i: usize, state: State, error: Option<&str>, source: BackendSource) -
         consecutive_failures: 0,
         failing_checks: Vec::new(),
         failing_checks_more: 0,
+        shutdown_window_s: None,
     }
 }
 
