@@ -244,7 +244,7 @@ impl Collector for Backends {
         }
         let mut m = encoder.encode_descriptor(
             "connections_closed",
-            "Connections closed because of the backend's state, by reason (turned_unready, left_none_ready, refusing, silent, removed, failback, dead_path, stalled_reader)",
+            &closed_help(),
             None,
             MetricType::Counter,
         )?;
@@ -292,6 +292,16 @@ impl Collector for Backends {
         }
         Ok(())
     }
+}
+
+/// The help of `readyprism_connections_closed_total`, its reasons listed from
+/// [`CloseReason::ALL`], so a new reason cannot be left out.
+fn closed_help() -> String {
+    let reasons: Vec<&str> = CloseReason::ALL.iter().map(|r| r.as_str()).collect();
+    format!(
+        "Connections closed because of the backend's state, by reason ({})",
+        reasons.join(", ")
+    )
 }
 
 #[cfg(test)]

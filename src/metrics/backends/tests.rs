@@ -73,3 +73,22 @@ fn a_backend_names_at_most_eight_failing_checks() {
     let metrics = Metrics::new(Box::new(move || snap.clone()));
     assert_eq!(failing_lines(&metrics.encode()).len(), 8);
 }
+
+#[test]
+fn the_close_reasons_help_and_series_name_every_reason() {
+    let snap = Arc::new(snapshot(&[]));
+    let metrics = Metrics::new(Box::new(move || snap.clone()));
+    let text = metrics.encode();
+    let help = text
+        .lines()
+        .find(|l| l.starts_with("# HELP readyprism_connections_closed_total "))
+        .expect("the help line");
+    for r in crate::eviction::CloseReason::ALL {
+        let name = r.as_str();
+        assert!(help.contains(name), "{name} missing from {help}");
+        let series = format!(
+            "readyprism_connections_closed_total{{backend=\"10.0.0.1:6443\",reason=\"{name}\"}} 0"
+        );
+        assert!(text.lines().any(|l| l == series), "no {series}");
+    }
+}
