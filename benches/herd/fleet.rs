@@ -2,7 +2,8 @@
 //! config in the run directory. readyprism runs with the default health settings; HAProxy as
 //! OpenShift's machine-config-operator runs its API load balancer (`mode tcp`, `/readyz` checks
 //! over mTLS, `inter 5s fastinter 2s fall 2 rise 3`, `on-marked-down shutdown-sessions`,
-//! `balance roundrobin`).
+//! `balance roundrobin`); KubePrism as Talos runs it (`tests/real/kubeprism`: TCP dial checks
+//! every 20 s, round robin). Which kinds a run has and where their binaries are: `lineup.rs`.
 
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
@@ -17,14 +18,29 @@ pub enum Kind {
     Readyprism,
     /// HAProxy, configured as OpenShift runs it.
     Haproxy,
+    /// Talos's KubePrism (go-loadbalancer with Talos's options), built by `tests/real/build`.
+    Kubeprism,
 }
 
 impl Kind {
-    /// Name in the output and the JSON.
+    /// Every kind, in the order of the run and of the table's columns.
+    pub const ALL: [Kind; 3] = [Kind::Readyprism, Kind::Haproxy, Kind::Kubeprism];
+
+    /// Name in `HERD_KINDS`, the output and the JSON.
     pub fn name(self) -> &'static str {
         match self {
             Kind::Readyprism => "readyprism",
             Kind::Haproxy => "haproxy",
+            Kind::Kubeprism => "kubeprism",
+        }
+    }
+
+    /// Name in the table's header and the picture's title.
+    pub fn label(self) -> &'static str {
+        match self {
+            Kind::Readyprism => "readyprism",
+            Kind::Haproxy => "HAProxy",
+            Kind::Kubeprism => "KubePrism",
         }
     }
 }
@@ -33,6 +49,8 @@ impl Kind {
 pub struct Env {
     /// The `readyprism` binary.
     pub readyprism: PathBuf,
+    /// The `kubeprism` binary; `None` when the run has no KubePrism fleet.
+    pub kubeprism: Option<PathBuf>,
     /// Cluster CA.
     pub ca: PathBuf,
     /// The kubelet's client certificate and key, one PEM.
@@ -43,9 +61,20 @@ pub struct Env {
 pub struct Balancer {
     /// Where its clients dial.
     pub addr: SocketAddr,
-    /// readyprism's admin listener.
-    admin: Option<SocketAddr>,
+    /// How it tells that it can route.
+    readiness: Readiness,
     child: Child,
+}
+
+/// How a balancer says it can route, by kind.
+enum Readiness {
+    /// readyprism: its admin `/readyz` at this address answers 200 (a backend ready).
+    AdminReadyz(SocketAddr),
+    /// HAProxy starts with its servers up: accepting is ready.
+    Accepting,
+    /// KubePrism listens from `Start`, before it is handed its endpoints: its
+    /// `{"event":"started"}` line in this log comes after.
+    StartedLine(PathBuf),
 }
 
 impl Balancer {
@@ -53,7 +82,8 @@ impl Balancer {
     pub fn start(kind: Kind, dir: &Path, apiservers: &[SocketAddr], env: &Env) -> Balancer {
         std::fs::create_dir_all(dir).expect("balancer directory");
         let listen = free_port();
-        let (mut cmd, admin) = match kind {
+        let log_path = dir.join(format!("{}.log", kind.name()));
+        let (mut cmd, readiness) = match kind {
             Kind::Readyprism => {
                 let admin = free_port();
                 let cfg = dir.join("readyprism.yaml");
@@ -61,7 +91,7 @@ impl Balancer {
                     .expect("write readyprism config");
                 let mut c = Command::new(&env.readyprism);
                 c.args(["--log-level", "info", "run", "--config"]).arg(&cfg);
-                (c, Some(admin))
+                (c, Readiness::AdminReadyz(admin))
             }
             Kind::Haproxy => {
                 let cfg = dir.join("haproxy.cfg");
@@ -69,10 +99,19 @@ impl Balancer {
                     .expect("write haproxy config");
                 let mut c = Command::new("haproxy");
                 c.args(["-db", "-f"]).arg(&cfg);
-                (c, None)
+                (c, Readiness::Accepting)
+            }
+            Kind::Kubeprism => {
+                let bin = env
+                    .kubeprism
+                    .as_ref()
+                    .expect("a KubePrism fleet only when lineup.rs found its binary");
+                let mut c = Command::new(bin);
+                c.args(kubeprism_args(listen, apiservers));
+                (c, Readiness::StartedLine(log_path.clone()))
             }
         };
-        let log = std::fs::File::create(dir.join(format!("{}.log", kind.name()))).expect("log");
+        let log = std::fs::File::create(&log_path).expect("log");
         let child = cmd
             .stdin(Stdio::null())
             .stdout(log.try_clone().expect("log fd"))
@@ -81,7 +120,7 @@ impl Balancer {
             .unwrap_or_else(|e| panic!("cannot start {}: {e}", kind.name()));
         let mut b = Balancer {
             addr: listen,
-            admin,
+            readiness,
             child,
         };
         let deadline = Instant::now() + Duration::from_secs(30);
@@ -103,11 +142,14 @@ impl Balancer {
         matches!(self.child.try_wait(), Ok(None))
     }
 
-    /// Whether it says it can route: readyprism's admin `/readyz` is 200 (a backend ready);
-    /// HAProxy starts with its servers up, so always.
+    /// Whether it says it can route (see [`Readiness`]).
     pub fn ready(&self) -> bool {
-        self.admin
-            .is_none_or(|admin| http_status(admin, "/readyz") == Some(200))
+        match &self.readiness {
+            Readiness::AdminReadyz(admin) => http_status(*admin, "/readyz") == Some(200),
+            Readiness::Accepting => true,
+            Readiness::StartedLine(log) => std::fs::read_to_string(log)
+                .is_ok_and(|text| text.contains("\"event\":\"started\"")),
+        }
     }
 }
 
@@ -169,6 +211,22 @@ fn haproxy_config(listen: SocketAddr, apiservers: &[SocketAddr], env: &Env) -> S
          frontend main\n  bind {listen}\n  default_backend masters\n\
          backend masters\n  option httpchk GET /readyz HTTP/1.0\n  balance roundrobin\n{servers}"
     )
+}
+
+/// KubePrism's command line (`tests/real/kubeprism/main.go`, every option Talos's): the
+/// apiservers in Talos's order of members, errors-only logging as Talos runs it.
+fn kubeprism_args(listen: SocketAddr, apiservers: &[SocketAddr]) -> Vec<String> {
+    let endpoints: Vec<String> = apiservers.iter().map(SocketAddr::to_string).collect();
+    vec![
+        "--listen".to_string(),
+        listen.ip().to_string(),
+        "--port".to_string(),
+        listen.port().to_string(),
+        "--endpoints".to_string(),
+        endpoints.join(","),
+        "--log-level".to_string(),
+        "error".to_string(),
+    ]
 }
 
 /// A port free right now (the balancers take their listen address from their config files).

@@ -1,5 +1,6 @@
 //! `cargo bench --bench herd`: how many connections a fleet of node-local balancers moves when the
-//! control plane blinks, readyprism against HAProxy configured as OpenShift runs it.
+//! control plane blinks, readyprism beside HAProxy configured as OpenShift runs it and Talos's
+//! KubePrism.
 //!
 //! Three in-process fake apiservers (real TLS, client certificates, each on its own loopback
 //! port), N balancer processes (one per node, `HERD_N`, default 50), 20 kept-alive kubelet-like
@@ -10,7 +11,10 @@
 //! Knobs: `HERD_N` (balancers, default 50), `HERD_SCENARIOS=blink3,blink8,drain,quorum` (a
 //! subset), `HERD_OBSERVE` (seconds watched after each fault's end, default 30),
 //! `HERD_READYPRISM=/path` (that binary instead of building `target/release/readyprism`),
-//! `HERD_ASSERT_GOALS=1` (fail unless readyprism meets its goals on every fault).
+//! `HERD_ASSERT_GOALS=1` (fail unless readyprism meets its goals on every fault),
+//! `HERD_KINDS=readyprism,haproxy,kubeprism` (a subset, each one required),
+//! `HERD_REQUIRE_KUBEPRISM=1` (fail when KubePrism is not built, rather than run without it),
+//! `HERD_KUBEPRISM=/path` (that binary instead of `tests/real/build`'s).
 //!
 //! Exits non-zero when a result is missing, a balancer died, or readyprism's clients saw what it
 //! could have avoided whatever its closing rules (`checks.rs`).
@@ -23,6 +27,7 @@ mod build;
 mod checks;
 mod clients;
 mod fleet;
+mod lineup;
 mod measure;
 mod report;
 mod scenario;
@@ -39,7 +44,7 @@ use rustls_pki_types::{CertificateDer, PrivateKeyDer};
 use serde::Serialize;
 use tokio_rustls::TlsConnector;
 
-use fleet::{Env, Kind};
+use fleet::Env;
 use measure::Outcome;
 use scenario::{Scenario, Setup, CLIENTS_PER_NODE};
 
@@ -48,6 +53,8 @@ struct Results {
     command: &'static str,
     commit: String,
     machine: BTreeMap<&'static str, String>,
+    /// The balancer kinds side by side, in the table's order.
+    kinds: Vec<&'static str>,
     nodes: usize,
     clients_per_node: usize,
     observe_s: u64,
@@ -60,9 +67,12 @@ struct Results {
 
 fn main() -> ExitCode {
     let t_run = Instant::now();
-    let Some(haproxy) = build::version("haproxy", &["-v"]) else {
-        eprintln!("herd bench: HAProxy is required (`haproxy` not on PATH; Debian: apt-get install haproxy)");
-        return ExitCode::FAILURE;
+    let lineup = match lineup::choose() {
+        Ok(l) => l,
+        Err(e) => {
+            eprintln!("herd bench: {e}");
+            return ExitCode::FAILURE;
+        }
     };
     let knob = |k: &str, default: u64| -> u64 {
         std::env::var(k)
@@ -80,7 +90,15 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    let kinds = [Kind::Readyprism, Kind::Haproxy];
+    let kinds = lineup.kinds.clone();
+    eprintln!(
+        "herd bench: side by side: {}",
+        kinds
+            .iter()
+            .map(|k| k.label())
+            .collect::<Vec<_>>()
+            .join(", ")
+    );
     let commit = commit();
     raise_fd_limit(nodes * CLIENTS_PER_NODE * 2 + nodes * 8 + 256);
 
@@ -96,6 +114,7 @@ fn main() -> ExitCode {
     let cluster = Cluster::new("herd-ca");
     let env = Env {
         readyprism,
+        kubeprism: lineup.kubeprism.as_ref().map(|k| k.bin.clone()),
         ca: run_dir.join("ca.crt"),
         client: run_dir.join("kubelet-client.pem"),
     };
@@ -129,7 +148,7 @@ fn main() -> ExitCode {
     };
     let mut outcomes = Vec::new();
     for s in &scenarios {
-        for k in kinds {
+        for &k in &kinds {
             let t = Instant::now();
             eprintln!("herd bench: {} against {} × {}", s.name(), nodes, k.name());
             let run = scenario::run(*s, k, &setup);
@@ -148,7 +167,7 @@ fn main() -> ExitCode {
         }
     }
 
-    println!("{}", report::table(&scenarios, &outcomes));
+    println!("{}", report::table(&scenarios, &kinds, &outcomes));
     let svg = out_dir.join("herd.svg");
     if let Err(e) = report::svg(&svg, &scenarios, &outcomes) {
         eprintln!("herd bench: cannot draw {}: {e}", svg.display());
@@ -162,7 +181,8 @@ fn main() -> ExitCode {
     let results = Results {
         command: "cargo bench --bench herd",
         commit,
-        machine: machine(&haproxy),
+        machine: machine(&lineup),
+        kinds: kinds.iter().map(|k| k.name()).collect(),
         nodes,
         clients_per_node: CLIENTS_PER_NODE,
         observe_s: observe.as_secs(),
@@ -273,7 +293,7 @@ fn raise_fd_limit(need: usize) {
     }
 }
 
-fn machine(haproxy: &str) -> BTreeMap<&'static str, String> {
+fn machine(lineup: &lineup::Lineup) -> BTreeMap<&'static str, String> {
     let read = |p: &str| std::fs::read_to_string(p).unwrap_or_default();
     let cpu = read("/proc/cpuinfo")
         .lines()
@@ -283,7 +303,7 @@ fn machine(haproxy: &str) -> BTreeMap<&'static str, String> {
         })
         .unwrap_or_default();
     let cores = std::thread::available_parallelism().map_or(0, |n| n.get());
-    BTreeMap::from([
+    let mut m = BTreeMap::from([
         ("cpu", cpu),
         ("cores", cores.to_string()),
         (
@@ -291,6 +311,12 @@ fn machine(haproxy: &str) -> BTreeMap<&'static str, String> {
             read("/proc/sys/kernel/osrelease").trim().to_string(),
         ),
         ("loadavg_at_end", read("/proc/loadavg").trim().to_string()),
-        ("haproxy", haproxy.to_string()),
-    ])
+    ]);
+    if let Some(v) = &lineup.haproxy {
+        m.insert("haproxy", v.clone());
+    }
+    if let Some(k) = &lineup.kubeprism {
+        m.insert("kubeprism", k.version.clone());
+    }
+    m
 }

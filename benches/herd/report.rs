@@ -1,5 +1,6 @@
-//! The printed table (readyprism against HAProxy, with ratios), `results.json`, and the picture:
-//! new client connections per 100 ms over time, one panel per scenario, both balancers.
+//! The printed table (readyprism beside HAProxy and KubePrism, with its ratios to each),
+//! `results.json`, and the picture: new client connections per 100 ms over time, one panel per
+//! scenario, a line per balancer kind.
 
 use std::path::Path;
 
@@ -10,94 +11,107 @@ use crate::fleet::Kind;
 use crate::measure::{Outcome, BUCKET_S};
 use crate::scenario::Scenario;
 
-/// The table, markdown, one block of rows per scenario.
-pub fn table(scenarios: &[Scenario], outcomes: &[Outcome]) -> String {
-    let mut out = String::from(
-        "| scenario | measure | readyprism | HAProxy | ratio |\n|---|---|---|---|---|\n",
-    );
+/// The table, markdown, one block of rows per scenario: a column per kind in `kinds` (readyprism
+/// first), then readyprism's ratio to each of the others.
+pub fn table(scenarios: &[Scenario], kinds: &[Kind], outcomes: &[Outcome]) -> String {
+    let others: Vec<Kind> = kinds
+        .iter()
+        .copied()
+        .filter(|k| *k != Kind::Readyprism)
+        .collect();
+    let mut out = String::from("| scenario | measure |");
+    for k in kinds {
+        out.push_str(&format!(" {} |", k.label()));
+    }
+    for k in &others {
+        out.push_str(&format!(" ratio to {} |", k.label()));
+    }
+    out.push_str(&format!(
+        "\n|{}\n",
+        "---|".repeat(2 + kinds.len() + others.len())
+    ));
     for s in scenarios {
-        let (Some(r), Some(h)) = (
-            find(outcomes, *s, Kind::Readyprism),
-            find(outcomes, *s, Kind::Haproxy),
-        ) else {
+        let Some(per_kind) = kinds
+            .iter()
+            .map(|k| find(outcomes, *s, *k))
+            .collect::<Option<Vec<&Outcome>>>()
+        else {
             continue;
         };
-        let mut row = |measure: &str, a: Option<f64>, b: Option<f64>| {
-            let fmt = |v: Option<f64>| v.map_or("–".to_string(), trim);
-            let ratio = match (a, b) {
-                (Some(a), Some(b)) if b > 0.0 => format!("{:.2}", a / b),
-                _ => "–".to_string(),
-            };
-            out.push_str(&format!(
-                "| {} | {measure} | {} | {} | {ratio} |\n",
-                s.name(),
-                fmt(a),
-                fmt(b)
-            ));
-        };
-        let n = |v: usize| Some(v as f64);
-        row(
-            "connections closed by the balancer",
-            n(r.closed_by_balancer),
-            n(h.closed_by_balancer),
-        );
-        row(
-            "client errors (requests cut + dials failed)",
-            n(r.client_errors),
-            n(h.client_errors),
-        );
-        row("dials failed", n(r.dials_failed), n(h.dials_failed));
-        row(
-            "new client TLS connections after the fault",
-            n(r.new_connections),
-            n(h.new_connections),
-        );
-        row(
-            "peak new connections per 100 ms",
-            n(r.peak_per_100ms),
-            n(h.peak_per_100ms),
-        );
-        row(
-            "peak new connections per 1 s",
-            n(r.peak_per_s),
-            n(h.peak_per_s),
-        );
-        row(
-            "apiserver TLS handshakes after the fault (clients + probes)",
-            Some(r.apiserver_handshakes as f64),
-            Some(h.apiserver_handshakes as f64),
-        );
-        if s.has_victim() {
-            row(
-                "connections on the victim at the fault",
-                r.to_move.map(|v| v as f64),
-                h.to_move.map(|v| v as f64),
-            );
-            row(
-                "seconds until no connection is on the victim",
-                r.all_off_victim_s,
-                h.all_off_victim_s,
-            );
+        for (measure, value) in rows(*s) {
+            let values: Vec<Option<f64>> = per_kind.iter().map(|o| value(o)).collect();
+            let ours = kinds
+                .iter()
+                .position(|k| *k == Kind::Readyprism)
+                .and_then(|i| values[i]);
+            out.push_str(&format!("| {} | {measure} |", s.name()));
+            for v in &values {
+                out.push_str(&format!(" {} |", v.map_or("–".to_string(), trim)));
+            }
+            for (k, v) in kinds.iter().zip(&values) {
+                if *k == Kind::Readyprism {
+                    continue;
+                }
+                let ratio = match (ours, v) {
+                    (Some(a), Some(b)) if *b > 0.0 => format!("{:.2}", a / b),
+                    _ => "–".to_string(),
+                };
+                out.push_str(&format!(" {ratio} |"));
+            }
+            out.push('\n');
         }
-        if *s == Scenario::Drain {
-            row(
-                "connections on the draining apiserver at its listener close",
-                r.on_victim_at_close.map(|v| v as f64),
-                h.on_victim_at_close.map(|v| v as f64),
-            );
-            row(
-                "2 × moved / 5 s (the goal's bound on peak per 1 s)",
-                r.spread_bound_per_s,
-                h.spread_bound_per_s,
-            );
-        }
-        row(
-            "clients connected at the end",
-            n(r.connected_at_end),
-            n(h.connected_at_end),
-        );
     }
     out
+}
+
+/// One measure of the table: its words and how it is read from an outcome.
+type Row = (&'static str, fn(&Outcome) -> Option<f64>);
+
+/// The measures of scenario `s`, in the table's order.
+fn rows(s: Scenario) -> Vec<Row> {
+    let mut rows: Vec<Row> = vec![
+        ("connections closed by the balancer", |o| {
+            Some(o.closed_by_balancer as f64)
+        }),
+        ("client errors (requests cut + dials failed)", |o| {
+            Some(o.client_errors as f64)
+        }),
+        ("dials failed", |o| Some(o.dials_failed as f64)),
+        ("new client TLS connections after the fault", |o| {
+            Some(o.new_connections as f64)
+        }),
+        ("peak new connections per 100 ms", |o| {
+            Some(o.peak_per_100ms as f64)
+        }),
+        ("peak new connections per 1 s", |o| {
+            Some(o.peak_per_s as f64)
+        }),
+        (
+            "apiserver TLS handshakes after the fault (clients + probes)",
+            |o| Some(o.apiserver_handshakes as f64),
+        ),
+    ];
+    if s.has_victim() {
+        rows.push(("connections on the victim at the fault", |o| {
+            o.to_move.map(|v| v as f64)
+        }));
+        rows.push(("seconds until no connection is on the victim", |o| {
+            o.all_off_victim_s
+        }));
+    }
+    if s == Scenario::Drain {
+        rows.push((
+            "connections on the draining apiserver at its listener close",
+            |o| o.on_victim_at_close.map(|v| v as f64),
+        ));
+        rows.push(("2 × moved / 5 s (the goal's bound on peak per 1 s)", |o| {
+            o.spread_bound_per_s
+        }));
+    }
+    rows.push(("clients connected at the end", |o| {
+        Some(o.connected_at_end as f64)
+    }));
+    rows
 }
 
 /// An integer as such, anything else with one decimal.
@@ -115,7 +129,7 @@ pub fn write_json(path: &Path, value: &impl Serialize) -> Result<(), String> {
     std::fs::write(path, text).map_err(|e| e.to_string())
 }
 
-/// One panel per scenario: new client connections per 100 ms after the fault, both balancers.
+/// One panel per scenario: new client connections per 100 ms after the fault, a line per kind.
 pub fn svg(path: &Path, scenarios: &[Scenario], outcomes: &[Outcome]) -> Result<(), String> {
     use plotters::prelude::*;
     let rows = scenarios.len().max(1);
@@ -125,6 +139,7 @@ pub fn svg(path: &Path, scenarios: &[Scenario], outcomes: &[Outcome]) -> Result<
     let colours = [
         (Kind::Readyprism, RGBColor(200, 40, 40)),
         (Kind::Haproxy, RGBColor(30, 90, 200)),
+        (Kind::Kubeprism, RGBColor(30, 150, 60)),
     ];
     for (s, panel) in scenarios.iter().zip(panels.iter()) {
         let series: Vec<(Kind, RGBColor, &Outcome)> = colours
@@ -177,7 +192,7 @@ pub fn svg(path: &Path, scenarios: &[Scenario], outcomes: &[Outcome]) -> Result<
                 .collect();
             let label = format!(
                 "{}: {} new, {} closed by it, {} client errors",
-                kind.name(),
+                kind.label(),
                 o.new_connections,
                 o.closed_by_balancer,
                 o.client_errors
