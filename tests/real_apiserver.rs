@@ -152,6 +152,28 @@ impl Rig {
         }
     }
 
+    /// A balancer (zone dc-a) running in this process in front of `backends` (address,
+    /// zone), with the rig's CA and the kubelet's certificate and `extra` config, its backends
+    /// ready.
+    async fn balancer(&self, backends: &[(SocketAddr, &str)], extra: &str) -> readyprism::app::App {
+        let pem = self.dir.path().join("kubelet.pem");
+        std::fs::write(&pem, self.cluster.client.combined_pem()).expect("kubelet pem");
+        let mut yaml = format!(
+            "listen: [\"127.0.0.1:0\"]\nadmin: \"127.0.0.1:0\"\nzone: dc-a\nstatus_file: \"\"\ntls:\n  ca: {}\n  client_cert: {}\nbackends:\n",
+            self.files.client_ca,
+            pem.display()
+        );
+        for (addr, zone) in backends {
+            yaml.push_str(&format!("  - {{ address: \"{addr}\", zone: {zone} }}\n"));
+        }
+        yaml.push_str(extra);
+        let config = readyprism::config::Config::parse(&yaml, "real.yaml").expect("config");
+        let app = readyprism::app::App::start(config).await.expect("start");
+        let ready = vec![readyprism::verdict::State::Ready; backends.len()];
+        crate::support::wait_states(&app, &ready).await;
+        app
+    }
+
     fn probers(&self, t0: Instant, every: Duration, deadline: Duration) -> (Prober, Prober) {
         let p = |addr| Prober::start(self.cluster.clone(), addr, "/readyz", t0, (every, deadline));
         (p(self.real_addr), p(self.sim_addr))

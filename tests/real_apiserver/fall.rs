@@ -10,12 +10,10 @@
 use std::time::Duration;
 
 use readyprism::app::App;
-use readyprism::config::Config;
 use readyprism::verdict::State;
 use tokio::time::Instant;
 
 use super::{write_record, Rig, ONE_AT_A_TIME};
-use crate::support::wait_states;
 
 /// The settings compared: the defaults; a timeout over the real answer time; the `etcd` check
 /// excluded (its twin `etcd-readiness` still reads etcd), which halves the answer time.
@@ -63,20 +61,14 @@ async fn the_balancer_finds_a_real_apiserver_without_quorum_unready() {
         .unwrap_or(1);
     let all = std::env::var("READYPRISM_REAL_FALL_ALL").as_deref() == Ok("1");
     let (_real, _sim) = rig.pair("fall", &[], &[]).await;
-    let client = rig.dir.path().join("kubelet.pem");
-    std::fs::write(&client, rig.cluster.client.combined_pem()).expect("client pem");
     let mut record = Vec::new();
     for (name, health) in SETTINGS.iter().take(if all { SETTINGS.len() } else { 1 }) {
-        let yaml = format!(
-            "listen: [\"127.0.0.1:0\"]\nadmin: \"127.0.0.1:0\"\nzone: dc-a\nstatus_file: \"\"\ntls:\n  ca: {}\n  client_cert: {}\nbackends:\n  - {{ address: \"{}\", zone: dc-a }}\nhealth: {{ {health} }}\n",
-            rig.files.client_ca,
-            client.display(),
-            rig.real_addr
-        );
-        let app = App::start(Config::parse(&yaml, "fall.yaml").expect("config"))
-            .await
-            .expect("start");
-        wait_states(&app, &[State::Ready]).await;
+        let app = rig
+            .balancer(
+                &[(rig.real_addr, "dc-a")],
+                &format!("health: {{ {health} }}\n"),
+            )
+            .await;
         let mut falls = Vec::new();
         for cycle in 0..cycles {
             // A different point of the 5 s probe cycle each time.

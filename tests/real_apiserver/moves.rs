@@ -8,16 +8,13 @@
 
 use std::time::Duration;
 
-use readyprism::app::App;
-use readyprism::config::Config;
-use readyprism::verdict::State;
 use tokio::time::Instant;
 
 use super::kube::KubeApiserver;
 use super::peers::{lease_command, ok_requests, Logged};
 use super::{write_record, Rig, ONE_AT_A_TIME};
 use crate::support::real::real_bin;
-use crate::support::{metric, unready_closes, wait_states};
+use crate::support::{metric, unready_closes};
 
 /// What the client showed after the restart began.
 #[derive(Debug)]
@@ -91,8 +88,6 @@ async fn client_go_through_readyprism_when_its_apiserver_restarts() {
     let Some(lease) = real_bin("lease-client", "lease-client", what) else {
         return;
     };
-    let pem = rig.dir.path().join("kubelet.pem");
-    std::fs::write(&pem, rig.cluster.client.combined_pem()).expect("pem");
     let variants: [(&str, &[&str]); 2] = [
         ("no shutdown delay (Talos's default)", &[]),
         (
@@ -122,17 +117,8 @@ async fn client_go_through_readyprism_when_its_apiserver_restarts() {
                 .await;
             settled.unwrap_or_else(|e| panic!("{e}; its log:\n{}", k.tail(30)));
         }
-        let yaml = format!(
-            "listen: [\"127.0.0.1:0\"]\nadmin: \"127.0.0.1:0\"\nzone: dc-a\nstatus_file: \"\"\ntls:\n  ca: {}\n  client_cert: {}\nbackends:\n  - {{ address: \"{}\", zone: dc-a }}\n  - {{ address: \"{}\", zone: dc-b }}\n",
-            rig.files.client_ca,
-            pem.display(),
-            rig.real_addr,
-            rig.second_addr
-        );
-        let app = App::start(Config::parse(&yaml, "moves.yaml").expect("config"))
-            .await
-            .expect("start");
-        wait_states(&app, &[State::Ready, State::Ready]).await;
+        let backends = [(rig.real_addr, "dc-a"), (rig.second_addr, "dc-b")];
+        let app = rig.balancer(&backends, "").await;
         let mut cmd = lease_command(&rig, &lease, app.listen_addrs()[0], "test-node");
         cmd.args(["--get-interval", "1s"]);
         let client = Logged::spawn(cmd, &dir.join(format!("lease-client-moves-{i}.log")));

@@ -12,14 +12,10 @@ use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use readyprism::app::App;
-use readyprism::config::Config;
-use readyprism::verdict::State;
 use tokio::time::Instant;
 
 use super::{Rig, ONE_AT_A_TIME};
 use crate::support::real::real_bin;
-use crate::support::wait_states;
 
 /// A child whose stdout JSON lines are collected; killed on drop.
 pub(super) struct Logged {
@@ -161,18 +157,7 @@ async fn the_kubelets_lease_client_renews_through_readyprism_and_through_kubepri
     let (_real, _sim) = rig.pair("peers", &[], &[]).await;
 
     // Through readyprism, in front of the real apiserver alone.
-    let pem = rig.dir.path().join("kubelet.pem");
-    std::fs::write(&pem, rig.cluster.client.combined_pem()).expect("pem");
-    let yaml = format!(
-        "listen: [\"127.0.0.1:0\"]\nadmin: \"127.0.0.1:0\"\nzone: dc-a\nstatus_file: \"\"\ntls:\n  ca: {}\n  client_cert: {}\nbackends:\n  - {{ address: \"{}\", zone: dc-a }}\n",
-        rig.files.client_ca,
-        pem.display(),
-        rig.real_addr
-    );
-    let app = App::start(Config::parse(&yaml, "peers.yaml").expect("config"))
-        .await
-        .expect("start");
-    wait_states(&app, &[State::Ready]).await;
+    let app = rig.balancer(&[(rig.real_addr, "dc-a")], "").await;
     let listen = app.listen_addrs()[0];
     let lines = renewals(&rig, &lease, listen, "test-node", "readyprism").await;
     check_kubelet_like("through readyprism", &lines);
