@@ -23,7 +23,7 @@ import argparse, json, os, re, shlex, shutil, stat, subprocess, sys, tempfile
 import yaml
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from validate import ROOT, SCHEMAS, kinds, load_docs, schema_errors  # noqa: E402
+from validate import ROOT, SCHEMAS, kinds, load_docs, merged, schema_errors  # noqa: E402
 
 EXT = os.path.join(ROOT, "talos", "extension")
 NAME = "readyprism"
@@ -264,7 +264,7 @@ def check_sources(binary):
                 if doc.get("$patch") == "delete":
                     continue
                 definition = by_kind.get(doc.get("kind")) if "kind" in doc else "v1alpha1.Config"
-                errs += [f"{rel} ({schema_file}): {e}" for e in schema_errors(schema, definition, doc)]
+                errs += [f"{rel} ({schema_file}): {e}" for e in schema_errors(schema, definition, merged(doc))]
             errs += role_errors(rel, load_docs(os.path.join(EXT, rel)), version, role)
         print(f"ok   ExtensionServiceConfig and the {version} patches checked against {schema_file}")
     errs += esc_errors(esc, "extension-service-config.yaml")

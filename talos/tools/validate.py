@@ -39,6 +39,11 @@
 7. No 1.14-form patch (here or in talos/extension/v1.14/) carries `.machine.install`.
 8. The recovery patches (talos/recovery/) turn KubePrism back on and, on workers, set the real
    cluster endpoint.
+9. Every control-plane patch sets kube-apiserver's `shutdown-delay-duration` longer than the
+   embedded config's handoff_window + health.interval (+10 %) + health.timeout, in the place its
+   config form takes it (validate_handoff.py); no worker patch sets it.
+10. The 1.14 schema names the install document as Talos decodes it (`UnattendedInstallConfig`,
+   talos/schema/README.md), and a document as `talosctl gen config` writes it validates.
 
 Check 3's pod rules live in validate_pods.py, checks 7 and 8 in validate_install.py; fail(), ok() and the failure list in
 validate_findings.py (siblings: run by path, this file's directory is on sys.path).
@@ -49,6 +54,7 @@ import jsonschema
 import yaml
 
 from validate_findings import failures, fail, ok
+from validate_handoff import check_shutdown_delay
 from validate_install import check_install_forms, check_recovery
 from validate_pods import CACHE_DIR, check_pod, normalized
 
@@ -65,6 +71,13 @@ EXTRA_PATCHES = {
     "v1.13": ["recovery/v1.13/worker", "recovery/v1.13/controlplane"],
     "v1.14": ["v1.14/selinux-ca", "recovery/v1.14/worker", "recovery/v1.14/controlplane"],
 }
+# Patch documents of a kind `talosctl gen config` already writes are merged into that document
+# (pkg/machinery/config/configpatcher/strategic.go:27,52-57, v1.14.0-rc.1): what the schema
+# requires and the patch leaves to the base comes from it. So such a patch document is checked
+# merged onto a stand-in of the generated one (pkg/machinery/config/generate/kubernetes.go:98-99,
+# v1.14.0-rc.1: image registry.k8s.io/kube-apiserver:v<Kubernetes version>).
+GENERATED_BASE = {"KubeAPIServerConfig": {"apiVersion": "v1alpha1", "kind": "KubeAPIServerConfig",
+                                          "image": "registry.k8s.io/kube-apiserver:v1.37.0"}}
 NODE_CA, SELINUX_CA = "/etc/kubernetes/pki/ca.crt", "/etc/readyprism/ca.crt"
 # The per-zone marker of the old layout, spelled in two parts so this file does not carry it.
 ZONE_MARKER = "readyprism-" + "node-zone"
@@ -99,6 +112,17 @@ def kinds(schema):
         enum = d.get("properties", {}).get("kind", {}).get("enum")
         if enum and len(enum) == 1:
             out[enum[0]] = name
+    return out
+
+
+def merged(doc):
+    """doc merged onto the generated document of its kind (GENERATED_BASE), maps key by key."""
+    base = GENERATED_BASE.get(doc.get("kind"))
+    if base is None:
+        return doc
+    out = copy.deepcopy(base)
+    for k, v in doc.items():
+        out[k] = {**out[k], **v} if isinstance(v, dict) and isinstance(out.get(k), dict) else v
     return out
 
 
@@ -137,11 +161,12 @@ def check_patch_schemas():
                 if definition is None:
                     fail(where, f"kind {doc['kind']!r} is not in the {version} schema")
                     continue
-                errs = schema_errors(schema, definition, doc)
+                errs = schema_errors(schema, definition, merged(doc))
+                onto = " (merged onto gen config's document)" if doc.get("kind") in GENERATED_BASE else ""
                 for e in errs:
-                    fail(where, f"{schema_file} #/$defs/{definition}: {e}")
+                    fail(where, f"{schema_file} #/$defs/{definition}{onto}: {e}")
                 if not errs:
-                    ok(where, f"valid against {schema_file} #/$defs/{definition}")
+                    ok(where, f"valid against {schema_file} #/$defs/{definition}{onto}")
     # The 1.14 schema must reject the legacy fields this project relies on for <= 1.13.
     schema14 = json.load(open(os.path.join(TALOS, "schema", SCHEMAS["v1.14"])))
     legacy = patches["talos/v1.13/worker.yaml"][0]
@@ -149,7 +174,26 @@ def check_patch_schemas():
         ok("talos/v1.13/worker.yaml", "rejected by the 1.14 schema, as expected (deprecated fields)")
     else:
         fail("talos/v1.13/worker.yaml", "the 1.14 schema accepts it: wrong schema files?")
+    check_install_kind(schema14)
     return patches, every
+
+
+def check_install_kind(schema14):
+    """Talos decodes the install document as `UnattendedInstallConfig`
+    (pkg/machinery/config/types/runtime/unattended_install.go:24,27, v1.14.0-rc.1); the schema it
+    ships at v1.14.0-rc.1 names it `UnattendedInstall` (the type's `schemaMeta`, :50), and our copy
+    is corrected (talos/schema/README.md). A fresh copy of the upstream file fails here."""
+    by_kind = kinds(schema14)
+    where = f"talos/schema/{SCHEMAS['v1.14']}"
+    doc = {"apiVersion": "v1alpha1", "kind": "UnattendedInstallConfig",
+           "installer": {"image": "registry.example.com/talos-installer:v1.14.0"}}
+    if "UnattendedInstall" in by_kind or "UnattendedInstallConfig" not in by_kind:
+        fail(where, "names the install document `UnattendedInstall`; Talos decodes only "
+             "`UnattendedInstallConfig` (talos/schema/README.md)")
+    elif schema_errors(schema14, by_kind["UnattendedInstallConfig"], doc):
+        fail(where, "rejects an UnattendedInstallConfig as `talosctl gen config` writes it")
+    else:
+        ok(where, "names the install document UnattendedInstallConfig, as Talos decodes it")
 
 
 def check_patch_roles(patches):
@@ -170,16 +214,21 @@ def check_patch_roles(patches):
         endpoints = [d.get("endpoint") for d in docs if d.get("kind") == "KubeClusterConfig"]
         if endpoints != ([lb] if role == "worker" else []):
             fail(rel, f"KubeClusterConfig endpoints {endpoints}: one, {lb}, on workers only")
-    w13, c13 = copy.deepcopy(patches["talos/v1.13/worker.yaml"]), patches["talos/v1.13/controlplane.yaml"]
+    # Beyond the endpoint, the control-plane patches add kube-apiserver's shutdown delay
+    # (validate_handoff.py): cluster.apiServer (1.13 form), a KubeAPIServerConfig (1.14 form).
+    w13, c13 = copy.deepcopy(patches["talos/v1.13/worker.yaml"]), copy.deepcopy(patches["talos/v1.13/controlplane.yaml"])
     w13[0].pop("cluster", None)
+    c13[0].pop("cluster", None)
     w14 = [d for d in patches["talos/v1.14/worker.yaml"] if d.get("kind") != "KubeClusterConfig"]
-    same13, same14 = w13 == c13, w14 == patches["talos/v1.14/controlplane.yaml"]
+    c14 = [d for d in patches["talos/v1.14/controlplane.yaml"] if d.get("kind") != "KubeAPIServerConfig"]
+    same13, same14 = w13 == c13, w14 == c14
     for v, same in (("v1.13", same13), ("v1.14", same14)):
         if not same:
-            fail(f"talos/{v}", "worker and control-plane patches differ beyond the cluster endpoint")
+            fail(f"talos/{v}", "worker and control-plane patches differ beyond the cluster endpoint "
+                 "and the apiserver's shutdown delay")
     if same13 and same14:
-        ok("talos/v1.1[34]", "KubePrism off in all four; worker = control plane + endpoint 127.0.0.1:7445 "
-           "(README's two-step 1.14 rollout relies on it)")
+        ok("talos/v1.1[34]", "KubePrism off in all four; worker + apiserver shutdown delay = control "
+           "plane + endpoint 127.0.0.1:7445")
 
 
 def embedded(rel, docs):
@@ -481,6 +530,7 @@ def main():
     check_patch_roles(patches)
     check_install_forms(every, ROOT)
     check_recovery(every)
+    check_shutdown_delay(ROOT, embedded("talos/v1.14/controlplane.yaml", patches["talos/v1.14/controlplane.yaml"])[0] or "")
     with tempfile.TemporaryDirectory() as tmp:
         stand = standins(tmp)
         resolved, pods = {}, {}
