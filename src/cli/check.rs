@@ -7,6 +7,7 @@
 //! path unfit (`atomic_write::preflight`) or the budget's arithmetic (`budget`).
 
 pub mod budget;
+pub mod handoff;
 
 use std::time::Duration;
 
@@ -60,6 +61,7 @@ pub fn check(source: &Source, node: Node, node_grace: Duration) -> Result<Checke
     let budget = Budget::of(&config.health, &config.routing);
     let mut report = config.to_yaml()?;
     report.push_str(&budget.render(node_grace));
+    report.push_str(&handoff::render(&config.health, &config.routing));
     if here {
         let zone = match (config.routing.zone.clone(), &config.zone_ambiguous) {
             (Some(z), _) => format!("{} (from {})", z.name, z.source),
@@ -79,6 +81,7 @@ pub fn check(source: &Source, node: Node, node_grace: Duration) -> Result<Checke
         warnings.extend(cache_warning(source, &config));
         warnings.extend(status_file_warning(source, &config));
     }
+    warnings.extend(handoff::warning(&config.health, &config.routing));
     if budget.over_half_of(node_grace) {
         warnings.push(budget.warning(node_grace));
     }
