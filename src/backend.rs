@@ -307,6 +307,7 @@ impl Snapshot {
             .map(|b| Candidate {
                 state: b.health.state,
                 answering: b.health.answering(),
+                reached: b.health.reached(),
                 local: zone.is_some() && b.spec.zone.as_deref() == zone,
                 latency: b.health.latency,
                 active: b.live.active.load(Ordering::Relaxed),

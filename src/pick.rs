@@ -34,6 +34,9 @@ pub struct Candidate {
     pub state: State,
     /// Its latest check got an HTTP answer (alive, maybe not ready): failing open prefers it.
     pub answering: bool,
+    /// Its latest check's dial connected, answered or not: failing open prefers it to one whose
+    /// dials fail (refused, unanswered).
+    pub reached: bool,
     /// In the node's own zone.
     pub local: bool,
     /// Smoothed `/readyz` latency, if measured.
@@ -78,7 +81,7 @@ impl Pick {
 /// use readyprism::pick::{pick, Candidate, Pick, WhenNoneReady};
 ///
 /// let ms = |n| Some(Duration::from_millis(n));
-/// let c = |state, local, latency| Candidate { state, answering: true, local, latency, active: 0 };
+/// let c = |state, local, latency| Candidate { state, answering: true, reached: true, local, latency, active: 0 };
 /// let local_no_quorum = c(State::Unready, true, ms(0));
 /// let remote_near = c(State::Ready, false, ms(23));
 /// let remote_far = c(State::Ready, false, ms(43));
@@ -108,7 +111,7 @@ pub fn pick(cands: &[Candidate], when_none_ready: WhenNoneReady, rr: usize) -> P
 /// use readyprism::verdict::State;
 /// use readyprism::pick::{fallback, Candidate, WhenNoneReady};
 ///
-/// let c = |state, answering| Candidate { state, answering, local: false, latency: None, active: 0 };
+/// let c = |state, answering| Candidate { state, answering, reached: answering, local: false, latency: None, active: 0 };
 /// let cands = [c(State::Ready, true), c(State::Unready, false), c(State::Unready, true)];
 /// assert_eq!(fallback(&cands, WhenNoneReady::FailOpen, 0), vec![2, 1]);
 /// assert!(fallback(&cands, WhenNoneReady::Refuse, 0).is_empty());
@@ -155,7 +158,7 @@ impl Order {
     /// use readyprism::verdict::State;
     /// use readyprism::pick::{Candidate, Order, WhenNoneReady};
     ///
-    /// let c = |state| Candidate { state, answering: true, local: false, latency: None, active: 0 };
+    /// let c = |state| Candidate { state, answering: true, reached: true, local: false, latency: None, active: 0 };
     /// let some_ready = Order::new(vec![c(State::Ready), c(State::Unready)], WhenNoneReady::FailOpen, 0);
     /// assert_eq!(some_ready.fallback(), vec![1]);
     /// let none_ready = Order::new(vec![c(State::Unready)], WhenNoneReady::FailOpen, 0);
@@ -171,7 +174,8 @@ impl Order {
 }
 
 /// The backends that are not ready: unchecked first, then (failing open) the answering failing
-/// ones, then the silent ones; each part by zone and latency.
+/// ones, then the silent ones that take connections, then those that take none; each part by
+/// zone and latency.
 fn not_ready(cands: &[Candidate], when_none_ready: WhenNoneReady, rr: usize) -> Vec<usize> {
     let with = |keep: &dyn Fn(&Candidate) -> bool| -> Vec<usize> {
         (0..cands.len()).filter(|&i| keep(&cands[i])).collect()
@@ -179,9 +183,11 @@ fn not_ready(cands: &[Candidate], when_none_ready: WhenNoneReady, rr: usize) -> 
     let mut out = order(cands, with(&|c| c.state == State::Unknown), rr);
     if when_none_ready == WhenNoneReady::FailOpen {
         let answering = with(&|c| c.state == State::Unready && c.answering);
-        let silent = with(&|c| c.state == State::Unready && !c.answering);
+        let reached = with(&|c| c.state == State::Unready && !c.answering && c.reached);
+        let unreached = with(&|c| c.state == State::Unready && !c.answering && !c.reached);
         out.extend(order(cands, answering, rr));
-        out.extend(order(cands, silent, rr));
+        out.extend(order(cands, reached, rr));
+        out.extend(order(cands, unreached, rr));
     }
     out
 }
@@ -243,6 +249,7 @@ mod tests {
         Candidate {
             state: if ready { State::Ready } else { State::Unready },
             answering: true,
+            reached: true,
             local,
             latency: ms.map(Duration::from_millis),
             active,
@@ -320,6 +327,22 @@ mod tests {
                 ],
                 FailOpen,
                 Pick::NoneReady(vec![2, 1, 0]),
+            ),
+            (
+                "failing open: silent backends that take connections before those that take none",
+                vec![
+                    Candidate {
+                        answering: false,
+                        reached: false,
+                        ..c(false, false, Some(23), 0)
+                    },
+                    Candidate {
+                        answering: false,
+                        ..c(false, false, Some(43), 0)
+                    },
+                ],
+                FailOpen,
+                Pick::NoneReady(vec![1, 0]),
             ),
             (
                 "failing open: answering backends before silent ones, zone and latency aside",

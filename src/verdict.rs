@@ -73,6 +73,11 @@ pub struct CheckFailure {
     pub answered: bool,
     /// The checks the answer named as failing (`[-]etcd failed`); none without an answer.
     pub checks: FailingChecks,
+    /// The check's dial connected: a failure after that (TLS, no answer in time, an answer).
+    /// False for refused or unanswered dials. Failing open prefers a backend that accepts
+    /// connections but answers too late (a real kube-apiserver without etcd quorum answers
+    /// `/readyz` after about 4 s, over the 3 s probe timeout) to one that takes none.
+    pub reached: bool,
 }
 
 impl Health {
@@ -95,6 +100,16 @@ impl Health {
         self.last_failure
             .as_ref()
             .is_some_and(|f| f.checks.only_shutdown())
+    }
+
+    /// The most recent check's dial connected, whether an answer came or not. False before any
+    /// check.
+    pub fn reached(&self) -> bool {
+        self.state != State::Unknown
+            && self
+                .last_failure
+                .as_ref()
+                .is_none_or(|f| f.answered || f.reached)
     }
 
     /// The most recent check got an HTTP answer, whatever its status: the apiserver is alive even

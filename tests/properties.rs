@@ -17,12 +17,15 @@ fn candidate() -> impl Strategy<Value = Candidate> {
         ],
         any::<bool>(),
         any::<bool>(),
+        any::<bool>(),
         proptest::option::of(0u64..200_000),
         0usize..50,
     )
-        .prop_map(|(state, answering, local, us, active)| Candidate {
+        .prop_map(|(state, answering, reached, local, us, active)| Candidate {
             state,
             answering,
+            // An answer came over a connection that was made.
+            reached: reached || answering,
             local,
             latency: us.map(Duration::from_micros),
             active,

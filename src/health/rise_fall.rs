@@ -169,11 +169,13 @@ impl RiseFall {
                 reason,
                 latency,
                 checks,
+                unreached,
                 ..
             } => Some(CheckFailure {
                 reason: reason.clone(),
                 answered: latency.is_some(),
                 checks: checks.clone(),
+                reached: !unreached,
             }),
         };
         let pass = outcome.passed();

@@ -159,6 +159,7 @@ mod tests {
                 reason: r.into(),
                 answered: true,
                 checks: crate::verdict::FailingChecks::none(),
+                reached: true,
             }),
             ..Health::UNKNOWN
         }

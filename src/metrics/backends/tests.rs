@@ -15,6 +15,7 @@ fn snapshot(checks: &[&str]) -> Snapshot {
         reason: "readyz 500: …".into(),
         answered: true,
         checks: FailingChecks::of(checks),
+        reached: true,
     });
     let backend = Backend {
         live: Arc::new(BackendLive::default()),
