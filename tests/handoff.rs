@@ -85,6 +85,12 @@ impl Drain {
         self.a.control.readyz_answer.store(Some(Arc::new(answer)));
     }
 
+    /// `b` starts its graceful shutdown too.
+    fn drain_b(&self) {
+        let answer = (500, SHUTTING_DOWN.to_string());
+        self.b.control.readyz_answer.store(Some(Arc::new(answer)));
+    }
+
     /// Waits for the log line of `a`'s hand-off beginning (its connections bumped).
     fn handoff_begun(&self) {
         let a = addr(&self.a);
@@ -306,4 +312,44 @@ fn a_handoff_is_called_off_when_the_backend_answers_ready_again() {
 #[test]
 fn a_handoff_is_called_off_when_the_backend_turns_ready_at_once() {
     a_handoff_ends_when_the_backend_answers_ready_again(1);
+}
+
+#[test]
+fn a_handoff_waits_while_every_backend_drains_and_goes_on_once_one_is_ready() {
+    const N: usize = 10;
+    const WINDOW: Duration = Duration::from_secs(6);
+    let mut d = Drain::start("6s", N);
+    d.drain_a();
+    d.handoff_begun();
+    let begun = Instant::now();
+    // b drains too (a roll that overlaps): nowhere better to go.
+    d.drain_b();
+    d.rt.block_on(poll("both draining", || d.p.states() == [Unready, Unready]));
+    // A negative needs a window: every turn of a's hand-off is past.
+    std::thread::sleep((begun + WINDOW).saturating_duration_since(Instant::now()));
+    let a = addr(&d.a);
+    let closed = d.p.closes(&a, "handoff") as usize;
+    assert!(
+        closed < N,
+        "all {N} closed: the hand-off went on with no backend ready to go to"
+    );
+    assert_eq!(
+        d.alive(),
+        N - closed,
+        "the connections not closed still relay"
+    );
+    // b is back: a's hand-off goes on, to b.
+    d.b.control.readyz_answer.store(None);
+    let ends = d.ends();
+    assert_eq!(ends.len(), N);
+    d.rt.block_on(poll("every close counted", || {
+        let all = ["handoff", "turned_unready", "left_none_ready"];
+        all.iter().map(|r| d.p.closes(&a, r)).sum::<u64>() == N as u64
+    }));
+    assert_eq!(
+        d.p.closes(&a, "handoff") as usize,
+        N,
+        "the rest closed as a hand-off once b was ready"
+    );
+    assert_eq!(d.rt.block_on(landed(d.p.listen)), "b");
 }

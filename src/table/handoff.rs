@@ -1,5 +1,5 @@
 //! The hand-offs under way: when each draining backend's hand-off began, so that calling one off
-//! (it passed) touches only a hand-off whose turns may still
+//! (it passed, or no backend is ready any more) touches only a hand-off whose turns may still
 //! come, and says so once, rather than a bump whose window ended long ago; and applying such a
 //! call-off (the bump's mark, one log line).
 //!
@@ -65,7 +65,11 @@ impl Handoffs {
                 && b.live.eviction.call_off(CloseReason::Handoff)
             {
                 let active = b.live.active.load(std::sync::atomic::Ordering::Relaxed);
-                let why = "it answers ready again";
+                let why = if b.health.draining() {
+                    "no backend is ready to hand its connections to"
+                } else {
+                    "it answers ready again"
+                };
                 tracing::info!(backend = %id, reason = CloseReason::Handoff.as_str(), active, why, "hand-off called off; the backend's connections not yet closed stay");
             }
         }

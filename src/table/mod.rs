@@ -6,7 +6,7 @@
 //! home: when a same-zone backend has been ready for `failback_after` ([`failback`], pure), the
 //! connections relayed to other zones are evicted the same way, and the failback is called off
 //! if the zone has no ready backend left before every turn has come; a hand-off under way is
-//! called off likewise when its backend passes ([`handoff`] keeps which are
+//! called off likewise when its backend passes or none is ready ([`handoff`] keeps which are
 //! under way). A backend that turned unready
 //! keeps its connections until their escape route is confirmed and it still fails ([`escape`],
 //! pure: the writer asks the route's and its own monitor for a confirm probe, and looks again

@@ -86,7 +86,8 @@ pub struct Transitions {
     /// their escape route is confirmed (`escape`), not now.
     pub confirm: Vec<usize>,
     /// Backends whose hand-off, if still under way, is called off: the connections whose turn
-    /// has not come stay. Draining, it passed: its reason ended.
+    /// has not come stay. Draining, it passed (its reason ended), or no backend is ready any
+    /// more (nowhere better to go: it waits, and goes on once one is, by `handoff_resumed`).
     pub call_off: Vec<usize>,
     /// What happens to the no-ready alarm.
     pub alarm: Alarm,
@@ -124,7 +125,7 @@ type Rule = fn(&Facts, &Change) -> Option<CloseReason>;
 
 /// The rules, first match wins; each names its reason. A backend that turned unready while
 /// another is ready and is not draining goes to [`Transitions::confirm`] instead.
-const RULES: [Rule; 4] = [handoff, handoff_broken, refusing, silent];
+const RULES: [Rule; 5] = [handoff, handoff_resumed, handoff_broken, refusing, silent];
 
 /// It turned unready while another backend is ready: its clients re-dial a ready one, once the
 /// escape route is confirmed. Not while draining (a hand-off).
@@ -141,6 +142,16 @@ fn handoff(f: &Facts, c: &Change) -> Option<CloseReason> {
     (begins && !f.none_ready).then_some(CloseReason::Handoff)
 }
 
+/// Still draining when a backend is ready again after a spell with none, failing open: its
+/// hand-off, which waited while there was nowhere better to go, goes on (a new one, over the
+/// whole window).
+fn handoff_resumed(f: &Facts, c: &Change) -> Option<CloseReason> {
+    let failing_open = f.scene.policy == WhenNoneReady::FailOpen;
+    let resumed = failing_open && !f.scene.was_any_ready && !f.none_ready;
+    let draining = c.long_unready() && c.was == Check::Draining && c.now == Check::Draining;
+    (resumed && draining).then_some(CloseReason::Handoff)
+}
+
 /// Draining, it now fails another check or stops answering: the connections whose hand-off turn
 /// has not come are closed as when it turns unready (no confirm: the hand-off already moves them).
 /// A pass is no break: the hand-off is called off ([`Transitions::call_off`]).
@@ -152,9 +163,13 @@ fn handoff_broken(f: &Facts, c: &Change) -> Option<CloseReason> {
 }
 
 /// Its hand-off is called off: it was draining and passed (the reason ended; with `rise` above
-/// 1 still unready, rising).
-fn handoff_called_off(_: &Facts, c: &Change) -> bool {
-    c.was == Check::Draining && c.now == Check::Passed
+/// 1 still unready, rising), or it drains and no backend is ready any more, failing open (with
+/// `refuse` nothing may relay to an unready backend: the hand-off goes on).
+fn handoff_called_off(f: &Facts, c: &Change) -> bool {
+    let passed = c.was == Check::Draining && c.now == Check::Passed;
+    let failing_open = f.scene.policy == WhenNoneReady::FailOpen;
+    let nowhere = failing_open && f.scene.was_any_ready && f.none_ready && c.now == Check::Draining;
+    passed || nowhere
 }
 
 /// With `refuse`, nothing may relay to an unready backend: one that just failed is closed at

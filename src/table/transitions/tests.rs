@@ -155,6 +155,62 @@ fn a_draining_backend_that_passes_has_its_hand_off_called_off_not_cut() {
 }
 
 #[test]
+fn a_hand_off_waits_while_no_backend_is_ready_and_goes_on_once_one_is() {
+    let t = decide(
+        scene(true, FailOpen, false, false),
+        &[
+            drain(Some(Unready), Unready, true, true),
+            drain(Some(Ready), Unready, false, true),
+        ],
+    );
+    assert_eq!(
+        (t.evict, t.call_off),
+        (vec![], vec![0, 1]),
+        "the other drains too: nowhere to go, called off"
+    );
+    let t = decide(
+        scene(true, Refuse, false, false),
+        &[
+            drain(Some(Unready), Unready, true, true),
+            drain(Some(Ready), Unready, false, true),
+        ],
+    );
+    assert_eq!(
+        (t.evict, t.call_off),
+        (vec![(1, Refusing)], vec![]),
+        "refusing: nothing may stay on an unready backend"
+    );
+    let t = decide(
+        scene(false, FailOpen, true, false),
+        &[
+            drain(Some(Unready), Unready, true, true),
+            drain(Some(Unready), Unready, true, true),
+        ],
+    );
+    assert_eq!((t.evict, t.call_off), (vec![], vec![]), "still nowhere");
+    let t = decide(
+        scene(false, FailOpen, true, false),
+        &[
+            drain(Some(Unready), Unready, true, true),
+            drain_passed(Ready),
+        ],
+    );
+    assert_eq!(
+        (t.evict, t.call_off),
+        (vec![(0, Handoff)], vec![1]),
+        "one is ready again: the other's hand-off goes on"
+    );
+    let t = decide(
+        scene(false, FailOpen, true, false),
+        &[
+            drain(Some(Unready), Unready, true, true),
+            step(Some(Unready), Ready),
+        ],
+    );
+    assert_eq!(t.evict, vec![(0, Handoff)], "another backend ready again");
+}
+
+#[test]
 fn every_backend_failing_closes_nothing() {
     let t = decide(
         scene(true, FailOpen, false, false),
