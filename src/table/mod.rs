@@ -142,7 +142,7 @@ pub async fn run_writer(
             _ = sleep_until_some(due) => {
                 let after = table.load().routing.failback_after;
                 if failback.take_due(after, Instant::now()) {
-                    fail_back(&table);
+                    failback.closing(fail_back(&table));
                 }
                 continue;
             }
@@ -239,9 +239,7 @@ pub async fn run_writer(
             (true, kept) => kept,
         };
         failback.observe(&table.load(), now);
-        if failback.take_call_off(now) {
-            call_off_failback(&table);
-        }
+        call_off_failback(&table, &failback.take_call_off(&table.load(), now));
         let wait = table.load().routing.probe_interval;
         recovery.observe(old.any_ready(), &table.load(), wait, now);
         recover(&table, &mut recovery);
@@ -292,23 +290,37 @@ async fn sleep_until_some(due: Option<Instant>) {
 
 /// Closes the connections relayed outside this node's zone (a same-zone backend has been ready
 /// for `failback_after`): stamp, publish, then bump, as for any eviction, with reason failback.
-fn fail_back(table: &Table) {
+/// Returns the backends it closes.
+fn fail_back(table: &Table) -> Vec<BackendId> {
     let old = table.load();
-    let evict: Vec<(usize, CloseReason)> = failback::away(&old)
-        .iter()
-        .map(|&i| (i, CloseReason::Failback))
-        .collect();
+    let away = failback::away(&old);
+    let evict: Vec<(usize, CloseReason)> =
+        away.iter().map(|&i| (i, CloseReason::Failback)).collect();
     evict_now(table, &evict);
+    away.iter()
+        .map(|&i| old.backends[i].spec.id.clone())
+        .collect()
 }
 
-/// Calls off the failback under way (no backend in this node's zone is ready any more): the
-/// connections not yet closed stay where they are, rather than re-dial away again. Nothing is
-/// published: the snapshot offers the backends as before, and their epochs stay.
-fn call_off_failback(table: &Table) {
-    for b in &table.load().backends {
+/// Calls off the failback of `ids` (no backend in this node's zone is ready any more, or the
+/// backend is home now): the connections not yet closed stay where they are, rather than
+/// re-dial away again. Nothing is published: the snapshot offers the backends as before, and
+/// their epochs stay.
+fn call_off_failback(table: &Table, ids: &[BackendId]) {
+    let snap = table.load();
+    for id in ids {
+        let Some(i) = snap.position(id) else {
+            continue;
+        };
+        let b = &snap.backends[i];
         if b.live.eviction.call_off(CloseReason::Failback) {
             let active = b.live.active.load(std::sync::atomic::Ordering::Relaxed);
-            tracing::info!(backend = %b.spec.id, reason = CloseReason::Failback.as_str(), active, "no backend in this node's zone is ready; failback called off, the backend's connections not yet closed stay");
+            let zone = snap.routing.zone_name();
+            if zone.is_some() && b.spec.zone.as_deref() == zone {
+                tracing::info!(backend = %id, reason = CloseReason::Failback.as_str(), active, "this node's zone changed to the backend's own; failback called off, the backend's connections not yet closed stay");
+            } else {
+                tracing::info!(backend = %id, reason = CloseReason::Failback.as_str(), active, "no backend in this node's zone is ready; failback called off, the backend's connections not yet closed stay");
+            }
         }
     }
 }
