@@ -48,7 +48,7 @@ pub enum CloseReason {
     /// Its only failing check is `shutdown` (a graceful apiserver shutdown, still serving): each
     /// connection is closed at a random point of `handoff_window`, so the fleet's re-dials spread
     /// over seconds. A failure of any other check before its turn closes the rest as for
-    /// [`CloseReason::TurnedUnready`].
+    /// [`CloseReason::TurnedUnready`]; a pass, or no backend ready to go to, calls it off.
     Handoff,
 }
 
@@ -116,9 +116,10 @@ impl CloseReason {
 /// reading a snapshot and watching.
 ///
 /// A bump can be **called off** ([`Eviction::call_off`]) while its closes are still spread out:
-/// the connections whose turn has not come stay, and watch on from the called-off epoch. Only a
-/// failback is called off (its home zone lost its last ready backend); the word that holds the
-/// epoch holds the mark too, so a call-off never lands on a later bump.
+/// the connections whose turn has not come stay, and watch on from the called-off epoch. A
+/// failback is called off (its home zone lost its last ready backend), and a hand-off (its
+/// backend passed, or no backend is ready to go to); the word that holds the epoch holds the
+/// mark too, so a call-off never lands on a later bump.
 ///
 /// Shutdown rides on the same wake-up ([`Eviction::shut`]), so a relayed connection waits on
 /// one thing: an idle connection holds one waiter, not one per reason to stop.

@@ -32,6 +32,7 @@ fn closes(p: &Proc, f: &FakeApiserver, reason: &str) -> usize {
 
 /// A balancer in dc-a whose local backend is unready, with [`STREAMS`] streams on the far one.
 struct Far {
+    file: std::path::PathBuf,
     local: FakeApiserver,
     remote: FakeApiserver,
     p: Proc,
@@ -60,6 +61,7 @@ fn far_streams(lab: &Lab, rt: &tokio::runtime::Runtime) -> Far {
         streams.push(c);
     }
     Far {
+        file,
         local,
         remote,
         p,
@@ -76,6 +78,7 @@ fn a_failback_under_way_is_called_off_when_the_home_backend_turns_unready_again(
         remote,
         p,
         mut streams,
+        ..
     } = far_streams(&lab, &rt);
 
     // The local apiserver is back: a second after it turned ready, the failback begins, its
@@ -136,6 +139,7 @@ fn a_far_backend_turning_unready_during_its_failback_has_its_remaining_streams_c
         remote,
         p,
         streams: _streams,
+        ..
     } = far_streams(&lab, &rt);
 
     // The failback begins, its closes spread over the failback window ...
@@ -158,4 +162,58 @@ fn a_far_backend_turning_unready_during_its_failback_has_its_remaining_streams_c
         closes(&p, &remote, "turned_unready") > 0,
         "the streams left of the failback were closed at their failback turns, not as turned_unready"
     );
+}
+
+#[test]
+fn a_failback_under_way_is_called_off_for_a_backend_the_node_renumbers_into() {
+    let lab = Lab::new();
+    let rt = tokio::runtime::Runtime::new().expect("runtime");
+    let Far {
+        file,
+        local,
+        remote,
+        p,
+        mut streams,
+    } = far_streams(&lab, &rt);
+
+    // The failback begins, its closes spread over the failback window ...
+    local.control.set_ready(true);
+    rt.block_on(poll("the failback begun", || {
+        closes(&p, &remote, "failback") > 0
+    }));
+    let begun = Instant::now();
+    // ... and the node moves into the far backend's zone (renumbered; a reload says the same to
+    // the table): its streams are home now.
+    let yaml = std::fs::read_to_string(&file).expect("read config");
+    std::fs::write(&file, yaml.replace("zone: dc-a\n", "zone: dc-b\n")).expect("write config");
+    p.signal("HUP");
+    rt.block_on(poll("the node in dc-b", || {
+        p.status().zone.as_deref() == Some("dc-b")
+    }));
+
+    // A negative needs a window: every turn of the failback's spread is past.
+    let spread_over = begun + readyprism::testing::FAILBACK_SPREAD;
+    std::thread::sleep(spread_over.saturating_duration_since(Instant::now()));
+    let closed = closes(&p, &remote, "failback");
+    assert!(
+        closed < STREAMS,
+        "all {STREAMS} closed: the failback went on closing streams that are home now"
+    );
+    let alive = rt.block_on(async {
+        let mut n = 0;
+        for c in &mut streams {
+            n += usize::from(echoes(c).await);
+        }
+        n
+    });
+    assert_eq!(
+        alive,
+        STREAMS - closed,
+        "the streams not closed still relay"
+    );
+    let called_off = p.wait_log(
+        "this node's zone changed to the backend's own; failback called off, the backend's connections not yet closed stay",
+        |v| v["fields"]["backend"] == addr(&remote).as_str(),
+    );
+    assert_eq!(called_off["fields"]["reason"], "failback", "{called_off}");
 }

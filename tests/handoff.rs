@@ -34,6 +34,9 @@ const REQUEST: usize = 64 * 1024;
 /// Probes every second and fall 3: a fall for any other reason takes three failed probes.
 const HEALTH: &str = "health: { interval: 1s, timeout: 800ms, fast_interval: 1s, fall: 3 }\n";
 
+/// What the balancer logs when it calls a hand-off under way off.
+const CALLED_OFF: &str = "hand-off called off; the backend's connections not yet closed stay";
+
 /// `a` (this node's zone) and `b`, both ready, with `n` connections on `a`.
 struct Drain {
     _lab: Lab,
@@ -46,11 +49,16 @@ struct Drain {
 
 impl Drain {
     fn start(window: &str, n: usize) -> Drain {
+        Drain::start_with(HEALTH, window, n)
+    }
+
+    /// [`Drain::start`] with `health` as the `health:` line.
+    fn start_with(health: &str, window: &str, n: usize) -> Drain {
         let lab = Lab::new();
         let rt = Runtime::new().expect("runtime");
         let (a, b) = rt.block_on(async { (lab.fake("a").await, lab.fake("b").await) });
         let file = lab.path("handoff.yaml");
-        let extra = format!("{HEALTH}handoff_window: {window}\n");
+        let extra = format!("{health}handoff_window: {window}\n");
         let yaml = lab.yaml("dc-a", &[(addr(&a), "dc-a"), (addr(&b), "dc-b")], &extra);
         std::fs::write(&file, yaml).expect("write config");
         let p = Proc::start(&file);
@@ -76,6 +84,31 @@ impl Drain {
     fn drain_a(&self) {
         let answer = (500, SHUTTING_DOWN.to_string());
         self.a.control.readyz_answer.store(Some(Arc::new(answer)));
+    }
+
+    /// `b` starts its graceful shutdown too.
+    fn drain_b(&self) {
+        let answer = (500, SHUTTING_DOWN.to_string());
+        self.b.control.readyz_answer.store(Some(Arc::new(answer)));
+    }
+
+    /// Waits for the log line of `a`'s hand-off beginning (its connections bumped).
+    fn handoff_begun(&self) {
+        let a = addr(&self.a);
+        self.p.wait_log("closing the backend's connections", |v| {
+            v["fields"]["backend"] == a.as_str() && v["fields"]["reason"] == "handoff"
+        });
+    }
+
+    /// How many connections on `a` still relay (each echoes a line).
+    fn alive(&mut self) -> usize {
+        self.rt.block_on(async {
+            let mut n = 0;
+            for c in &mut self.on_a {
+                n += usize::from(echoes(c).await);
+            }
+            n
+        })
     }
 
     /// Makes `a` hold its answers, sends a request on the (one) connection on `a`, and returns
@@ -253,4 +286,91 @@ fn shutdown_failing_beside_a_post_start_hook_is_no_handoff() {
         "fell by fall = 3, not at once: {:?}",
         doc.backends[0]
     );
+}
+
+/// A draining `a` answers ready again (`rise` 1: ready at once; 2: rising) a moment into a
+/// [`WINDOW`] hand-off; once the window is over, the connections not closed by then still relay
+/// and none was cut as `turned_unready`.
+fn a_handoff_ends_when_the_backend_answers_ready_again(rise: u32) {
+    const N: usize = 10;
+    const WINDOW: Duration = Duration::from_secs(6);
+    let health =
+        format!("health: {{ interval: 1s, timeout: 800ms, fast_interval: 1s, rise: {rise} }}\n");
+    let mut d = Drain::start_with(&health, "6s", N);
+    d.drain_a();
+    d.handoff_begun();
+    let begun = Instant::now();
+    d.a.control.readyz_answer.store(None);
+    let a = addr(&d.a);
+    d.rt.block_on(poll("a ready again", || d.p.states() == [Ready, Ready]));
+    // A negative needs a window: every turn of the hand-off is past.
+    std::thread::sleep((begun + WINDOW).saturating_duration_since(Instant::now()));
+    let cut = d.p.closes(&a, "turned_unready");
+    assert_eq!(cut, 0, "rise {rise}: the rest of the hand-off cut at once");
+    let closed = d.p.closes(&a, "handoff") as usize;
+    assert!(
+        closed < N,
+        "rise {rise}: all {N} closed: the hand-off went on after a answered ready"
+    );
+    assert_eq!(
+        d.alive(),
+        N - closed,
+        "rise {rise}: the connections not closed still relay"
+    );
+    let called_off =
+        d.p.wait_log(CALLED_OFF, |v| v["fields"]["backend"] == a.as_str());
+    assert_eq!(
+        called_off["fields"]["why"], "it answers ready again",
+        "{called_off}"
+    );
+}
+
+#[test]
+fn a_handoff_is_called_off_when_the_backend_answers_ready_again() {
+    a_handoff_ends_when_the_backend_answers_ready_again(2);
+}
+
+#[test]
+fn a_handoff_is_called_off_when_the_backend_turns_ready_at_once() {
+    a_handoff_ends_when_the_backend_answers_ready_again(1);
+}
+
+#[test]
+fn a_handoff_waits_while_every_backend_drains_and_goes_on_once_one_is_ready() {
+    const N: usize = 10;
+    const WINDOW: Duration = Duration::from_secs(6);
+    let mut d = Drain::start("6s", N);
+    d.drain_a();
+    d.handoff_begun();
+    let begun = Instant::now();
+    // b drains too (a roll that overlaps): nowhere better to go.
+    d.drain_b();
+    d.rt.block_on(poll("both draining", || d.p.states() == [Unready, Unready]));
+    // A negative needs a window: every turn of a's hand-off is past.
+    std::thread::sleep((begun + WINDOW).saturating_duration_since(Instant::now()));
+    let a = addr(&d.a);
+    let closed = d.p.closes(&a, "handoff") as usize;
+    assert!(
+        closed < N,
+        "all {N} closed: the hand-off went on with no backend ready to go to"
+    );
+    assert_eq!(
+        d.alive(),
+        N - closed,
+        "the connections not closed still relay"
+    );
+    // b is back: a's hand-off goes on, to b.
+    d.b.control.readyz_answer.store(None);
+    let ends = d.ends();
+    assert_eq!(ends.len(), N);
+    d.rt.block_on(poll("every close counted", || {
+        let all = ["handoff", "turned_unready", "left_none_ready"];
+        all.iter().map(|r| d.p.closes(&a, r)).sum::<u64>() == N as u64
+    }));
+    assert_eq!(
+        d.p.closes(&a, "handoff") as usize,
+        N,
+        "the rest closed as a hand-off once b was ready"
+    );
+    assert_eq!(d.rt.block_on(landed(d.p.listen)), "b");
 }

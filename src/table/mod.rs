@@ -5,7 +5,9 @@
 //! then bump the evicted backends (see [`crate::backend::Eviction`]). It also brings connections
 //! home: when a same-zone backend has been ready for `failback_after` ([`failback`], pure), the
 //! connections relayed to other zones are evicted the same way, and the failback is called off
-//! if the zone has no ready backend left before every turn has come. A backend that turned unready
+//! if the zone has no ready backend left before every turn has come; a hand-off under way is
+//! called off likewise when its backend passes or none is ready ([`handoff`] keeps which are
+//! under way). A backend that turned unready
 //! keeps its connections until their escape route is confirmed and it still fails ([`escape`],
 //! pure: the writer asks the route's and its own monitor for a confirm probe, and looks again
 //! when a wait for its own answer runs out); after a spell with none ready, connections move only
@@ -19,6 +21,7 @@ pub mod cause;
 mod configure;
 pub mod escape;
 pub mod failback;
+pub mod handoff;
 pub mod recent;
 pub mod recovery;
 pub mod transitions;
@@ -38,9 +41,10 @@ use bump::{evict_now, publish_then_bump, stamp};
 use configure::configure;
 use escape::{Escapes, Fall, Pass};
 use failback::Failback;
+use handoff::Handoffs;
 use recovery::Recovery;
 use tokio::time::Instant;
-use transitions::{Alarm, Change, Scene};
+use transitions::{Alarm, Change, Check, Scene};
 
 /// The published snapshot and its generation counter.
 #[derive(Debug)]
@@ -123,6 +127,7 @@ pub async fn run_writer(
     let mut reminded: Option<Instant> = None;
     let mut escapes = Escapes::default();
     let mut recovery = Recovery::default();
+    let mut handoffs = Handoffs::default();
     loop {
         let due = failback.next_due(table.load().routing.failback_after);
         let recovered = recovery.next_due(table.load().routing.probe_interval);
@@ -137,7 +142,7 @@ pub async fn run_writer(
             _ = sleep_until_some(due) => {
                 let after = table.load().routing.failback_after;
                 if failback.take_due(after, Instant::now()) {
-                    fail_back(&table);
+                    failback.closing(fail_back(&table));
                 }
                 continue;
             }
@@ -174,9 +179,10 @@ pub async fn run_writer(
                 let note = cause::on_health(said.get(&id), old.backends[i].health.state, &health);
                 let mut next = (*old).clone();
                 next.backends[i].health = health;
-                let fell;
-                (announced, fell) = apply(&table, &metrics, &old, next, announced);
-                for b in fell {
+                let applied = apply(&table, &metrics, &old, next, announced);
+                announced = applied.announced;
+                handoffs.apply(&table, &applied.handed_off, &applied.call_off, arrived);
+                for b in applied.fell {
                     let fall = Fall {
                         at: started,
                         noted: arrived,
@@ -205,10 +211,11 @@ pub async fn run_writer(
             } => {
                 let (next, removed) = configure(&old, routing, backends);
                 said.retain(|id, _| next.position(id).is_some());
-                let fell;
-                (announced, fell) = apply(&table, &metrics, &old, next, announced);
+                let applied = apply(&table, &metrics, &old, next, announced);
+                announced = applied.announced;
                 let now = Instant::now();
-                for b in fell {
+                handoffs.apply(&table, &applied.handed_off, &applied.call_off, now);
+                for b in applied.fell {
                     escapes.fell(
                         &b,
                         Fall {
@@ -232,9 +239,7 @@ pub async fn run_writer(
             (true, kept) => kept,
         };
         failback.observe(&table.load(), now);
-        if failback.take_call_off(now) {
-            call_off_failback(&table);
-        }
+        call_off_failback(&table, &failback.take_call_off(&table.load(), now));
         let wait = table.load().routing.probe_interval;
         recovery.observe(old.any_ready(), &table.load(), wait, now);
         recover(&table, &mut recovery);
@@ -285,37 +290,62 @@ async fn sleep_until_some(due: Option<Instant>) {
 
 /// Closes the connections relayed outside this node's zone (a same-zone backend has been ready
 /// for `failback_after`): stamp, publish, then bump, as for any eviction, with reason failback.
-fn fail_back(table: &Table) {
+/// Returns the backends it closes.
+fn fail_back(table: &Table) -> Vec<BackendId> {
     let old = table.load();
-    let evict: Vec<(usize, CloseReason)> = failback::away(&old)
-        .iter()
-        .map(|&i| (i, CloseReason::Failback))
-        .collect();
+    let away = failback::away(&old);
+    let evict: Vec<(usize, CloseReason)> =
+        away.iter().map(|&i| (i, CloseReason::Failback)).collect();
     evict_now(table, &evict);
+    away.iter()
+        .map(|&i| old.backends[i].spec.id.clone())
+        .collect()
 }
 
-/// Calls off the failback under way (no backend in this node's zone is ready any more): the
-/// connections not yet closed stay where they are, rather than re-dial away again. Nothing is
-/// published: the snapshot offers the backends as before, and their epochs stay.
-fn call_off_failback(table: &Table) {
-    for b in &table.load().backends {
+/// Calls off the failback of `ids` (no backend in this node's zone is ready any more, or the
+/// backend is home now): the connections not yet closed stay where they are, rather than
+/// re-dial away again. Nothing is published: the snapshot offers the backends as before, and
+/// their epochs stay.
+fn call_off_failback(table: &Table, ids: &[BackendId]) {
+    let snap = table.load();
+    for id in ids {
+        let Some(i) = snap.position(id) else {
+            continue;
+        };
+        let b = &snap.backends[i];
         if b.live.eviction.call_off(CloseReason::Failback) {
             let active = b.live.active.load(std::sync::atomic::Ordering::Relaxed);
-            tracing::info!(backend = %b.spec.id, reason = CloseReason::Failback.as_str(), active, "no backend in this node's zone is ready; failback called off, the backend's connections not yet closed stay");
+            let zone = snap.routing.zone_name();
+            if zone.is_some() && b.spec.zone.as_deref() == zone {
+                tracing::info!(backend = %id, reason = CloseReason::Failback.as_str(), active, "this node's zone changed to the backend's own; failback called off, the backend's connections not yet closed stay");
+            } else {
+                tracing::info!(backend = %id, reason = CloseReason::Failback.as_str(), active, "no backend in this node's zone is ready; failback called off, the backend's connections not yet closed stay");
+            }
         }
     }
 }
 
+/// What applying a snapshot did, for the writer's own state.
+struct Applied {
+    /// Whether the no-ready alarm is up.
+    announced: bool,
+    /// The backends that turned unready (their escape route to confirm).
+    fell: Vec<BackendId>,
+    /// The backends bumped for a hand-off.
+    handed_off: Vec<BackendId>,
+    /// The backends whose hand-off, if under way, is to be called off.
+    call_off: Vec<BackendId>,
+}
+
 /// Decides what `next` means compared with `old`, then applies it: stamp evicted backends with
-/// their next epoch, set gauges, log the alarm, publish, and only then bump. Returns whether the
-/// no-ready alarm is up, and the backends that turned unready (their escape route to confirm).
+/// their next epoch, set gauges, log the alarm, publish, and only then bump.
 fn apply(
     table: &Table,
     metrics: &Metrics,
     old: &Snapshot,
     mut next: Snapshot,
     announced: bool,
-) -> (bool, Vec<BackendId>) {
+) -> Applied {
     next.generation = old.generation + 1;
     let changes: Vec<Change> = next
         .backends
@@ -325,10 +355,8 @@ fn apply(
             Change {
                 before: before.map(|h| h.state),
                 after: b.health.state,
-                was_answering: before.is_some_and(|h| h.answering()),
-                answering: b.health.answering(),
-                was_draining: before.is_some_and(|h| h.draining()),
-                draining: b.health.draining(),
+                was: before.map_or(Check::None, Check::of),
+                now: Check::of(&b.health),
             }
         })
         .collect();
@@ -374,14 +402,22 @@ fn apply(
             reason: b.health.last_error().map(str::to_string),
         })
         .collect();
-    let fell = decision
-        .confirm
-        .iter()
-        .map(|&i| next.backends[i].spec.id.clone())
-        .collect();
+    let ids = |of: &mut dyn Iterator<Item = usize>| -> Vec<BackendId> {
+        of.map(|i| next.backends[i].spec.id.clone()).collect()
+    };
+    let applied = Applied {
+        announced: decision.announced,
+        fell: ids(&mut decision.confirm.iter().copied()),
+        handed_off: ids(&mut decision
+            .evict
+            .iter()
+            .filter(|(_, why)| *why == CloseReason::Handoff)
+            .map(|&(i, _)| i)),
+        call_off: ids(&mut decision.call_off.iter().copied()),
+    };
     publish_then_bump(table, next, bumps);
     table.recent.push(turned);
-    (decision.announced, fell)
+    applied
 }
 
 #[cfg(test)]

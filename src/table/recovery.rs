@@ -2,7 +2,8 @@
 //! that failed open stay where they are while their backend recovers. One probe interval after
 //! the first backend turned ready, those on a backend unready since the spell and not rising
 //! are moved (left_none_ready, the usual spread); those on a rising one stay, and move only if
-//! its rise fails. A backend that falls after the spell is left to the usual rules.
+//! its rise fails. A backend that falls after the spell is left to the usual rules, and so is
+//! one that drains (its hand-off, which waited while none was ready, moves them).
 //!
 //! A backend already down for over an interval when the spell began was not part of the event
 //! (it fell alone, long before): nothing says it is recovering, so the connections that failed
@@ -25,6 +26,8 @@ pub enum Course {
     Fine,
     /// Unready, with passes under way toward ready.
     Rising,
+    /// Unready, draining (only `shutdown` fails): its hand-off moves them, not a recovery.
+    Draining,
     /// Unready, and not rising: its connections move.
     Down,
 }
@@ -34,6 +37,8 @@ impl Course {
     pub fn of(health: &Health) -> Course {
         if health.state != State::Unready {
             Course::Fine
+        } else if health.draining() {
+            Course::Draining
         } else if health.pending.is_some_and(|p| p.toward == State::Ready) {
             Course::Rising
         } else {
@@ -126,7 +131,7 @@ impl Recovery {
                 match course(&id) {
                     Some((i, Course::Down)) => moves.push(i),
                     Some((_, Course::Rising)) => self.rising.push(id),
-                    Some((_, Course::Fine)) | None => {}
+                    Some((_, Course::Fine | Course::Draining)) | None => {}
                 }
             }
         };
@@ -142,7 +147,7 @@ impl Recovery {
                 false
             }
             Some((_, Course::Rising)) => true,
-            Some((_, Course::Fine)) | None => false,
+            Some((_, Course::Fine | Course::Draining)) | None => false,
         });
         moves
     }

@@ -8,7 +8,7 @@
 
 use crate::eviction::CloseReason;
 use crate::pick::WhenNoneReady;
-use crate::verdict::State;
+use crate::verdict::{Health, State};
 
 /// One backend of the new snapshot, with its state in the old one (`None`: just added).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -17,14 +17,43 @@ pub struct Change {
     pub before: Option<State>,
     /// State in the new snapshot.
     pub after: State,
-    /// Its latest check got an HTTP answer, as of the previous snapshot (false if just added).
-    pub was_answering: bool,
+    /// What its latest check said as of the previous snapshot ([`Check::None`] if just added) ...
+    pub was: Check,
     /// ... and as of the new one.
-    pub answering: bool,
-    /// Its only failing check was `shutdown` (draining), as of the previous snapshot ...
-    pub was_draining: bool,
-    /// ... and as of the new one.
-    pub draining: bool,
+    pub now: Check,
+}
+
+/// What a backend's latest check said, as the rules read it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Check {
+    /// No check has finished (just added, or its state is still unknown).
+    None,
+    /// It passed (HTTP 200).
+    Passed,
+    /// Its only failing check is `shutdown`: draining (a planned hand-off).
+    Draining,
+    /// It failed with an HTTP answer: alive, not ready.
+    Failed,
+    /// It got no HTTP answer (timeout, refused, TLS failure).
+    Silent,
+}
+
+impl Check {
+    /// The latest check of `health`.
+    pub fn of(health: &Health) -> Check {
+        match &health.last_failure {
+            _ if health.state == State::Unknown => Check::None,
+            None => Check::Passed,
+            Some(_) if health.draining() => Check::Draining,
+            Some(f) if f.answered => Check::Failed,
+            Some(_) => Check::Silent,
+        }
+    }
+
+    /// An HTTP answer arrived, whatever its status.
+    fn answering(self) -> bool {
+        matches!(self, Check::Passed | Check::Draining | Check::Failed)
+    }
 }
 
 impl Change {
@@ -56,6 +85,10 @@ pub struct Transitions {
     /// Backends that turned unready while another is ready: closed with `turned_unready` once
     /// their escape route is confirmed (`escape`), not now.
     pub confirm: Vec<usize>,
+    /// Backends whose hand-off, if still under way, is called off: the connections whose turn
+    /// has not come stay. Draining, it passed (its reason ended), or no backend is ready any
+    /// more (nowhere better to go: it waits, and goes on once one is, by `handoff_resumed`).
+    pub call_off: Vec<usize>,
     /// What happens to the no-ready alarm.
     pub alarm: Alarm,
     /// Whether the alarm is up after this snapshot (the value to carry to the next decision).
@@ -92,25 +125,51 @@ type Rule = fn(&Facts, &Change) -> Option<CloseReason>;
 
 /// The rules, first match wins; each names its reason. A backend that turned unready while
 /// another is ready and is not draining goes to [`Transitions::confirm`] instead.
-const RULES: [Rule; 4] = [handoff, handoff_broken, refusing, silent];
+const RULES: [Rule; 5] = [handoff, handoff_resumed, handoff_broken, refusing, silent];
 
 /// It turned unready while another backend is ready: its clients re-dial a ready one, once the
 /// escape route is confirmed. Not while draining (a hand-off).
 fn turned_unready(f: &Facts, c: &Change) -> bool {
-    c.just_failed() && !f.none_ready && !c.draining
+    c.just_failed() && !f.none_ready && c.now != Check::Draining
 }
 
-/// It turned unready draining (only `shutdown` fails) while another backend is ready: a planned
-/// hand-off, each connection closed at a random point of the hand-off window.
+/// It turned unready draining (only `shutdown` fails), or drains again after a pass of its rise,
+/// while another backend is ready: a planned hand-off, each connection closed at a random point
+/// of the hand-off window.
 fn handoff(f: &Facts, c: &Change) -> Option<CloseReason> {
-    (c.just_failed() && c.draining && !f.none_ready).then_some(CloseReason::Handoff)
+    let again = c.long_unready() && c.was == Check::Passed;
+    let begins = c.now == Check::Draining && (c.just_failed() || again);
+    (begins && !f.none_ready).then_some(CloseReason::Handoff)
+}
+
+/// Still draining when a backend is ready again after a spell with none, failing open: its
+/// hand-off, which waited while there was nowhere better to go, goes on (a new one, over the
+/// whole window).
+fn handoff_resumed(f: &Facts, c: &Change) -> Option<CloseReason> {
+    let failing_open = f.scene.policy == WhenNoneReady::FailOpen;
+    let resumed = failing_open && !f.scene.was_any_ready && !f.none_ready;
+    let draining = c.long_unready() && c.was == Check::Draining && c.now == Check::Draining;
+    (resumed && draining).then_some(CloseReason::Handoff)
 }
 
 /// Draining, it now fails another check or stops answering: the connections whose hand-off turn
 /// has not come are closed as when it turns unready (no confirm: the hand-off already moves them).
+/// A pass is no break: the hand-off is called off ([`Transitions::call_off`]).
 fn handoff_broken(f: &Facts, c: &Change) -> Option<CloseReason> {
-    let broken = c.long_unready() && c.was_draining && !c.draining;
+    let broken = c.long_unready()
+        && c.was == Check::Draining
+        && matches!(c.now, Check::Failed | Check::Silent);
     (broken && !f.none_ready).then_some(CloseReason::TurnedUnready)
+}
+
+/// Its hand-off is called off: it was draining and passed (the reason ended; with `rise` above
+/// 1 still unready, rising), or it drains and no backend is ready any more, failing open (with
+/// `refuse` nothing may relay to an unready backend: the hand-off goes on).
+fn handoff_called_off(f: &Facts, c: &Change) -> bool {
+    let passed = c.was == Check::Draining && c.now == Check::Passed;
+    let failing_open = f.scene.policy == WhenNoneReady::FailOpen;
+    let nowhere = failing_open && f.scene.was_any_ready && f.none_ready && c.now == Check::Draining;
+    passed || nowhere
 }
 
 /// With `refuse`, nothing may relay to an unready backend: one that just failed is closed at
@@ -126,9 +185,10 @@ fn refusing(f: &Facts, c: &Change) -> Option<CloseReason> {
 /// as soon as some backend answers HTTP — once: not again while it stays silent.
 fn silent(f: &Facts, c: &Change) -> Option<CloseReason> {
     let failing_open = f.none_ready && f.scene.policy == WhenNoneReady::FailOpen;
-    let silent_now = failing_open && c.after == State::Unready && !c.answering && f.answers_now;
+    let silent_now =
+        failing_open && c.after == State::Unready && !c.now.answering() && f.answers_now;
     let silent_before =
-        !f.scene.was_any_ready && c.long_unready() && !c.was_answering && f.answered_before;
+        !f.scene.was_any_ready && c.long_unready() && !c.was.answering() && f.answered_before;
     (silent_now && !silent_before).then_some(CloseReason::Silent)
 }
 
@@ -145,11 +205,11 @@ pub fn decide(scene: Scene, changes: &[Change]) -> Transitions {
         none_ready,
         answers_now: changes
             .iter()
-            .any(|c| c.after == State::Unready && c.answering),
+            .any(|c| c.after == State::Unready && c.now.answering()),
         answered_before: !scene.was_any_ready
             && changes
                 .iter()
-                .any(|c| c.before == Some(State::Unready) && c.was_answering),
+                .any(|c| c.before == Some(State::Unready) && c.was.answering()),
     };
     let confirm = (0..changes.len())
         .filter(|&i| turned_unready(&facts, &changes[i]))
@@ -164,6 +224,9 @@ pub fn decide(scene: Scene, changes: &[Change]) -> Transitions {
                 .find_map(|rule| rule(&facts, c))
                 .map(|r| (i, r))
         })
+        .collect();
+    let call_off = (0..changes.len())
+        .filter(|&i| handoff_called_off(&facts, &changes[i]))
         .collect();
     let settled = changes.iter().all(|c| c.after != State::Unknown);
     let announced = scene.announced;
@@ -182,6 +245,7 @@ pub fn decide(scene: Scene, changes: &[Change]) -> Transitions {
     Transitions {
         evict,
         confirm,
+        call_off,
         alarm,
         announced,
         // A backend added while nothing is ready does not end the alert until it is ready.

@@ -5,9 +5,10 @@ use std::sync::Arc;
 
 use super::*;
 use crate::backend::{Backend, BackendLive, BackendSpec, Routing};
-use crate::verdict::Pending;
+use crate::verdict::{CheckFailure, FailingChecks, Pending};
 
-/// Backends by course: `R` ready, `U` unready and not rising, `r` unready and rising.
+/// Backends by course: `R` ready, `U` unready and not rising, `r` unready and rising, `d`
+/// unready draining (only `shutdown` fails).
 fn snap(courses: &str) -> Snapshot {
     Snapshot {
         generation: 1,
@@ -34,6 +35,12 @@ fn snap(courses: &str) -> Snapshot {
                         toward: State::Ready,
                         count: 1,
                         needed: 2,
+                    }),
+                    last_failure: (c == 'd').then(|| CheckFailure {
+                        reason: "readyz 500: shutdown failed".into(),
+                        answered: true,
+                        checks: FailingChecks::of(&["shutdown"]),
+                        reached: true,
                     }),
                     ..Health::UNKNOWN
                 },
@@ -160,4 +167,26 @@ fn a_long_down_backend_rising_when_the_spell_ends_is_watched() {
     r.observe(false, &snap("rR"), WAIT, s(9));
     assert!(r.take(WAIT, &snap("rR"), s(9)).is_empty(), "rising: stays");
     assert_eq!(r.take(WAIT, &snap("UR"), s(10)), vec![0], "its rise failed");
+}
+
+#[test]
+fn a_draining_backend_is_left_to_its_hand_off() {
+    let t0 = Instant::now();
+    let s = |secs| t0 + Duration::from_secs(secs);
+    let mut r = Recovery::default();
+    r.observe(true, &snap("dU"), WAIT, t0);
+    r.observe(false, &snap("dUR"), WAIT, s(1));
+    assert_eq!(
+        r.take(WAIT, &snap("dUR"), s(6)),
+        vec![1],
+        "only the down one"
+    );
+    let mut r = Recovery::default();
+    r.observe(true, &snap("rU"), WAIT, t0);
+    r.observe(false, &snap("rUR"), WAIT, s(1));
+    assert_eq!(r.take(WAIT, &snap("rUR"), s(6)), vec![1], "rising: watched");
+    assert!(
+        r.take(WAIT, &snap("dUR"), s(7)).is_empty(),
+        "its rise failed draining again: its hand-off's, not a recovery's"
+    );
 }

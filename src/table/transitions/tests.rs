@@ -6,36 +6,50 @@ use WhenNoneReady::*;
 
 use CloseReason::*;
 
+/// The latest check of a backend in `state` that answers HTTP: failed if unready, else passed.
+fn answered(state: Option<State>) -> Check {
+    if state == Some(Unready) {
+        Check::Failed
+    } else {
+        Check::Passed
+    }
+}
+
 /// A backend that answers HTTP before and after (the usual case).
 fn step(before: Option<State>, after: State) -> Change {
     Change {
         before,
         after,
-        was_answering: true,
-        answering: true,
-        was_draining: false,
-        draining: false,
+        was: answered(before),
+        now: answered(Some(after)),
     }
 }
 
 /// A backend whose only failing check is `shutdown` before / after (draining).
 fn drain(before: Option<State>, after: State, was_draining: bool, draining: bool) -> Change {
+    let c = step(before, after);
     Change {
-        was_draining,
-        draining,
-        ..step(before, after)
+        was: if was_draining { Check::Draining } else { c.was },
+        now: if draining { Check::Draining } else { c.now },
+        ..c
+    }
+}
+
+/// A draining backend whose latest check passed (a pass toward `rise`, or the rise itself).
+fn drain_passed(after: State) -> Change {
+    Change {
+        now: Check::Passed,
+        ..drain(Some(Unready), after, true, false)
     }
 }
 
 /// A backend whose checks got no HTTP answer before / after (timeouts, refused, TLS).
 fn quiet(before: Option<State>, after: State, was_answering: bool, answering: bool) -> Change {
+    let c = step(before, after);
     Change {
-        before,
-        after,
-        was_answering,
-        answering,
-        was_draining: false,
-        draining: false,
+        was: if was_answering { c.was } else { Check::Silent },
+        now: if answering { c.now } else { Check::Silent },
+        ..c
     }
 }
 
@@ -108,6 +122,92 @@ fn a_draining_backend_failing_another_check_closes_the_rest_at_once() {
         ],
     );
     assert!(t.evict.is_empty(), "still draining: the hand-off goes on");
+    assert!(
+        t.call_off.is_empty(),
+        "still draining: the hand-off goes on"
+    );
+}
+
+#[test]
+fn a_draining_backend_that_passes_has_its_hand_off_called_off_not_cut() {
+    for (what, after) in [("rising (rise 2)", Unready), ("ready (rise 1)", Ready)] {
+        let t = decide(
+            scene(true, FailOpen, false, false),
+            &[drain_passed(after), step(Some(Ready), Ready)],
+        );
+        assert_eq!((t.evict, t.call_off), (vec![], vec![0]), "{what}");
+    }
+    let t = decide(
+        scene(true, FailOpen, false, false),
+        &[
+            Change {
+                was: Check::Passed,
+                ..drain(Some(Unready), Unready, false, true)
+            },
+            step(Some(Ready), Ready),
+        ],
+    );
+    assert_eq!(
+        (t.evict, t.call_off),
+        (vec![(0, Handoff)], vec![]),
+        "draining again after a pass of its rise: handed off again"
+    );
+}
+
+#[test]
+fn a_hand_off_waits_while_no_backend_is_ready_and_goes_on_once_one_is() {
+    let t = decide(
+        scene(true, FailOpen, false, false),
+        &[
+            drain(Some(Unready), Unready, true, true),
+            drain(Some(Ready), Unready, false, true),
+        ],
+    );
+    assert_eq!(
+        (t.evict, t.call_off),
+        (vec![], vec![0, 1]),
+        "the other drains too: nowhere to go, called off"
+    );
+    let t = decide(
+        scene(true, Refuse, false, false),
+        &[
+            drain(Some(Unready), Unready, true, true),
+            drain(Some(Ready), Unready, false, true),
+        ],
+    );
+    assert_eq!(
+        (t.evict, t.call_off),
+        (vec![(1, Refusing)], vec![]),
+        "refusing: nothing may stay on an unready backend"
+    );
+    let t = decide(
+        scene(false, FailOpen, true, false),
+        &[
+            drain(Some(Unready), Unready, true, true),
+            drain(Some(Unready), Unready, true, true),
+        ],
+    );
+    assert_eq!((t.evict, t.call_off), (vec![], vec![]), "still nowhere");
+    let t = decide(
+        scene(false, FailOpen, true, false),
+        &[
+            drain(Some(Unready), Unready, true, true),
+            drain_passed(Ready),
+        ],
+    );
+    assert_eq!(
+        (t.evict, t.call_off),
+        (vec![(0, Handoff)], vec![1]),
+        "one is ready again: the other's hand-off goes on"
+    );
+    let t = decide(
+        scene(false, FailOpen, true, false),
+        &[
+            drain(Some(Unready), Unready, true, true),
+            step(Some(Unready), Ready),
+        ],
+    );
+    assert_eq!(t.evict, vec![(0, Handoff)], "another backend ready again");
 }
 
 #[test]
