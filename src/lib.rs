@@ -22,7 +22,7 @@
 //! [`tls`], [`discovery`] (the backend list following the cluster's Endpoints object), [`app`]
 //! (wiring and the one loop), [`signals`], [`watched_file`] (reading a config or certificate file
 //! safely), [`atomic_write`] (replacing a file atomically). Operator tools: [`cli`] (`check`,
-//! `status`, `demo`). Simulation for the demo and tests: `sim`; the test toolkit (failing
+//! `status`, `talos check-installer`, `demo`). Simulation for the demo and tests: `sim`; the test toolkit (failing
 //! sockets, plain backends, a CA with fake apiservers), for every test: `testing`.
 //!
 //! Layers, lowest first. A module imports only from layers below its own; the test

@@ -7,7 +7,7 @@ use anyhow::Context;
 use clap::parser::ValueSource;
 use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
 use readyprism::app::{App, ConfigFile, Control};
-use readyprism::cli::{check, status};
+use readyprism::cli::{check, installer, status};
 use readyprism::config::{Node, NodeZone, Source, ZoneSource};
 use readyprism::signals::Signals;
 
@@ -104,6 +104,9 @@ enum Command {
         #[arg(long, conflicts_with = "admin")]
         file: Option<String>,
     },
+    /// Talos tools.
+    #[command(subcommand)]
+    Talos(TalosCommand),
     /// Run simulated apiservers behind the balancer (a fourth joins through discovery) and watch the picks live.
     #[cfg(feature = "sim")]
     Demo {
@@ -124,6 +127,21 @@ enum Command {
     /// network lab; with --etcd, /readyz is a linearizable read from that etcd member.
     #[cfg(feature = "sim")]
     SimApiserver(readyprism::sim::process::ApiserverOptions),
+}
+
+#[derive(Subcommand)]
+enum TalosCommand {
+    /// Check that an installer image carries the readyprism system extension: list the
+    /// extensions in its UKI's initramfs (exit 0: readyprism is one; 1: it is not, or the input
+    /// is no installer for the architecture).
+    CheckInstaller {
+        /// The installer: an image tarball (`docker save`, `crane pull --format=tarball`,
+        /// `skopeo copy … oci-archive:`) or an exported root filesystem directory.
+        installer: PathBuf,
+        /// The architecture whose UKI (`usr/install/<arch>/vmlinuz.efi`) is read.
+        #[arg(long, value_enum, default_value = "amd64")]
+        arch: installer::Arch,
+    },
 }
 
 fn main() -> ExitCode {
@@ -265,6 +283,13 @@ fn dispatch(command: Command) -> Result<ExitCode, Failure> {
                     Ok(ExitCode::from(status::EXIT_UNREACHABLE))
                 }
             }
+        }
+        Command::Talos(TalosCommand::CheckInstaller { installer, arch }) => {
+            let found = installer::inspect(&installer, arch).context("check-installer")?;
+            std::io::Write::write_all(&mut std::io::stdout().lock(), found.render().as_bytes())
+                .context("writing to stdout")?;
+            found.readyprism().context("check-installer")?;
+            Ok(ExitCode::SUCCESS)
         }
         #[cfg(feature = "sim")]
         Command::Demo {

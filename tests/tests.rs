@@ -25,6 +25,7 @@ mod failing_checks;
 mod handoff;
 mod health;
 mod hostile;
+mod installer;
 mod lifecycle;
 mod observability;
 mod own_addresses;

@@ -5,11 +5,13 @@
 //! config YAML, starting a balancer), `wait.rs` the waits and [`patience`], `metrics.rs` reading
 //! `/metrics`, `client.rs` raw connections and admin GETs, `process.rs` the real binary as a child
 //! process, `netns.rs` network namespaces (a test's own, and the primitives the partition lab
-//! builds on), `iptables.rs` rule text. This file holds the rest: addresses (a fake's, one that
+//! builds on), `installer.rs` Talos installers as the imager lays them out, `iptables.rs` rule
+//! text. This file holds the rest: addresses (a fake's, one that
 //! refuses, from `readyprism::testing`), whether `kubectl` is there, and `readyprism ARGS...` run
 //! to completion.
 
 use readyprism::sim::apiserver::FakeApiserver;
+pub mod installer;
 pub mod iptables;
 pub mod netns;
 pub mod process;
