@@ -144,6 +144,32 @@ fn an_installer_for_another_architecture_fails_naming_what_it_holds() {
 }
 
 #[test]
+fn an_xz_extensions_archive_as_before_talos_1_8_is_read() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut files = base_files();
+    files.push((
+        "usr/install/amd64/vmlinuz.efi".into(),
+        uki(&initrd_compressed(Some(WITH), xz)),
+    ));
+    write_rootfs(dir.path(), &files);
+    let o = check(dir.path(), &[]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(stdout(&o).contains("readyprism   0.1.0"), "{}", stdout(&o));
+
+    // Without readyprism in it, it fails as the zstd one does.
+    let without = dir.path().join("without");
+    write_rootfs(
+        &without,
+        &[(
+            "usr/install/amd64/vmlinuz.efi".into(),
+            uki(&initrd_compressed(Some(WITHOUT), xz)),
+        )],
+    );
+    let e = one_line_error(&check(&without, &[]));
+    assert!(e.contains("does not carry readyprism: its extensions are intel-ucode 20250211, iscsi-tools v0.2.0"), "{e}");
+}
+
+#[test]
 fn an_installer_built_without_extensions_fails() {
     let dir = tempfile::tempdir().expect("tempdir");
     write_rootfs(dir.path(), &[uki_file("amd64", None)]);

@@ -22,6 +22,7 @@
 mod image;
 mod initrd;
 mod uki;
+mod xz;
 mod zstd;
 
 use std::fmt::Write as _;

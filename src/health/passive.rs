@@ -55,6 +55,8 @@ impl Passive {
             tracing::debug!(backend = %self.id, "a client dial connected: the pending fall from failed dials is called off");
         }
         let (failed, reason) = self.reports().take()?;
+        // As a probe's result is (`record` in `health`): failed client dials count as failures.
+        tracing::debug!(backend = %self.id, passed = false, checks = "", failed, "probe");
         let mut step = Step::default();
         for _ in 0..failed.min(self.fall) {
             step = step.then(machine.observe(&Outcome::dial_failed(reason.clone())));

@@ -85,6 +85,33 @@ pub fn ended(log: &str) -> Vec<Ended> {
         .collect()
 }
 
+/// One health probe's result, as the balancer logs it at debug (`probe`), wall-clock time.
+#[derive(Clone, Debug)]
+pub struct Probe {
+    pub t: f64,
+    pub site: Host,
+    pub passed: bool,
+    /// The failing checks the answer named (`shutdown`; empty without an answer).
+    pub checks: String,
+}
+
+/// The probe results in a log's text, in order (with `readyprism::health=debug`).
+pub fn probes(log: &str) -> Vec<Probe> {
+    log.lines()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .filter(|l| l["fields"]["message"] == "probe")
+        .filter_map(|l| {
+            let f = &l["fields"];
+            Some(Probe {
+                t: parse_timestamp(l["timestamp"].as_str()?)?,
+                site: site_of(f["backend"].as_str()?)?,
+                passed: f["passed"].as_bool()?,
+                checks: f["checks"].as_str().unwrap_or_default().to_string(),
+            })
+        })
+        .collect()
+}
+
 #[derive(Deserialize)]
 struct LogLine {
     timestamp: String,

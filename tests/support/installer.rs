@@ -62,9 +62,21 @@ pub fn zstd(data: &[u8]) -> Vec<u8> {
     ruzstd::encoding::compress_to_vec(data, ruzstd::encoding::CompressionLevel::Fastest)
 }
 
+/// xz, as the imager compressed the extensions' archive before Talos 1.8.
+pub fn xz(data: &[u8]) -> Vec<u8> {
+    let mut out = Vec::new();
+    lzma_rs::xz_compress(&mut &data[..], &mut out).expect("xz");
+    out
+}
+
 /// The initramfs of an installer built with `exts` (none: no extensions archive at all, as the
 /// imager skips the rebuild): microcode first, uncompressed; the base; the extensions; zeros.
 pub fn initrd(exts: Option<&[Ext]>) -> Vec<u8> {
+    initrd_compressed(exts, zstd)
+}
+
+/// [`initrd`] with the extensions' archive compressed by `compress`.
+pub fn initrd_compressed(exts: Option<&[Ext]>, compress: fn(&[u8]) -> Vec<u8>) -> Vec<u8> {
     let mut out = cpio(&[("kernel/x86/microcode/GenuineIntel.bin", b"microcode")]);
     out.extend(zstd(&cpio(&[
         ("init", b"\x7fELF talos init"),
@@ -72,7 +84,7 @@ pub fn initrd(exts: Option<&[Ext]>) -> Vec<u8> {
     ])));
     if let Some(exts) = exts {
         let list = extensions_yaml(exts);
-        out.extend(zstd(&cpio(&[
+        out.extend(compress(&cpio(&[
             ("000-readyprism.sqsh", b"hsqs squashfs"),
             ("extensions.yaml", list.as_bytes()),
         ])));

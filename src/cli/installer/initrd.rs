@@ -6,21 +6,17 @@
 //! header (the `cpio` crate), nor what the file means. Inside a compressed segment only archives
 //! and padding may follow one another, as in the kernel (`init/initramfs.c`, `unpack_to_rootfs`).
 //!
-//! Compressed segments are read in zstd only: Talos compresses its initramfs with zstd
+//! Compressed segments are read in zstd and xz: Talos compresses its initramfs with zstd
 //! (siderolabs/talos `Dockerfile:1113-1114` at v1.14.0-rc.1, `:1018-1019` at v1.13.9) and so does
 //! the imager from Talos 1.8 (`UseZSTDCompression`, `pkg/machinery/imager/quirks/quirks.go:83`),
-//! while installers hold only a UKI from 1.10. An xz or gzip segment is named, not decoded.
+//! with xz before it. A gzip segment, which no Talos writes, is named, not decoded.
 
 use std::io::{self, BufRead, BufReader, Read};
 
-use super::zstd;
+use super::{xz, zstd};
 
-/// Compressions the kernel reads but no Talos UKI holds, by magic: xz (xz file format
-/// §2.1.1.1) and gzip (RFC 1952 §2.3.1).
-const UNREAD: &[(&str, &[u8])] = &[
-    ("xz", &[0xfd, b'7', b'z', b'X', b'Z', 0]),
-    ("gzip", &[0x1f, 0x8b]),
-];
+/// Compressions the kernel reads but no Talos initramfs holds, by magic: gzip (RFC 1952 §2.3.1).
+const UNREAD: &[(&str, &[u8])] = &[("gzip", &[0x1f, 0x8b])];
 /// The start of a newc header, with or without checksums (`070701`, `070702`).
 const NEWC_MAGIC: &[u8] = b"07070";
 /// The name of the entry that ends a cpio archive.
@@ -32,8 +28,8 @@ const MAX_FILE: u64 = 1 << 20;
 /// Why the initramfs could not be walked.
 #[derive(Debug, thiserror::Error)]
 pub enum InitrdError {
-    /// A segment compressed otherwise than with zstd: not a Talos 1.10+ initramfs.
-    #[error("at byte {offset}: a {kind} segment; Talos 1.8 and later compress with zstd, the only compression read here")]
+    /// A segment compressed otherwise than with zstd or xz: not a Talos initramfs.
+    #[error("at byte {offset}: a {kind} segment; Talos compresses with zstd (xz before 1.8), the only compressions read here")]
     Unread {
         /// Where the segment starts in the section.
         offset: usize,
@@ -41,7 +37,7 @@ pub enum InitrdError {
         kind: &'static str,
     },
     /// A segment starts with bytes that are neither a cpio header nor a compressed stream.
-    #[error("at byte {offset}: neither a cpio archive nor a zstd stream (starts {start})")]
+    #[error("at byte {offset}: neither a cpio archive nor a zstd or xz stream (starts {start})")]
     Unknown {
         /// Where the segment starts in the section.
         offset: usize,
@@ -53,7 +49,7 @@ pub enum InitrdError {
     Corrupt {
         /// Where the segment starts in the section.
         offset: usize,
-        /// `cpio` or `zstd`.
+        /// `cpio`, `zstd` or `xz`.
         kind: &'static str,
         /// The decoder's or the reader's error.
         source: io::Error,
@@ -90,6 +86,10 @@ pub fn find_file(data: &[u8], name: &str) -> Result<Option<Vec<u8>>, InitrdError
         } else if rest.starts_with(&zstd::MAGIC) {
             let frames = zstd::Frames::new(&mut cursor).map_err(corrupt("zstd"))?;
             archives(BufReader::new(frames), name, &mut found).map_err(corrupt("zstd"))?;
+        } else if rest.starts_with(&xz::MAGIC) {
+            let (plain, len) = xz::decode(rest).map_err(corrupt("xz"))?;
+            archives(&plain[..], name, &mut found).map_err(corrupt("xz"))?;
+            cursor = &rest[len..];
         } else if let Some((kind, _)) = UNREAD.iter().find(|(_, m)| rest.starts_with(m)) {
             return Err(InitrdError::Unread { offset, kind });
         } else {

@@ -6,7 +6,7 @@
 //! (each schedule's length; default [`CI_SECS`]). Each run prints its schedule and violations and
 //! writes `target/partition-lab/chaos-<seed>.json`. Files: `schedule.rs` (the draw), `model.rs`
 //! (what the faults mean per site), `nemesis.rs` (playing it), `sampler.rs` (the balancer sampled),
-//! `invariants.rs` (1-3), `liveness.rs` (4-5), `run.rs` (one run end to end), `fixed.rs`
+//! `invariants.rs` (1-3), `liveness.rs` (4-5), `moves.rs` (6: no needless move), `run.rs` (one run end to end), `fixed.rs`
 //! (fixed event lists: a violation's shrunk schedule, a long local outage). Without root or
 //! `ip netns` (or etcd) the runs skip like the lab's other tests, unless
 //! `READYPRISM_REQUIRE_NETNS=1`.
@@ -15,6 +15,7 @@ mod fixed;
 mod invariants;
 mod liveness;
 mod model;
+mod moves;
 mod nemesis;
 mod run;
 mod sampler;

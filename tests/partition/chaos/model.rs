@@ -60,6 +60,9 @@ fn member_down(f: &Fault, resolved: Option<Host>, site: Host) -> bool {
     }
 }
 
+/// The node's zone's site: a failback brings connections here.
+pub const HOME: Host = Host::DcB;
+
 /// The backends in the config with discovery on (`run.rs`): the sites an answer cannot remove.
 pub const SEEDS: [Host; 2] = [Host::DcA, Host::Witness];
 

@@ -20,6 +20,7 @@ use crate::partition::scenarios::ETCD;
 
 use super::invariants::{self, bound, Records, Violation};
 use super::liveness::{self, Ending};
+use super::moves::{self, Moves};
 use super::model::{self, Applied};
 use super::nemesis::{apiserver_flags, Nemesis, Played};
 use super::sampler;
@@ -42,7 +43,7 @@ const MEMBERS: Members = Members {
 fn tuning() -> Tuning {
     Tuning {
         config: format!("failback_after: {FAILBACK_AFTER}s\n"),
-        log_level: Some("info,readyprism::proxy::record=debug".to_string()),
+        log_level: Some("info,readyprism::proxy::record=debug,readyprism::health=debug".to_string()),
     }
 }
 
@@ -251,10 +252,22 @@ pub fn run(name: &str, seed: u64, schedule: &Schedule) -> Option<Vec<Violation>>
         (FAILBACK_AFTER, FAILBACK_SPREAD),
     );
     violations.extend(liveness::everything_returns(&ret));
+    let ended = balancer_log::ended(&log);
+    let probes = balancer_log::probes(&log);
+    let needless = moves::no_needless_move(&Moves {
+        ended: &ended,
+        changes: &changes,
+        probes: &probes,
+        home: model::HOME,
+        t0,
+    });
+    let moved = ended.iter().filter(|e| e.ended_by == "balancer").count();
+    let needless_closes = needless.len();
+    violations.extend(needless);
     violations.sort_by(|a, b| a.t.total_cmp(&b.t));
 
     let mut text = format!(
-        "chaos seed {seed}: {} events over {end:.0} s ({}), {herd_dials} herd dials, detection bound {:.1} s, longest lease gap {lease_gap:.1} s, {} of {} samples with no ready backend\n  return: {ret:?}\n  processes: {growth:?}\n  connection records {:?}, counted {:?}\n",
+        "chaos seed {seed}: {} events over {end:.0} s ({}), {herd_dials} herd dials, detection bound {:.1} s, longest lease gap {lease_gap:.1} s, {} of {} samples with no ready backend, {needless_closes} of {moved} balancer closes needless\n  return: {ret:?}\n  processes: {growth:?}\n  connection records {:?}, counted {:?}\n",
         applied.len(),
         if schedule.discovery { "discovery on" } else { "sites listed" },
         bound(),
@@ -297,6 +310,7 @@ pub fn run(name: &str, seed: u64, schedule: &Schedule) -> Option<Vec<Violation>>
         "violations": violations.iter().map(|v| serde_json::json!({
             "invariant": v.invariant, "t": v.t, "what": v.what })).collect::<Vec<_>>(),
         "longest_lease_gap": lease_gap, "return": ret, "processes": growth,
+        "balancer_closes": moved, "needless_closes": needless_closes,
         "connection_records": ending.records, "connections_counted": ending.counted,
         "samples": samples.len(),
         "sampled": samples.iter().map(|s| serde_json::json!([
