@@ -84,7 +84,9 @@ mod tests {
 
     #[test]
     fn a_stream_is_found_to_its_end_with_what_follows_left() {
-        let plain: Vec<u8> = (0..50_000u32).flat_map(|i| (i % 251).to_le_bytes()).collect();
+        let plain: Vec<u8> = (0..50_000u32)
+            .flat_map(|i| (i % 251).to_le_bytes())
+            .collect();
         let stream = xz(&plain);
         let mut data = stream.clone();
         data.extend([0, 0, 0, 0]);

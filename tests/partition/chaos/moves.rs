@@ -67,9 +67,8 @@ impl Moves<'_> {
     fn last_ready(&self, site: Host, t: f64) -> f64 {
         self.changes
             .iter()
-            .filter(|c| c.site == site && c.to == "ready" && c.t - self.t0 <= t)
+            .rfind(|c| c.site == site && c.to == "ready" && c.t - self.t0 <= t)
             .map(|c| c.t - self.t0)
-            .last()
             .unwrap_or(f64::NEG_INFINITY)
     }
 
@@ -90,7 +89,9 @@ impl Moves<'_> {
                     .iter()
                     .rfind(|p| p.site == site && p.t - self.t0 <= t - SLACK);
                 if last.is_some_and(|p| p.passed) {
-                    return Some("its last probe had passed: the hand-off's reason had ended".into());
+                    return Some(
+                        "its last probe had passed: the hand-off's reason had ended".into(),
+                    );
                 }
                 self.other_ready(site, t)
                     .is_none()
@@ -122,8 +123,12 @@ impl Moves<'_> {
                 if site == self.home {
                     return Some(format!("it is in the node's zone ({})", site.name()));
                 }
-                (!self.ready_around(self.home, t))
-                    .then(|| format!("no backend in the node's zone ({}) was ready", self.home.name()))
+                (!self.ready_around(self.home, t)).then(|| {
+                    format!(
+                        "no backend in the node's zone ({}) was ready",
+                        self.home.name()
+                    )
+                })
             }
             _ => None,
         }

@@ -20,8 +20,8 @@ use crate::partition::scenarios::ETCD;
 
 use super::invariants::{self, bound, Records, Violation};
 use super::liveness::{self, Ending};
-use super::moves::{self, Moves};
 use super::model::{self, Applied};
+use super::moves::{self, Moves};
 use super::nemesis::{apiserver_flags, Nemesis, Played};
 use super::sampler;
 use super::schedule::{describe, print, Schedule};
@@ -43,7 +43,9 @@ const MEMBERS: Members = Members {
 fn tuning() -> Tuning {
     Tuning {
         config: format!("failback_after: {FAILBACK_AFTER}s\n"),
-        log_level: Some("info,readyprism::proxy::record=debug,readyprism::health=debug".to_string()),
+        log_level: Some(
+            "info,readyprism::proxy::record=debug,readyprism::health=debug".to_string(),
+        ),
     }
 }
 
