@@ -169,6 +169,37 @@ fn a_draining_backend_takes_no_new_connections_after_one_failed_probe() {
     assert_eq!(d.rt.block_on(landed(d.p.listen)), "b");
 }
 
+/// kube-apiserver past its delay with `--shutdown-send-retry-after` (on a probe path it does not
+/// exempt): `429` with `Retry-After` is draining, a hand-off, not a failed check.
+#[test]
+fn a_429_with_retry_after_is_draining_and_hands_off() {
+    const N: usize = 3;
+    let mut d = Drain::start("2s", N);
+    let answer = (
+        429,
+        "The apiserver is shutting down, please try again later.\n".to_string(),
+    );
+    d.a.control.readyz_answer.store(Some(Arc::new(answer)));
+    d.ends();
+    let a = addr(&d.a);
+    d.rt.block_on(poll("every close counted as a hand-off", || {
+        d.p.closes(&a, "handoff") == N as u64
+    }));
+    assert_eq!(d.p.closes(&a, "turned_unready"), 0);
+    let doc = d.p.status();
+    assert_eq!(
+        doc.backends[0].failing_checks,
+        ["shutdown"],
+        "{:?}",
+        doc.backends[0]
+    );
+    assert!(
+        doc.backends[0].consecutive_failures < 3,
+        "no fall of 3 failed probes: {:?}",
+        doc.backends[0]
+    );
+}
+
 #[test]
 fn a_draining_backends_connections_are_closed_spread_across_the_handoff_window() {
     const N: usize = 12;

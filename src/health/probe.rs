@@ -14,7 +14,7 @@ use super::rise_fall::Outcome;
 use crate::backend::{BackendLive, BackendSpec};
 use crate::config::DurationValue;
 use crate::https::reason::{answer_reason, Reason};
-use crate::https::{self, ConnectError, GetError};
+use crate::https::{self, Answer, ConnectError, GetError};
 use crate::tls::{unix_now, TlsSource, TlsState};
 use crate::verdict::{FailClass, FailingChecks};
 
@@ -229,8 +229,14 @@ impl HttpsProbe {
             return Ok(answer.latency);
         }
         let ours = self.tls.current().client_cert.left(unix_now());
-        let checks = FailingChecks::parse(&answer.body);
-        let reason = answer_reason(answer.status.as_u16(), &answer.body, &checks, ours);
+        let (checks, reason) = match draining_retry_after(&answer) {
+            Some(reason) => (FailingChecks::of(&[SHUTDOWN_CHECK]), reason),
+            None => {
+                let checks = FailingChecks::parse(&answer.body);
+                let reason = answer_reason(answer.status.as_u16(), &answer.body, &checks, ours);
+                (checks, reason)
+            }
+        };
         Err(Failure::Backend {
             reason: reason.text,
             latency: Some(answer.latency),
@@ -239,6 +245,22 @@ impl HttpsProbe {
             unreached: false,
         })
     }
+}
+
+/// The check a graceful shutdown fails, as kube-apiserver names it.
+const SHUTDOWN_CHECK: &str = "shutdown";
+
+/// A `429` with `Retry-After` is kube-apiserver past its shutdown delay with
+/// `--shutdown-send-retry-after` (k8s.io/apiserver `pkg/server/filters/with_retry_after.go`): it
+/// sends it to new requests while those in flight drain. It counts as draining, as `[-]shutdown`
+/// does, not as a failed check. (`/readyz`, `/livez` and `/healthz` are exempt there, so a probe
+/// meets it only on another `health.path`.)
+fn draining_retry_after(answer: &Answer) -> Option<Reason> {
+    let after = answer.retry_after.as_deref()?;
+    (answer.status == StatusCode::TOO_MANY_REQUESTS).then(|| Reason {
+        text: format!("HTTP 429, Retry-After: {after}: draining (a graceful shutdown)"),
+        class: FailClass::HttpOther,
+    })
 }
 
 /// Whether a connection dialed at `dialed` with TLS material `conn_generation` may still be used at

@@ -1,6 +1,7 @@
 //! Each apiserver's shutdown window, learned from its probes: from the first answer failing only
 //! `shutdown` (kube-apiserver's graceful shutdown has begun) to the first refused dial (its listener
-//! closed), as `--shutdown-delay-duration` sets it. A hand-off to that backend then spreads its
+//! closed) or the first `429` with `Retry-After` (`--shutdown-send-retry-after`: new requests
+//! refused while those in flight drain), as `--shutdown-delay-duration` sets it. A hand-off to that backend then spreads its
 //! closes over `min(handoff_window, 0.7 × learned)` (`backend::LearnedWindow::fit`), so they end
 //! before the listener closes.
 //!
@@ -46,6 +47,17 @@ impl ShutdownWindow {
                 self.drain_seen = None;
                 None
             }
+            // Only a `429` with `Retry-After` fails `shutdown` alone outside 5xx (`probe.rs`): new
+            // requests are refused from here on, so the window ends as at a refused dial.
+            Outcome::Fail {
+                checks,
+                latency: Some(_),
+                class: FailClass::HttpOther,
+                ..
+            } if checks.only_shutdown() => self
+                .drain_seen
+                .take()
+                .map(|seen| Learned::Window(now.duration_since(seen))),
             Outcome::Fail {
                 checks, latency, ..
             } if latency.is_some() && checks.only_shutdown() => {
@@ -119,6 +131,29 @@ mod tests {
         // Still refused: nothing more to learn.
         assert_eq!(
             w.observe(&failed(FailClass::Refused), t0 + Duration::from_secs(16)),
+            None
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_429_with_retry_after_ends_the_window_as_a_refused_dial_does() {
+        let t0 = Instant::now();
+        let mut w = ShutdownWindow::default();
+        w.observe(&answered(&["shutdown"]), t0);
+        let retry_after = Outcome::Fail {
+            reason: Arc::from("HTTP 429, Retry-After: 5: draining (a graceful shutdown)"),
+            latency: Some(Duration::from_millis(2)),
+            class: FailClass::HttpOther,
+            checks: FailingChecks::of(&["shutdown"]),
+            unreached: false,
+        };
+        assert_eq!(
+            w.observe(&retry_after, t0 + Duration::from_secs(7)),
+            Some(Learned::Window(Duration::from_secs(7)))
+        );
+        // The listener's close that follows the drain teaches nothing more.
+        assert_eq!(
+            w.observe(&failed(FailClass::Refused), t0 + Duration::from_secs(20)),
             None
         );
     }

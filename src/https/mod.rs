@@ -78,6 +78,9 @@ pub struct Answer {
     pub body: Vec<u8>,
     /// How the body ended.
     pub end: BodyEnd,
+    /// Its `Retry-After` header, if it has one (a graceful shutdown's `429` with
+    /// `--shutdown-send-retry-after`).
+    pub retry_after: Option<String>,
 }
 
 /// How an answer's body ended.
@@ -170,12 +173,17 @@ impl Conn {
         let resp = self.sender.send_request(req).await.map_err(no_answer)?;
         let latency = start.elapsed();
         let status = resp.status();
+        let retry_after = resp
+            .headers()
+            .get(hyper::header::RETRY_AFTER)
+            .map(|v| String::from_utf8_lossy(v.as_bytes()).into_owned());
         let (body, end) = read_bounded(resp.into_body(), limit).await;
         Ok(Answer {
             status,
             latency,
             body,
             end,
+            retry_after,
         })
     }
 }

@@ -73,6 +73,14 @@ pub(super) async fn answer<B>(
                 hyper::header::X_CONTENT_TYPE_OPTIONS,
                 hyper::header::HeaderValue::from_static("nosniff"),
             );
+            if status == StatusCode::TOO_MANY_REQUESTS {
+                // A 429 set by a test: kube-apiserver's come with `Retry-After` (its shutdown's
+                // `with_retry_after.go`, and priority and fairness).
+                headers.insert(
+                    hyper::header::RETRY_AFTER,
+                    hyper::header::HeaderValue::from_static("5"),
+                );
+            }
             return resp;
         }
         crate::discovery::PATH => {
