@@ -12,7 +12,7 @@
 
 mod etcd;
 mod fall;
-mod kube;
+pub(crate) mod kube;
 mod moves;
 mod peers;
 mod probe;

@@ -74,6 +74,18 @@ impl Ca {
         self.issue(kubelet_params(node)?)
     }
 
+    /// A client certificate for the user `cn` in the group `org` (the lab's
+    /// kube-controller-manager and `kubectl`: `system:masters`).
+    pub fn user(&self, cn: &str, org: &str) -> Result<Issued, rcgen::Error> {
+        let mut params = CertificateParams::new(Vec::<String>::new())?;
+        params.distinguished_name.push(DnType::CommonName, cn);
+        params
+            .distinguished_name
+            .push(DnType::OrganizationName, org);
+        params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ClientAuth];
+        self.issue(params)
+    }
+
     /// Like [`Ca::client`], valid until midnight UTC `days` days from today (a negative number:
     /// expired that long ago), for tests of an expired or soon-expiring certificate.
     pub fn client_until(&self, node: &str, days: i64) -> Result<Issued, rcgen::Error> {

@@ -88,7 +88,7 @@ pub struct Tuning {
 }
 
 /// `readyprism --log-format json [--log-level L] run --config <config>` in the node's namespace.
-fn readyprism_command(
+pub fn readyprism_command(
     lab: &NetLab,
     config: &std::path::Path,
     log_level: Option<&str>,

@@ -55,6 +55,17 @@ impl<'a> EtcdCluster<'a> {
     /// `READYPRISM_REQUIRE_NETNS=1`, which makes that a failure.
     /// `flags` go to every member (`--election-timeout 10000`).
     pub fn start(lab: &'a NetLab, test: &str, flags: &[&str]) -> Option<EtcdCluster<'a>> {
+        EtcdCluster::start_bin(lab, test, flags, std::path::Path::new("etcd"))
+    }
+
+    /// [`EtcdCluster::start`] with the members' binary `etcd` (the real parts' etcd 3.7; the
+    /// health checks still use `etcdctl` from the path).
+    pub fn start_bin(
+        lab: &'a NetLab,
+        test: &str,
+        flags: &[&str],
+        etcd: &std::path::Path,
+    ) -> Option<EtcdCluster<'a>> {
         for tool in ["etcd", "etcdctl"] {
             if !on_path(tool) {
                 skip(
@@ -88,7 +99,7 @@ impl<'a> EtcdCluster<'a> {
         let mut members = BTreeMap::new();
         for site in Host::SITES {
             let dir: PathBuf = data.path().join(site.name());
-            let mut cmd = lab.command(site, "etcd");
+            let mut cmd = lab.command(site, etcd);
             cmd.args(["--name", site.name()])
                 .arg("--data-dir")
                 .arg(&dir)

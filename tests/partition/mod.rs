@@ -23,4 +23,5 @@ mod handoff;
 mod head_to_head;
 mod lab_tests;
 mod membership;
+mod real_k8s;
 pub mod scenarios;

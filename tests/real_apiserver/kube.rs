@@ -58,6 +58,35 @@ impl ApiserverFiles {
     }
 }
 
+/// The flags of a kube-apiserver serving on `addr` (advertising `advertise` in the `kubernetes`
+/// Endpoints) with `files`, on the etcd at `etcd_url`: Talos's where they matter (this file's head).
+pub fn flags(
+    files: &ApiserverFiles,
+    addr: SocketAddr,
+    etcd_url: &str,
+    advertise: &str,
+    cert_dir: &Path,
+) -> Vec<String> {
+    vec![
+        format!("--etcd-servers={etcd_url}"),
+        format!("--advertise-address={advertise}"),
+        format!("--bind-address={}", addr.ip()),
+        format!("--secure-port={}", addr.port()),
+        format!("--tls-cert-file={}", files.cert),
+        format!("--tls-private-key-file={}", files.key),
+        format!("--client-ca-file={}", files.client_ca),
+        "--service-account-issuer=https://kubernetes.default.svc.cluster.local".to_string(),
+        format!("--service-account-signing-key-file={}", files.sa_key),
+        format!("--service-account-key-file={}", files.sa_pub),
+        "--service-cluster-ip-range=10.96.0.0/12".to_string(),
+        "--authorization-mode=Node,RBAC".to_string(),
+        "--enable-admission-plugins=NodeRestriction".to_string(),
+        "--tls-min-version=VersionTLS13".to_string(),
+        "--profiling=false".to_string(),
+        format!("--cert-dir={}", cert_dir.display()),
+    ]
+}
+
 impl KubeApiserver {
     /// Starts `bin` on `addr` (its IP must be one of the certificate's) against `etcd_url`, with
     /// `extra` flags; does not wait for it to be ready (the caller probes `/readyz`).
@@ -73,28 +102,10 @@ impl KubeApiserver {
         let log = dir.join(format!("kube-apiserver-{tag}.log"));
         let out = std::fs::File::create(&log).expect("log");
         let child = Command::new(bin)
-            .arg(format!("--etcd-servers={etcd_url}"))
             // The endpoint reconciler refuses a loopback address to advertise: one from TEST-NET-1
             // (RFC 5737, never routed) goes into the `kubernetes` Endpoints, while it listens on
             // the test's loopback address.
-            .arg("--advertise-address=192.0.2.10")
-            .arg(format!("--bind-address={}", addr.ip()))
-            .arg(format!("--secure-port={}", addr.port()))
-            .arg(format!("--tls-cert-file={}", files.cert))
-            .arg(format!("--tls-private-key-file={}", files.key))
-            .arg(format!("--client-ca-file={}", files.client_ca))
-            .arg("--service-account-issuer=https://kubernetes.default.svc.cluster.local")
-            .arg(format!(
-                "--service-account-signing-key-file={}",
-                files.sa_key
-            ))
-            .arg(format!("--service-account-key-file={}", files.sa_pub))
-            .arg("--service-cluster-ip-range=10.96.0.0/12")
-            .arg("--authorization-mode=Node,RBAC")
-            .arg("--enable-admission-plugins=NodeRestriction")
-            .arg("--tls-min-version=VersionTLS13")
-            .arg("--profiling=false")
-            .arg(format!("--cert-dir={}", dir.display()))
+            .args(flags(files, addr, etcd_url, "192.0.2.10", dir))
             .args(extra)
             .stdin(Stdio::null())
             .stdout(out.try_clone().expect("log"))
