@@ -7,13 +7,15 @@
 //! The outcome is the Node's real `Ready` condition, beside the lease gaps, the client's failed
 //! requests and the balancer's closes, per phase.
 //!
-//! One run plays, each fault after every apiserver's `/readyz` has said `ok` for 10 s:
-//! 1. the planned restart: dc-b's apiserver (the node's zone, where the client's connection is)
-//!    gets `SIGTERM` with the 15 s `--shutdown-delay-duration` of the Talos patches; it is started
-//!    again, and the client's connection comes home (`failback_after` 10 s);
+//! One run plays, each fault after every apiserver's `/readyz` has said `ok` for 10 s, each on the
+//! site the client's connection is on (readyprism's: dc-b, the node's zone, asserted; KubePrism's
+//! wherever it went, from the node's sockets):
+//! 1. the planned restart: that apiserver gets `SIGTERM` with the 15 s
+//!    `--shutdown-delay-duration` of the Talos patches; it is started again, and readyprism's
+//!    connection comes home (`failback_after` 10 s);
 //! 2. the blink: every etcd member stopped for 3 s (`SIGSTOP`);
-//! 3. scenario 1, no quorum local: dc-b's etcd peer traffic blocked for 70 s (longer than the
-//!    node monitor's grace), then healed.
+//! 3. scenario 1, no quorum local: that site's etcd peer traffic blocked for 70 s (longer than
+//!    the node monitor's grace), then healed.
 //!
 //! readyprism's run is CI's short form and asserts: the Node never left `Ready`, no lease gap
 //! reached the lease's 40 s, the blink closed nothing, the restart was a hand-off and the
@@ -43,6 +45,10 @@ const NO_QUORUM_FOR: Duration = Duration::from_secs(70);
 const BLINK: Duration = Duration::from_secs(3);
 /// Watched after each fault ends.
 const AFTER: Duration = Duration::from_secs(20);
+/// The longest a graceful restart may take to exit: the 15 s delay, then up to its
+/// `ShutdownTimeout` for connections still busy, which is `--request-timeout` (60 s; k8s.io/apiserver
+/// v0.37.2 `pkg/server/config.go:844`, used by `secure_serving.go:158-217`), and slack.
+const SHUTDOWN_LIMIT: Duration = Duration::from_secs(100);
 
 #[test]
 fn partition_real_k8s_short_form_keeps_the_node_ready() {
@@ -111,8 +117,15 @@ struct Run {
     t0: f64,
     /// When the lease client's Node was registered (its first successful lease).
     registered: f64,
+    /// The site whose apiserver was restarted, and from its `SIGTERM` to its exit, in seconds.
+    restarted: &'static str,
+    restart_exited_after: f64,
+    /// The site whose member lost quorum.
+    no_quorum: &'static str,
     phases: Vec<Figures>,
     ready: outcome::Ready,
+    /// What kube-controller-manager logged about the node (`--v=2`).
+    kcm: Vec<String>,
 }
 
 /// Plays the three faults with `kind` on the node; `None` if the lab or the parts are missing.
@@ -130,17 +143,21 @@ fn play(kind: Kind, name: &str) -> Option<Run> {
         .expect("renewed");
     let mut phases = Vec::new();
 
-    // 1. The planned restart of dc-b's apiserver, then it comes back and the stream goes home.
+    // 1. The planned restart of the apiserver the client is on (readyprism: dc-b, the node's
+    // zone), then it comes back (and readyprism's stream goes home).
     wait_home(&cast);
+    let restarted = where_client(&cast);
+    // Its delay, then up to its `ShutdownTimeout` for connections that stay busy (a watch left
+    // on it), then the exit.
     let from = wall();
-    cast.term_apiserver(DcB, Duration::from_secs(60));
+    let exited_after = cast.term_apiserver(restarted, SHUTDOWN_LIMIT);
     std::thread::sleep(AFTER);
     phases.push(Phase {
         name: "planned restart",
         from,
         to: wall(),
     });
-    cast.start_apiserver_again(DcB);
+    cast.start_apiserver_again(restarted);
     cast.wait_settled(&Host::SITES, Duration::from_secs(180));
     wait_home(&cast);
 
@@ -162,9 +179,11 @@ fn play(kind: Kind, name: &str) -> Option<Run> {
     cast.wait_settled(&Host::SITES, Duration::from_secs(120));
     wait_home(&cast);
 
-    // 3. Scenario 1: dc-b's member without quorum, longer than the node monitor's grace.
+    // 3. Scenario 1: the member of the apiserver the client is on (readyprism: dc-b) without
+    // quorum, longer than the node monitor's grace.
+    let no_quorum = where_client(&cast);
     let from = wall();
-    let fault = lab.block_tcp_port(DcB, PEER_PORT);
+    let fault = lab.block_tcp_port(no_quorum, PEER_PORT);
     std::thread::sleep(NO_QUORUM_FOR);
     lab.heal(&fault);
     std::thread::sleep(AFTER);
@@ -176,6 +195,7 @@ fn play(kind: Kind, name: &str) -> Option<Run> {
     // The node monitor decides within its grace of the last renewal it saw.
     std::thread::sleep(Duration::from_secs(5));
 
+    cast.assert_kcm_running();
     let lines = cast.client_lines();
     let ended = balancer_log::ended(&cast.balancer_log());
     let figures: Vec<Figures> = phases.iter().map(|p| figures(p, &lines, &ended)).collect();
@@ -187,17 +207,24 @@ fn play(kind: Kind, name: &str) -> Option<Run> {
         kind: kind.name(),
         t0,
         registered,
+        restarted: restarted.name(),
+        restart_exited_after: exited_after,
+        no_quorum: no_quorum.name(),
         phases: figures,
         ready,
+        kcm: cast.kcm_about_node(),
     };
     let mut text = format!(
-        "real lab, {}: the Node is {} ({}) since {:.1} s of the run (registered at {:.1} s; grace {} s)\n",
+        "real lab, {}: the Node is {} ({}) since {:.1} s of the run (registered at {:.1} s; grace {} s); {}'s apiserver exited {:.1} s after SIGTERM; {} lost quorum\n",
         run.kind,
         run.ready.status,
         run.ready.reason,
         run.ready.since - t0,
         registered - t0,
-        GRACE.as_secs()
+        GRACE.as_secs(),
+        run.restarted,
+        run.restart_exited_after,
+        run.no_quorum
     );
     for f in &run.phases {
         text.push_str(&format!(
@@ -214,9 +241,23 @@ fn play(kind: Kind, name: &str) -> Option<Run> {
     let path = dir.join(format!("real-k8s-{slug}.json"));
     std::fs::write(&path, serde_json::to_string_pretty(&run).expect("JSON"))
         .unwrap_or_else(|e| panic!("{path:?}: {e}"));
+    for l in &run.kcm {
+        text.push_str(&format!("  kube-controller-manager: {l}\n"));
+    }
     text.push_str(&format!("  record: {}\n", path.display()));
     lab_print(&text);
     Some(run)
+}
+
+/// The site the client's connection is on (the faults go there: readyprism's is on dc-b).
+fn where_client(cast: &RealCast) -> Host {
+    let mut site = None;
+    let found = poll(Duration::from_secs(30), || {
+        site = cast.client_site();
+        site.is_some()
+    });
+    assert!(found, "the client's connection is on no apiserver");
+    site.expect("found")
 }
 
 /// Waits until readyprism relays the client on dc-b, the node's zone (KubePrism has no metrics:

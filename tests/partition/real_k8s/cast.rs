@@ -84,7 +84,8 @@ pub struct RealCast<'a> {
     apiservers: BTreeMap<Host, LabProcess>,
     /// Apiservers stopped and started again, kept for their logs.
     retired: Vec<LabProcess>,
-    _kcm: LabProcess,
+    /// Started once the apiservers have settled: it gives up on an apiserver not yet healthy.
+    kcm: Option<LabProcess>,
     pub balancer: LabProcess,
     client: Option<LabProcess>,
     admin: PathBuf,
@@ -153,19 +154,6 @@ impl<'a> RealCast<'a> {
         for site in Host::SITES {
             cast_apiservers.insert(site, spawn_apiserver(lab, bins, &files, site, 0));
         }
-        let kcm = {
-            let mut cmd = lab.command(Host::DcA, &bins.kcm);
-            cmd.arg(format!("--kubeconfig={}", admin.display()))
-                .args([
-                    "--controllers=node-lifecycle-controller",
-                    "--leader-elect=false",
-                    "--secure-port=0",
-                    "--node-monitor-period=5s",
-                ])
-                .arg(format!("--node-monitor-grace-period={}s", GRACE.as_secs()));
-            lab.spawn("kube-controller-manager", cmd)
-                .expect("spawn kube-controller-manager")
-        };
         let balancer = match kind {
             Kind::Readyprism => {
                 let backends: String = Host::SITES
@@ -201,7 +189,7 @@ impl<'a> RealCast<'a> {
             kind,
             apiservers: cast_apiservers,
             retired: Vec::new(),
-            _kcm: kcm,
+            kcm: None,
             balancer,
             client: None,
             admin,
@@ -209,8 +197,55 @@ impl<'a> RealCast<'a> {
             node_cert,
         };
         cast.wait_settled(&Host::SITES, Duration::from_secs(240));
+        cast.start_kcm();
         cast.start_client();
         cast
+    }
+
+    /// Starts kube-controller-manager with only its node lifecycle controller, in dc-a on dc-a's
+    /// apiserver, and waits until that controller runs.
+    fn start_kcm(&mut self) {
+        let mut cmd = self.lab.command(Host::DcA, &self.bins.kcm);
+        cmd.arg(format!("--kubeconfig={}", self.admin.display()))
+            .args([
+                "--controllers=node-lifecycle-controller",
+                "--leader-elect=false",
+                "--secure-port=0",
+                "--node-monitor-period=5s",
+                "--v=2",
+            ])
+            .arg(format!("--node-monitor-grace-period={}s", GRACE.as_secs()));
+        let kcm = self
+            .lab
+            .spawn("kube-controller-manager", cmd)
+            .expect("spawn kube-controller-manager");
+        self.kcm = Some(kcm);
+        let watching = poll(Duration::from_secs(120), || {
+            self.kcm_log().contains("Starting node controller")
+        });
+        assert!(
+            watching,
+            "kube-controller-manager did not start its node lifecycle controller:\n{}",
+            self.kcm_tail(30)
+        );
+    }
+
+    fn kcm_log(&self) -> String {
+        self.kcm
+            .as_ref()
+            .map(LabProcess::log_text)
+            .unwrap_or_default()
+    }
+
+    /// Panics, with its log, if kube-controller-manager has exited: its verdict on the node
+    /// would mean nothing.
+    pub fn assert_kcm_running(&mut self) {
+        let exited = self.kcm.as_mut().and_then(LabProcess::exited);
+        assert!(
+            exited.is_none(),
+            "kube-controller-manager exited ({exited:?}):\n{}",
+            self.kcm_tail(30)
+        );
     }
 
     /// `/readyz` of `site`'s apiserver, asked directly from the node with `kubectl`: `ok` or why not.
@@ -274,6 +309,23 @@ impl<'a> RealCast<'a> {
         ));
     }
 
+    /// kube-controller-manager's last `n` log lines.
+    pub fn kcm_tail(&self, n: usize) -> String {
+        let text = self.kcm_log();
+        let lines: Vec<&str> = text.lines().collect();
+        lines[lines.len().saturating_sub(n)..].join("\n")
+    }
+
+    /// kube-controller-manager's log lines that name the node or a disruption mode: what it
+    /// decided about the node.
+    pub fn kcm_about_node(&self) -> Vec<String> {
+        self.kcm_log()
+            .lines()
+            .filter(|l| l.contains(NODE) || l.contains("disruption mode"))
+            .map(str::to_string)
+            .collect()
+    }
+
     fn apiserver_tails(&self) -> String {
         self.apiservers
             .iter()
@@ -332,15 +384,18 @@ impl<'a> RealCast<'a> {
             .unwrap_or_default()
     }
 
-    /// Sends `SIGTERM` to `site`'s apiserver (its graceful shutdown) and waits for its exit.
-    pub fn term_apiserver(&mut self, site: Host, limit: Duration) {
+    /// Sends `SIGTERM` to `site`'s apiserver (its graceful shutdown) and waits for its exit;
+    /// how long that took.
+    pub fn term_apiserver(&mut self, site: Host, limit: Duration) -> f64 {
         let proc = self.apiservers.get_mut(&site).expect("apiserver");
+        let start = wall();
         proc.signal("TERM").expect("SIGTERM kube-apiserver");
         assert!(
             proc.wait_timeout(limit).is_some(),
             "kube-apiserver of {} did not exit within {limit:?} of SIGTERM",
             site.name()
         );
+        wall() - start
     }
 
     /// Starts `site`'s apiserver again (after [`RealCast::term_apiserver`]).
@@ -380,6 +435,32 @@ impl<'a> RealCast<'a> {
     /// The balancer's log (readyprism's JSON lines; KubePrism's errors).
     pub fn balancer_log(&self) -> String {
         self.balancer.log_text()
+    }
+
+    /// The site the client's connection is relayed to now: readyprism's
+    /// `readyprism_connections_active`, or for KubePrism (no metrics; its health checks connect
+    /// and close at once) the node's established connections to an apiserver port.
+    pub fn client_site(&self) -> Option<Host> {
+        if self.kind == Kind::Readyprism {
+            return Host::SITES
+                .into_iter()
+                .find(|&s| self.active_on(s).unwrap_or(0.0) >= 1.0);
+        }
+        let filter = format!("( dport = :{APISERVER_PORT} )");
+        let out = self
+            .lab
+            .output(
+                Host::Node,
+                "ss",
+                &["-Htn", "state", "established", &filter],
+                &[],
+                Duration::from_secs(10),
+            )
+            .ok()?;
+        let text = String::from_utf8_lossy(&out.stdout).to_string();
+        Host::SITES
+            .into_iter()
+            .find(|s| text.contains(&format!(" {}:{APISERVER_PORT}", s.ip())))
     }
 
     /// Connections readyprism has on `site` now (`None` for KubePrism, which has no metrics).
