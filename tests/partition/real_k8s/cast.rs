@@ -84,8 +84,11 @@ pub struct RealCast<'a> {
     apiservers: BTreeMap<Host, LabProcess>,
     /// Apiservers stopped and started again, kept for their logs.
     retired: Vec<LabProcess>,
-    /// Started once the apiservers have settled: it gives up on an apiserver not yet healthy.
-    kcm: Option<LabProcess>,
+    /// One per site on its own apiserver, leader-elected, as on control-plane nodes; started once
+    /// the apiservers have settled (it gives up on an apiserver not yet healthy).
+    kcm: Vec<LabProcess>,
+    /// Each site's kubeconfig for its kube-controller-manager (the admin's, on that apiserver).
+    kcm_kubeconfigs: Vec<(Host, PathBuf)>,
     pub balancer: LabProcess,
     client: Option<LabProcess>,
     admin: PathBuf,
@@ -150,6 +153,18 @@ impl<'a> RealCast<'a> {
                 (&admin_pair.0, &admin_pair.1),
             ),
         );
+        let kcm_kubeconfigs = Host::SITES
+            .iter()
+            .map(|&s| {
+                let name = format!("kcm-{}.kubeconfig", s.name());
+                let text = kubeconfig(
+                    &ca_path,
+                    &format!("https://{}", addr(s)),
+                    (&admin_pair.0, &admin_pair.1),
+                );
+                (s, write(lab, &name, &text))
+            })
+            .collect();
         let mut cast_apiservers = BTreeMap::new();
         for site in Host::SITES {
             cast_apiservers.insert(site, spawn_apiserver(lab, bins, &files, site, 0));
@@ -189,7 +204,8 @@ impl<'a> RealCast<'a> {
             kind,
             apiservers: cast_apiservers,
             retired: Vec::new(),
-            kcm: None,
+            kcm: Vec::new(),
+            kcm_kubeconfigs,
             balancer,
             client: None,
             admin,
@@ -202,24 +218,29 @@ impl<'a> RealCast<'a> {
         cast
     }
 
-    /// Starts kube-controller-manager with only its node lifecycle controller, in dc-a on dc-a's
-    /// apiserver, and waits until that controller runs.
+    /// Starts a kube-controller-manager with only its node lifecycle controller in each site, on
+    /// that site's apiserver, leader-elected (its defaults: 15 s lease, 10 s renew deadline), so
+    /// that one whose apiserver loses quorum loses the lead to another, and waits until one
+    /// runs the controller.
     fn start_kcm(&mut self) {
-        let mut cmd = self.lab.command(Host::DcA, &self.bins.kcm);
-        cmd.arg(format!("--kubeconfig={}", self.admin.display()))
-            .args([
-                "--controllers=node-lifecycle-controller",
-                "--leader-elect=false",
-                "--secure-port=0",
-                "--node-monitor-period=5s",
-                "--v=2",
-            ])
-            .arg(format!("--node-monitor-grace-period={}s", GRACE.as_secs()));
-        let kcm = self
-            .lab
-            .spawn("kube-controller-manager", cmd)
-            .expect("spawn kube-controller-manager");
-        self.kcm = Some(kcm);
+        for (site, kubeconfig) in &self.kcm_kubeconfigs {
+            let mut cmd = self.lab.command(*site, &self.bins.kcm);
+            cmd.arg(format!("--kubeconfig={}", kubeconfig.display()))
+                .args([
+                    "--controllers=node-lifecycle-controller",
+                    "--leader-elect=true",
+                    "--secure-port=0",
+                    "--node-monitor-period=5s",
+                    "--v=2",
+                ])
+                .arg(format!("--node-monitor-grace-period={}s", GRACE.as_secs()));
+            let name = format!("kube-controller-manager-{}", site.name());
+            let kcm = self
+                .lab
+                .spawn(&name, cmd)
+                .expect("spawn kube-controller-manager");
+            self.kcm.push(kcm);
+        }
         let watching = poll(Duration::from_secs(120), || {
             self.kcm_log().contains("Starting node controller")
         });
@@ -230,21 +251,19 @@ impl<'a> RealCast<'a> {
         );
     }
 
+    /// The kube-controller-managers' logs, one after another.
     fn kcm_log(&self) -> String {
-        self.kcm
-            .as_ref()
-            .map(LabProcess::log_text)
-            .unwrap_or_default()
+        self.kcm.iter().map(LabProcess::log_text).collect()
     }
 
-    /// Panics, with its log, if kube-controller-manager has exited: its verdict on the node
-    /// would mean nothing.
+    /// Panics, with their logs, if a kube-controller-manager has exited: their verdict on the
+    /// node would mean nothing.
     pub fn assert_kcm_running(&mut self) {
-        let exited = self.kcm.as_mut().and_then(LabProcess::exited);
+        let exited: Vec<_> = self.kcm.iter_mut().filter_map(LabProcess::exited).collect();
         assert!(
-            exited.is_none(),
+            exited.is_empty(),
             "kube-controller-manager exited ({exited:?}):\n{}",
-            self.kcm_tail(30)
+            self.kcm_tail(60)
         );
     }
 
@@ -321,7 +340,9 @@ impl<'a> RealCast<'a> {
     pub fn kcm_about_node(&self) -> Vec<String> {
         self.kcm_log()
             .lines()
-            .filter(|l| l.contains(NODE) || l.contains("disruption mode"))
+            .filter(|l| {
+                l.contains(NODE) || l.contains("disruption mode") || l.contains("leaderelection")
+            })
             .map(str::to_string)
             .collect()
     }
@@ -407,29 +428,44 @@ impl<'a> RealCast<'a> {
         }
     }
 
-    /// The Node as the apiserver of dc-a has it (`kubectl get node -o json`).
+    /// The Node as an apiserver has it (`kubectl get node -o json`): asked of each site in turn
+    /// until one answers, within a minute (a site that just lost or regained quorum may not).
     pub fn node(&self) -> Result<serde_json::Value, String> {
         let admin = self.admin.display().to_string();
-        let out = self.lab.output(
-            Host::DcA,
-            "kubectl",
-            &[
-                "--kubeconfig",
-                &admin,
-                "--request-timeout=5s",
-                "get",
-                "node",
-                NODE,
-                "-o",
-                "json",
-            ],
-            &[],
-            Duration::from_secs(15),
-        )?;
-        if !out.status.success() {
-            return Err(String::from_utf8_lossy(&out.stderr).trim().to_string());
-        }
-        serde_json::from_slice(&out.stdout).map_err(|e| format!("node JSON: {e}"))
+        let mut last = String::new();
+        let mut node = None;
+        poll(Duration::from_secs(60), || {
+            for site in [Host::DcA, Host::Witness, Host::DcB] {
+                let server = format!("https://{}", addr(site));
+                let args = [
+                    "--kubeconfig",
+                    &admin,
+                    "--server",
+                    &server,
+                    "--request-timeout=5s",
+                    "get",
+                    "node",
+                    NODE,
+                    "-o",
+                    "json",
+                ];
+                match self
+                    .lab
+                    .output(site, "kubectl", &args, &[], Duration::from_secs(15))
+                {
+                    Ok(out) if out.status.success() => {
+                        node = serde_json::from_slice(&out.stdout).ok();
+                        if node.is_some() {
+                            return true;
+                        }
+                    }
+                    Ok(out) => last = String::from_utf8_lossy(&out.stderr).trim().to_string(),
+                    Err(e) => last = e,
+                }
+            }
+            false
+        });
+        node.ok_or(last)
     }
 
     /// The balancer's log (readyprism's JSON lines; KubePrism's errors).
