@@ -1,8 +1,9 @@
 //! The partition lab on real Kubernetes (issue 43 §2, and §6's short form in CI): a real
 //! kube-apiserver (k8s.io/kubernetes v1.37.2) per site on that site's real etcd 3.7 member (TLS
 //! 1.3, `Node,RBAC` + `NodeRestriction`, the kubelet's certificate from the lab's CA), a real
-//! kube-controller-manager running its node lifecycle controller (in dc-a, on dc-a's apiserver,
-//! `--node-monitor-grace-period` 50 s), and the kubelet's own lease client with a GET of its Node
+//! kube-controller-manager per site running its node lifecycle controller (each on its site's
+//! apiserver, leader-elected, `--node-monitor-grace-period` 50 s), and the kubelet's own lease
+//! client with a GET of its Node
 //! a second on the same HTTP/2 connection (a client-go workload) through the node's balancer.
 //! The outcome is the Node's real `Ready` condition, beside the lease gaps, the client's failed
 //! requests and the balancer's closes, per phase.
