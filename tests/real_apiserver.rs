@@ -40,8 +40,9 @@ const ANSWER_TOLERANCE: f64 = 1.0;
 /// How far apart the two listeners may close after the same `SIGTERM` (probes 100 ms apart).
 const CLOSE_TOLERANCE: f64 = 1.0;
 
-/// The real apiservers are heavy (a core each for seconds at start): one test at a time.
-static ONE_AT_A_TIME: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+/// The real apiservers are heavy (a core each for seconds at start): one test at a time, the
+/// real partition lab (`partition::real_k8s`) included.
+pub(crate) static ONE_AT_A_TIME: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
 /// A real etcd cluster, the shared certificates, and where each side listens.
 struct Rig {

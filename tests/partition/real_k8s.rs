@@ -132,6 +132,8 @@ struct Run {
 /// Plays the three faults with `kind` on the node; `None` if the lab or the parts are missing.
 fn play(kind: Kind, name: &str) -> Option<Run> {
     let bins = Bins::find(kind, name)?;
+    // Never beside the other tests of real apiservers: their answer times are compared.
+    let _one = crate::real_apiserver::ONE_AT_A_TIME.blocking_lock();
     let lab = NetLab::start(name)?;
     let mut etcd = EtcdCluster::start_bin(&lab, name, &[], &bins.etcd)?;
     etcd.wait_healthy(Duration::from_secs(60))
