@@ -84,11 +84,13 @@ impl Moves<'_> {
         let nowhere = |what: &str| format!("{what}, and no other backend was ready");
         match reason {
             "handoff" => {
+                // The probe that began the hand-off may be within the slack before the close; a
+                // pass counts only from before it (one after may have followed the decision).
                 let last = self
                     .probes
                     .iter()
-                    .rfind(|p| p.site == site && p.t - self.t0 <= t - SLACK);
-                if last.is_some_and(|p| p.passed) {
+                    .rfind(|p| p.site == site && p.t - self.t0 <= t);
+                if last.is_some_and(|p| p.passed && p.t - self.t0 <= t - SLACK) {
                     return Some(
                         "its last probe had passed: the hand-off's reason had ended".into(),
                     );
@@ -112,7 +114,9 @@ impl Moves<'_> {
                     .then(|| nowhere("cut as unready"))
             }
             "left_none_ready" => {
-                if self.state(site, t - SLACK) == Some("ready") {
+                if self.state(site, t - SLACK) == Some("ready")
+                    && self.state(site, t) == Some("ready")
+                {
                     return Some("it was ready".into());
                 }
                 self.other_ready(site, t)
@@ -238,6 +242,11 @@ mod tests {
         assert!(v[0].what.contains("its last probe had passed"), "{v:?}");
         // Within the slack of the pass, the close may have been decided before it.
         assert!(judge(&[closed(15.1, DcA, "handoff")], &changes, &probes).is_empty());
+        // The failed probe that began a hand-off within the slack before its first close (CI's
+        // seed-3 schedule: a pass 5 s before, `[-]shutdown` 0.24 s before the close).
+        let (changes2, mut began) = draining_a();
+        began.insert(0, probe(5.0, DcA, true, ""));
+        assert!(judge(&[closed(10.24, DcA, "handoff")], &changes2, &began).is_empty());
         // rise 2: still logged unready, the rest cut as unready though it only ever drained.
         let v = judge(&[closed(15.5, DcA, "turned_unready")], &changes, &probes);
         assert_eq!(v.len(), 1, "{v:?}");
