@@ -1,4 +1,4 @@
-//! The partition lab on real Kubernetes (issue 43 §2, and §6's short form in CI): a real
+//! The partition lab on real Kubernetes (its short form runs in CI): a real
 //! kube-apiserver (k8s.io/kubernetes v1.37.2) per site on that site's real etcd 3.7 member (TLS
 //! 1.3, `Node,RBAC` + `NodeRestriction`, the kubelet's certificate from the lab's CA), a real
 //! kube-controller-manager per site running its node lifecycle controller (each on its site's

@@ -231,7 +231,7 @@ mod tests {
         assert!(judge(&[by_client], &changes, &probes).is_empty());
     }
 
-    /// Issue 45 item 2's mutant: the hand-off goes on after the backend passed a probe (`rise:
+    /// A hand-off that outlives its reason: it goes on after the backend passed a probe (`rise:
     /// 1`: it is ready again; `rise: 2`: still unready, cut at once as `turned_unready`).
     #[test]
     fn chaos_invariant_6_fires_on_a_hand_off_that_outlives_its_reason() {
@@ -259,7 +259,7 @@ mod tests {
         );
     }
 
-    /// Issue 45 item 3's mutant: every apiserver drains at once and the hand-off goes on with no
+    /// A hand-off with nowhere to go: every apiserver drains at once and the hand-off goes on with no
     /// ready backend to go to.
     #[test]
     fn chaos_invariant_6_fires_on_a_hand_off_with_nowhere_to_go() {
@@ -276,7 +276,7 @@ mod tests {
         assert!(judge(&[closed(21.0, DcA, "handoff")], &changes, &probes).is_empty());
     }
 
-    /// Issue 45 item 4's mutant: a failback goes on closing connections that are home (the node
+    /// A failback that should be called off: it goes on closing connections that are home (the node
     /// renumbered into their zone) or with no ready backend in the node's zone.
     #[test]
     fn chaos_invariant_6_fires_on_a_failback_that_should_be_called_off() {
