@@ -11,6 +11,8 @@ use std::time::Duration;
 
 use tokio::sync::Notify;
 
+pub mod turn;
+
 /// Connections of a backend that went bad are closed spread over this window, so thousands of
 /// watch clients do not re-dial the next apiserver in the same millisecond; well inside the 1 s
 /// promise.
@@ -197,12 +199,17 @@ impl Eviction {
         loop {
             // Made before the check, as in `stopped`: a call-off after the check still wakes it.
             let woken = self.wake.notified();
-            let latest = self.latest.load(Ordering::Acquire);
-            if latest >> REASON_BITS == bump.0 && latest & CALLED_OFF != 0 {
+            if self.is_called_off(bump) {
                 return;
             }
             woken.await;
         }
+    }
+
+    /// Whether `bump` is the latest bump and was called off ([`Eviction::called_off`], now).
+    pub fn is_called_off(&self, bump: EvictionWatch) -> bool {
+        let latest = self.latest.load(Ordering::Acquire);
+        latest >> REASON_BITS == bump.0 && latest & CALLED_OFF != 0
     }
 
     /// Closes every connection of a backend no snapshot offers any more (removed by a reload).
@@ -241,36 +248,46 @@ impl Eviction {
                 // Made before the check: a bump after the check wakes it even though it was not
                 // polled yet (`notify_waiters` reaches every `Notified` already made).
                 let woken = self.wake.notified();
-                if self.shut.load(Ordering::Acquire) {
-                    return Stop::Shutdown;
-                }
-                let latest = self.latest.load(Ordering::Acquire);
-                let epoch = latest >> REASON_BITS;
-                let called_off = latest & CALLED_OFF != 0;
-                if epoch == watch.0 {
-                    // Not evicted since the watch.
-                } else if called_off && epoch == after(watch.0) {
-                    watch.0 = epoch;
-                } else {
-                    let index = (latest & REASON_MASK) as usize;
-                    // Only `bump_to` writes it, from a `CloseReason`.
-                    let why = CloseReason::ALL
-                        .get(index)
-                        .copied()
-                        .unwrap_or(CloseReason::Removed);
-                    // Past a called-off bump, an earlier one stands (its reason is not kept:
-                    // as when two bumps come before the connection looks, the latest names it).
-                    let by = if called_off { before(epoch) } else { epoch };
-                    return Stop::Evicted(why, EvictionWatch(by));
+                if let Some(stop) = self.stop_now(&mut watch) {
+                    return stop;
                 }
                 woken.await;
             }
         }
     }
+
+    /// The check [`Eviction::stopped`] makes, once: `Some` if the connection holding `watch`
+    /// must be closed now; a called-off bump that is the only one since moves `watch` on to it.
+    pub fn stop_now(&self, watch: &mut EvictionWatch) -> Option<Stop> {
+        if self.shut.load(Ordering::Acquire) {
+            return Some(Stop::Shutdown);
+        }
+        let latest = self.latest.load(Ordering::Acquire);
+        let epoch = latest >> REASON_BITS;
+        let called_off = latest & CALLED_OFF != 0;
+        if epoch == watch.0 {
+            None // not evicted since the watch
+        } else if called_off && epoch == after(watch.0) {
+            watch.0 = epoch;
+            None
+        } else {
+            let index = (latest & REASON_MASK) as usize;
+            // Only `bump_to` writes it, from a `CloseReason`.
+            let why = CloseReason::ALL
+                .get(index)
+                .copied()
+                .unwrap_or(CloseReason::Removed);
+            // Past a called-off bump, an earlier one stands (its reason is not kept: as when
+            // two bumps come before the connection looks, the latest names it).
+            let by = if called_off { before(epoch) } else { epoch };
+            Some(Stop::Evicted(why, EvictionWatch(by)))
+        }
+    }
 }
 
-/// The epoch after `epoch`, within the bits an epoch has.
-fn after(epoch: u64) -> u64 {
+/// The epoch after `epoch`, within the bits an epoch has: what [`Eviction::next`] gives when
+/// the current epoch is `epoch` (the table writer stamps from the snapshot it published last).
+pub fn after(epoch: u64) -> u64 {
     epoch.wrapping_add(1) & (u64::MAX >> REASON_BITS)
 }
 

@@ -1,9 +1,6 @@
-//! An evicted connection's turn to close, when bumps follow one another: the sooner turn stands.
-//! A later bump whose turn would come sooner takes over (a far backend that turns unready during
-//! its failback closes at its `turned_unready` turn, not its failback one); a later bump whose
-//! turn would come later never delays a close already due (a failback that begins just after a
-//! backend turned unready leaves its connections closing within the eviction spread). A call-off
-//! ends only the turn of the bump called off. Owns the spread of turns over a window.
+//! Waits out an evicted connection's turn to close: the rule of which turn stands is
+//! [`crate::eviction::turn::Closing`] (pure); this drives it with the connection's bumps,
+//! call-offs and the shutdown cut.
 //!
 //! Does not own when a hand-off's turn is quiet enough (`quiet`) nor the bumps (`eviction`).
 
@@ -13,32 +10,9 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use super::quiet;
+use crate::eviction::turn::Closing;
 use crate::eviction::{CloseReason, Eviction, EvictionWatch, Stop};
 use crate::relay::Moved;
-
-/// A per-connection delay in [0, window), spread by the connection's sequence number.
-pub(super) fn spread(seq: u32, window: Duration) -> Duration {
-    let frac = u64::from(seq).wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 44; // 20 bits
-    window.mul_f64(frac as f64 / (1u64 << 20) as f64)
-}
-
-/// The turn a bump gives: its reason, when it came, and when the connection is due.
-#[derive(Clone, Copy)]
-struct Turn {
-    why: CloseReason,
-    came: Instant,
-    due: Instant,
-}
-
-impl Turn {
-    fn of(why: CloseReason, came: Instant, seq: u32, handoff: Duration) -> Turn {
-        Turn {
-            why,
-            came,
-            due: came + spread(seq, why.window(handoff)),
-        }
-    }
-}
 
 /// Completes when the connection evicted by bump `by` for `why` is to be closed, with the reason
 /// of the turn that stood; `None` if `cut` (shutdown) came first. `handoff` is the
@@ -53,28 +27,34 @@ pub(super) async fn close_turn(
     moved: &Moved,
     cut: &CancellationToken,
 ) -> Option<CloseReason> {
-    let mut turn = Turn::of(why, Instant::now(), seq, handoff());
-    // Whether the turn in force is the latest bump's: only then can a call-off end it.
-    let mut latest = true;
+    let mut closing = Closing::evicted(why, Instant::now(), seq, handoff());
     loop {
-        let window = turn.why.window(handoff());
-        let (next, waiting) = tokio::select! {
-            () = quiet::turn(turn.why, (turn.came, turn.due), window, moved) => return Some(turn.why),
-            _ = cut.cancelled() => return None,
-            // Called off: no turn is in force; the connection relays until a later bump.
-            _ = eviction.called_off(by), if latest => (eviction.stopped(by).await, false),
-            // A later bump before the close (a draining backend failed another check, also
-            // while its hand-off waits; a far backend's failback after it turned unready).
-            later = eviction.stopped(by) => (later, true),
+        let next = match closing.turn() {
+            Some(turn) => {
+                let window = turn.why.window(handoff());
+                tokio::select! {
+                    () = quiet::turn(turn.why, (turn.came, turn.due), window, moved) => return Some(turn.why),
+                    _ = cut.cancelled() => return None,
+                    // Called off: no turn is in force; the connection relays until a later bump.
+                    _ = eviction.called_off(by), if closing.hears_call_off() => {
+                        closing.called_off();
+                        continue;
+                    }
+                    // A later bump before the close (a draining backend failed another check,
+                    // also while its hand-off waits; a far backend's failback after it turned
+                    // unready).
+                    later = eviction.stopped(by) => later,
+                }
+            }
+            None => tokio::select! {
+                _ = cut.cancelled() => return None,
+                later = eviction.stopped(by) => later,
+            },
         };
         match next {
             Stop::Shutdown => return None,
             Stop::Evicted(why, next_by) => {
-                let theirs = Turn::of(why, Instant::now(), seq, handoff());
-                latest = !waiting || theirs.due < turn.due;
-                if latest {
-                    turn = theirs;
-                }
+                closing.bumped(why, Instant::now(), seq, handoff());
                 by = next_by;
             }
         }
@@ -84,6 +64,7 @@ pub(super) async fn close_turn(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::eviction::turn::spread;
 
     const MS: Duration = Duration::from_millis(1);
 

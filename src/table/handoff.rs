@@ -10,8 +10,8 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use super::Table;
-use crate::backend::BackendId;
+use super::writer::{Effect, Effects};
+use crate::backend::{BackendId, Snapshot};
 use crate::eviction::CloseReason;
 
 /// The backends bumped for a hand-off, and when.
@@ -42,35 +42,38 @@ impl Handoffs {
 
 impl Handoffs {
     /// Notes the hand-offs of `began` (just bumped), and calls off those of `call_off` still
-    /// under way: the connections whose turn has not come stay. Nothing is published: the
-    /// backend is offered as before, and its epoch stays.
+    /// under way in `snap` (the snapshot just published): the connections whose turn has not
+    /// come stay. Nothing is published: the backend is offered as before, and its epoch stays.
     pub(super) fn apply(
         &mut self,
-        table: &Table,
+        snap: &Snapshot,
         began: &[BackendId],
         call_off: &[BackendId],
         now: Instant,
+        fx: &mut Effects,
     ) {
         for id in began {
             self.begin(id, now);
         }
-        let snap = table.load();
         let window = snap.routing.handoff_window;
         for id in call_off {
             let Some(i) = snap.position(id) else {
                 continue;
             };
             let b = &snap.backends[i];
-            if self.take_under_way(id, window, now)
-                && b.live.eviction.call_off(CloseReason::Handoff)
-            {
-                let active = b.live.active.load(std::sync::atomic::Ordering::Relaxed);
+            if self.take_under_way(id, window, now) {
                 let why = if b.health.draining() {
                     "no backend is ready to hand its connections to"
                 } else {
                     "it answers ready again"
                 };
-                tracing::info!(backend = %id, reason = CloseReason::Handoff.as_str(), active, why, "hand-off called off; the backend's connections not yet closed stay");
+                fx.push(Effect::CallOff {
+                    live: b.live.clone(),
+                    id: id.clone(),
+                    reason: CloseReason::Handoff,
+                    message: "hand-off called off; the backend's connections not yet closed stay",
+                    why: Some(why),
+                });
             }
         }
     }

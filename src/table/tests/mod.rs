@@ -1,0 +1,5 @@
+//! Tests of the writer's composition: the step harness (`step`) and what it shows
+//! (`composition`).
+
+mod composition;
+mod step;
