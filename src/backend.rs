@@ -6,19 +6,17 @@
 //! backend is chosen (`pick`).
 
 use std::fmt;
-use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 
-use arc_swap::ArcSwapOption;
 use rustls_pki_types::ServerName;
-use tokio::sync::Notify;
 
 pub use crate::eviction::Eviction;
-pub use confirm::Confirm;
+pub use inbox::{Inbox, News};
 pub use learned_window::LearnedWindow;
 pub use routing::{NodeZone, Routing, ZoneSource, DEFAULT_DEAD_PATH_TIMEOUT};
 
-mod confirm;
+mod inbox;
 mod learned_window;
 pub mod probe_counts;
 mod routing;
@@ -124,67 +122,6 @@ impl BackendSource {
     }
 }
 
-/// What the proxy tells a backend's monitor (passive health): client dials that failed, relays
-/// TCP gave up on (a dead path) and, only while the monitor asks for it, dials that connected
-/// (a client's, or a probe's). A lock-free mailbox: a count, the latest reason, a flag, a wake-up. What they mean
-/// is `health::passive`'s rule; the monitor reads them only through it.
-#[derive(Debug, Default)]
-pub struct DialReports {
-    failed: AtomicU32,
-    reason: ArcSwapOption<String>,
-    /// Set by the monitor while a connected client dial would call off a pending fall.
-    suspect: AtomicBool,
-    /// A dial connected while `suspect`.
-    connected: AtomicBool,
-    wake: Notify,
-}
-
-impl DialReports {
-    /// A client dial failed, or a relay hit a dead path, with `reason` (e.g. `dial: connection
-    /// refused`).
-    pub fn report(&self, reason: String) {
-        self.reason.store(Some(Arc::new(reason)));
-        self.failed.fetch_add(1, Ordering::AcqRel);
-        self.wake.notify_one();
-    }
-
-    /// A dial to the backend connected (a client's, or a probe's). One relaxed load unless the
-    /// monitor asked for it.
-    pub fn connected(&self) {
-        if self.suspect.load(Ordering::Relaxed) && !self.connected.swap(true, Ordering::AcqRel) {
-            self.wake.notify_one();
-        }
-    }
-
-    /// The monitor's side: whether a dial that connects should be reported from now on.
-    pub fn set_suspect(&self, suspect: bool) {
-        self.suspect.store(suspect, Ordering::Relaxed);
-        if !suspect {
-            self.connected.store(false, Ordering::Release);
-        }
-    }
-
-    /// Whether a dial connected (while suspect) since the last call.
-    pub fn take_connected(&self) -> bool {
-        self.connected.swap(false, Ordering::AcqRel)
-    }
-
-    /// Waits until at least one failure, or a connected dial asked for, was reported since the
-    /// last [`DialReports::take`] and [`DialReports::take_connected`].
-    pub async fn reported(&self) {
-        if self.failed.load(Ordering::Acquire) == 0 && !self.connected.load(Ordering::Acquire) {
-            self.wake.notified().await;
-        }
-    }
-
-    /// The failures reported since the last call and the latest reason; `None` if there were none.
-    pub fn take(&self) -> Option<(u32, Arc<str>)> {
-        let n = self.failed.swap(0, Ordering::AcqRel);
-        let reason = self.reason.load_full()?;
-        (n > 0).then(|| (n, reason.as_str().into()))
-    }
-}
-
 /// Per-backend state that outlives snapshots, shared by every connection to the backend.
 #[derive(Debug, Default)]
 pub struct BackendLive {
@@ -197,14 +134,13 @@ pub struct BackendLive {
     pub counters: ConnCounters,
     /// What the backend's monitor counts; `metrics` exports it at scrape time.
     pub probes: ProbeCounts,
-    /// Failed client dials and dead-path relays, for the backend's monitor.
-    pub dials: DialReports,
+    /// The backend monitor's inbox: failed client dials and dead-path relays, connected dials
+    /// while it asks, and the table's asks for a confirm probe.
+    pub inbox: Inbox,
     /// What its dials share, probes' and clients' alike: which of its addresses failed lately (a
     /// DNS-named backend: the others are tried first), and the herd of dials waiting on it (whose
     /// re-attempts are skipped while none connects).
     pub dial_memory: crate::dial::Memory,
-    /// The table's asks for a confirm probe (another backend's connections would move here).
-    pub confirm: Confirm,
     /// Its shutdown window as its monitor learned it, which a hand-off to it fits into.
     pub shutdown_window: LearnedWindow,
 }
@@ -330,33 +266,6 @@ impl Snapshot {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::time::Duration;
-
-    /// Two dial failures reported before anyone waits, the later one a timeout.
-    fn reported_twice(r: &DialReports) {
-        r.report("dial: connection refused".into());
-        r.report("dial: timeout after 1s".into());
-    }
-
-    #[tokio::test(start_paused = true)]
-    async fn dial_reports_made_before_the_wait_still_wake_the_monitor() {
-        let r = DialReports::default();
-        reported_twice(&r);
-        // Paused time: a wait that would never end reaches the deadline at once, and fails.
-        tokio::time::timeout(Duration::from_secs(60), r.reported())
-            .await
-            .expect("the reports made before the wait were lost: it never ended");
-        assert_eq!(r.take(), Some((2, "dial: timeout after 1s".into())));
-    }
-
-    #[test]
-    fn dial_reports_drain_as_a_count_with_the_latest_reason() {
-        let r = DialReports::default();
-        assert!(r.take().is_none());
-        reported_twice(&r);
-        assert_eq!(r.take(), Some((2, "dial: timeout after 1s".into())));
-        assert!(r.take().is_none(), "drained");
-    }
 
     /// A backend whose first active guard was dropped and whose second is held.
     fn second_guard_held() -> (Arc<BackendLive>, Active) {

@@ -3,14 +3,24 @@
 //! closes connections to an apiserver that turns unready.
 //!
 //! ```text
-//!  health::Monitor ─probe─▶ health::rise_fall ──TableCmd──▶ table writer ── transitions (pure)
-//!    (one per backend)                                          │ publish, then bump evictions
-//!                                                               ▼          (with a CloseReason)
-//!  client ──▶ proxy (load Snapshot ─▶ pick (pure) ─▶ dial with retry ─▶ relay) ◀── admin /status
-//!               │       ▲ eviction::Eviction fires when a backend stops being ready ─┘
-//!               └─▶ one record per connection at its end; counts in backend::ConnCounters,
-//!                   which metrics reads at scrape time
+//!  ┌─ backend::Inbox, one per backend: News::{DialFailed, Connected, ConfirmAsked} ◀─────────┐
+//!  ▼                                                                                         │
+//!  health::Monitor ─probe─▶ rise_fall ─TableCmd::Health─▶ table::Writer ─ transitions (pure) │
+//!    probe → fold → publish → wait                        │ Effects: publish, then bump;     │
+//!                                                         │ call-offs; confirm asks ─────────┤ (2)
+//!  discovery ─TableCmd::Configure (via app) ─────────────▶│ (3)                              │
+//!                                                         ▼                                  │
+//!  client ─▶ proxy (load Snapshot ─▶ pick ─▶ dial, retry ─▶ relay) ◀─ admin /status          │
+//!             │  ▲ eviction::Eviction: a bump closes at its turn (eviction::turn)            │
+//!             └─ failed and connected dials, dead paths ─────────────────────────────────────┘ (1)
 //! ```
+//!
+//! The runtime feedback loops: (1) proxy → monitor → writer → proxy: failed client dials count as
+//! failed checks, a fall publishes, the writer bumps the backend's connections; (2) writer → monitor
+//! → writer: an unready backend's connections wait for a confirm probe of their escape route and of
+//! the backend itself, so an eviction may wait for a confirm (at most one per interval each);
+//! (3) discovery → app → writer: a changed Endpoints list reconfigures the table, which may remove
+//! backends (`removed`).
 //!
 //! The daemon: [`config`] (YAML → typed), [`backend`] (identity, live counts, the snapshot),
 //! [`verdict`] (a backend's health as decided), [`eviction`] (closing a backend's connections,

@@ -35,10 +35,22 @@ enum Heard<T> {
     Done(T),
     /// Failed client dials were counted, with this step (a fresh probe dial is due).
     Failed(Step),
-    /// The table asked for a confirm probe (only while waiting for the next probe).
+    /// The table asked for a confirm probe (heeded only while waiting for the next probe).
     Confirm,
     /// The table is gone or the monitor cancelled.
     Stop,
+}
+
+/// What a monitor keeps between probes.
+struct Running {
+    machine: RiseFall,
+    passive: Passive,
+    jitter: Jitter,
+    /// Set while probes cannot be made for a shortage on this node (logged once per spell).
+    short: bool,
+    /// When the latest confirm probe was made: at most one per interval.
+    confirmed: Option<Instant>,
+    shutdown: ShutdownWindow,
 }
 
 /// One backend's health loop: everything it needs besides the probe itself.
@@ -76,102 +88,148 @@ impl Monitor {
     /// be stuck dialing the same black hole for its whole timeout), and the next probe dials a
     /// fresh connection: a kept one proves nothing about new ones.
     pub async fn run<P: Probe>(self, mut probe: P, cancel: CancellationToken) {
-        let mut machine = RiseFall::new(self.health.rise, self.health.fall, self.initial.clone());
-        // A backend new to the table is in its state (unknown) since now; a kept one keeps its time.
-        self.live.probes.entered(std::time::SystemTime::now(), true);
-        let passive = Passive::new(self.spec.id.clone(), self.live.clone(), self.health.fall);
-        let mut jitter = Jitter::seeded(self.spec.id.as_str(), JITTER_PERCENT);
-        // Set while probes cannot be made for a shortage on this node (logged once per spell).
-        let mut short = false;
-        // When the latest confirm probe was made: at most one per interval.
-        let mut confirmed: Option<Instant> = None;
-        let mut shutdown = ShutdownWindow::default();
+        let mut r = self.start();
         loop {
-            // Probe.
             let started = Instant::now();
-            let mut fresh = false;
-            let outcome = {
-                let probing = probe.probe(self.health.timeout);
-                tokio::pin!(probing);
-                loop {
-                    match self
-                        .heed(&mut probing, &passive, &mut machine, &cancel, false)
-                        .await
-                    {
-                        Heard::Done(outcome) => break outcome,
-                        Heard::Failed(_) => fresh = true,
-                        Heard::Confirm => {}
-                        Heard::Stop => return,
-                    }
-                }
+            let Some((outcome, fresh)) = self.probe(&mut probe, &mut r, &cancel).await else {
+                return;
             };
-            // Observe and publish.
             if fresh {
                 probe.reset();
             }
-            let pending = match outcome {
-                Ok(outcome) => {
-                    if std::mem::take(&mut short) {
-                        tracing::info!(backend = %self.spec.id, "probing again after a shortage on this node");
-                    }
-                    record(&self.spec.id, &self.live.probes, &outcome);
-                    // What the proxy reported as the probe finished counts first.
-                    let heard = passive.fold(&mut machine);
-                    if heard.is_some() {
-                        probe.reset();
-                    }
-                    let step = machine.observe(&outcome);
-                    if let Some(learned) = shutdown.observe(&outcome, Instant::now()) {
-                        self.learned(learned);
-                    }
-                    let step = heard.map_or(step, |h| h.then(step));
-                    passive.probed(&outcome, step);
-                    if !self.publish(&machine, step, started, &cancel).await {
-                        return;
-                    }
-                    step.pending
-                }
-                Err(Inconclusive(reason)) => {
-                    if !std::mem::replace(&mut short, true) {
-                        tracing::warn!(backend = %self.spec.id, reason, "probe not made: this node is short of resources; backend health unchanged");
-                    }
-                    true // try again soon
-                }
+            let Some(pending) = self
+                .fold(outcome, started, &mut probe, &mut r, &cancel)
+                .await
+            else {
+                return;
             };
-            // Wait until the next probe is due.
-            let mut due = Due {
-                last: started,
-                pending,
-                interval: jitter.around(self.health.interval),
-                fast_interval: self.health.fast_interval,
-                passive_failure: None,
-            };
-            let sleep = tokio::time::sleep_until(next_probe_due(&due));
-            tokio::pin!(sleep);
-            loop {
-                match self
-                    .heed(&mut sleep, &passive, &mut machine, &cancel, true)
-                    .await
-                {
-                    Heard::Done(()) => break,
-                    Heard::Confirm => {
-                        let now = Instant::now();
-                        if confirmed.is_none_or(|at| now >= at + self.health.interval) {
-                            confirmed = Some(now);
-                            self.live.confirm.made();
-                            break;
-                        }
-                        // One per interval: the scheduled probe confirms.
-                    }
-                    Heard::Failed(step) => {
-                        probe.reset();
-                        if step.pending {
-                            due.passive_failure = Some(Instant::now());
-                            sleep.as_mut().reset(next_probe_due(&due));
-                        }
-                    }
-                    Heard::Stop => return,
+            if !self
+                .wait(started, pending, &mut probe, &mut r, &cancel)
+                .await
+            {
+                return;
+            }
+        }
+    }
+
+    /// The state a monitor keeps between probes, from its initial health.
+    fn start(&self) -> Running {
+        // A backend new to the table is in its state (unknown) since now; a kept one keeps its time.
+        self.live.probes.entered(std::time::SystemTime::now(), true);
+        Running {
+            machine: RiseFall::new(self.health.rise, self.health.fall, self.initial.clone()),
+            passive: Passive::new(self.spec.id.clone(), self.live.clone(), self.health.fall),
+            jitter: Jitter::seeded(self.spec.id.as_str(), JITTER_PERCENT),
+            short: false,
+            confirmed: None,
+            shutdown: ShutdownWindow::default(),
+        }
+    }
+
+    /// Probes once, folding in what the proxy tells meanwhile: the result, and whether failed
+    /// dials were counted while it was in flight (the next probe dials afresh). `None` once
+    /// stopped.
+    async fn probe<P: Probe>(
+        &self,
+        probe: &mut P,
+        r: &mut Running,
+        cancel: &CancellationToken,
+    ) -> Option<(Result<Outcome, Inconclusive>, bool)> {
+        let mut fresh = false;
+        let probing = probe.probe(self.health.timeout);
+        tokio::pin!(probing);
+        loop {
+            match self.heed(&mut probing, r, cancel, false).await {
+                Heard::Done(outcome) => return Some((outcome, fresh)),
+                Heard::Failed(_) => fresh = true,
+                Heard::Confirm => {}
+                Heard::Stop => return None,
+            }
+        }
+    }
+
+    /// Folds a probe's result (started at `started`) into the machine, after what the proxy
+    /// told as it finished, and publishes it. Whether a change is pending (probe again soon);
+    /// `None` once stopped.
+    async fn fold<P: Probe>(
+        &self,
+        outcome: Result<Outcome, Inconclusive>,
+        started: Instant,
+        probe: &mut P,
+        r: &mut Running,
+        cancel: &CancellationToken,
+    ) -> Option<bool> {
+        let outcome = match outcome {
+            Ok(outcome) => outcome,
+            Err(Inconclusive(reason)) => {
+                if !std::mem::replace(&mut r.short, true) {
+                    tracing::warn!(backend = %self.spec.id, reason, "probe not made: this node is short of resources; backend health unchanged");
                 }
+                return Some(true); // try again soon
+            }
+        };
+        if std::mem::take(&mut r.short) {
+            tracing::info!(backend = %self.spec.id, "probing again after a shortage on this node");
+        }
+        record(&self.spec.id, &self.live.probes, &outcome);
+        // What the proxy told as the probe finished counts first.
+        let heard = r.passive.fold(&mut r.machine);
+        if heard.is_some() {
+            probe.reset();
+        }
+        let step = r.machine.observe(&outcome);
+        if let Some(learned) = r.shutdown.observe(&outcome, Instant::now()) {
+            self.learned(learned);
+        }
+        let step = heard.map_or(step, |h| h.then(step));
+        r.passive.probed(&outcome, step);
+        self.publish(&r.machine, step, started, cancel)
+            .await
+            .then_some(step.pending)
+    }
+
+    /// Waits until the next probe is due (the previous one started at `started`; `pending`: a
+    /// change is), folding in what the proxy tells meanwhile; a confirm ask brings it forward,
+    /// at most once per interval. False once stopped.
+    async fn wait<P: Probe>(
+        &self,
+        started: Instant,
+        pending: bool,
+        probe: &mut P,
+        r: &mut Running,
+        cancel: &CancellationToken,
+    ) -> bool {
+        let mut due = Due {
+            last: started,
+            pending,
+            interval: r.jitter.around(self.health.interval),
+            fast_interval: self.health.fast_interval,
+            passive_failure: None,
+        };
+        let sleep = tokio::time::sleep_until(next_probe_due(&due));
+        tokio::pin!(sleep);
+        loop {
+            match self.heed(&mut sleep, r, cancel, true).await {
+                Heard::Done(()) => return true,
+                Heard::Confirm => {
+                    let now = Instant::now();
+                    if r.confirmed
+                        .is_none_or(|at| now >= at + self.health.interval)
+                    {
+                        r.confirmed = Some(now);
+                        self.live.inbox.confirm_made();
+                        return true;
+                    }
+                    // One per interval: the scheduled probe confirms.
+                }
+                Heard::Failed(step) => {
+                    probe.reset();
+                    if step.pending {
+                        due.passive_failure = Some(Instant::now());
+                        sleep.as_mut().reset(next_probe_due(&due));
+                    }
+                }
+                Heard::Stop => return false,
             }
         }
     }
@@ -192,30 +250,32 @@ impl Monitor {
         }
     }
 
-    /// Awaits `until`, folding in what the proxy reports meanwhile; returns when it is done, at
-    /// the first failures counted (published first), or (with `confirm`) when the table asks for
-    /// a confirm probe.
+    /// Awaits `until`, folding in what the inbox holds meanwhile; returns when it is done, at
+    /// the first failures counted (published first), or (with `confirm`) when the table asked
+    /// for a confirm probe.
     async fn heed<F: std::future::Future>(
         &self,
         until: &mut std::pin::Pin<&mut F>,
-        passive: &Passive,
-        machine: &mut RiseFall,
+        r: &mut Running,
         cancel: &CancellationToken,
         confirm: bool,
     ) -> Heard<F::Output> {
+        let inbox = &self.live.inbox;
         loop {
             tokio::select! {
                 _ = cancel.cancelled() => return Heard::Stop,
                 done = until.as_mut() => return Heard::Done(done),
-                _ = passive.reported() => {}
-                _ = self.live.confirm.asked(), if confirm => return Heard::Confirm,
+                () = inbox.wait(confirm) => {}
             }
-            if let Some(step) = passive.fold(machine) {
-                return if self.publish(machine, step, Instant::now(), cancel).await {
+            if let Some(step) = r.passive.fold(&mut r.machine) {
+                return if self.publish(&r.machine, step, Instant::now(), cancel).await {
                     Heard::Failed(step)
                 } else {
                     Heard::Stop
                 };
+            }
+            if confirm && inbox.take_confirm() {
+                return Heard::Confirm;
             }
         }
     }

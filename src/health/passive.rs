@@ -12,12 +12,12 @@
 //! - a probe that gets an HTTP answer, or that leaves no change pending, ends that: the backend
 //!   is judged by its answer from then on.
 //!
-//! The proxy reports through the backend's lock-free [`DialReports`]; the monitor reads through
-//! this type only. Does not own the probe schedule (`health`) nor the hysteresis (`rise_fall`).
+//! The proxy tells the backend's lock-free [`Inbox`]; the monitor reads the dials through this
+//! type only. Does not own the probe schedule (`health`) nor the hysteresis (`rise_fall`).
 
 use std::sync::Arc;
 
-use crate::backend::{BackendId, BackendLive, DialReports};
+use crate::backend::{BackendId, BackendLive, Inbox};
 
 use super::rise_fall::{Outcome, RiseFall, Step};
 
@@ -37,13 +37,8 @@ impl Passive {
         Passive { id, live, fall }
     }
 
-    fn reports(&self) -> &DialReports {
-        &self.live.dials
-    }
-
-    /// Waits until the proxy reported something since the last [`Passive::fold`].
-    pub async fn reported(&self) {
-        self.reports().reported().await
+    fn reports(&self) -> &Inbox {
+        &self.live.inbox
     }
 
     /// Folds into `machine` what the proxy reported since the last call. `Some(step)` when
@@ -54,7 +49,7 @@ impl Passive {
             self.reports().set_suspect(false);
             tracing::debug!(backend = %self.id, "a client dial connected: the pending fall from failed dials is called off");
         }
-        let (failed, reason) = self.reports().take()?;
+        let (failed, reason) = self.reports().take_failed()?;
         // As a probe's result is (`record` in `health`): failed client dials count as failures.
         tracing::debug!(backend = %self.id, passed = false, checks = "", failed, "probe");
         let mut step = Step::default();
@@ -82,6 +77,7 @@ impl Passive {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::backend::News;
     use crate::verdict::{Health, State};
     use std::time::Duration;
 
@@ -101,7 +97,8 @@ mod tests {
         let (passive, mut machine, live) = ready(3);
         assert_eq!(passive.fold(&mut machine), None, "nothing reported");
         for _ in 0..10 {
-            live.dials.report("dial: connection refused".into());
+            live.inbox
+                .tell(News::DialFailed("dial: connection refused".into()));
         }
         let step = passive.fold(&mut machine).expect("counted");
         assert_eq!(step.changed, Some((State::Ready, State::Unready)));
@@ -109,7 +106,8 @@ mod tests {
             machine.health().last_error(),
             Some("dial: connection refused")
         );
-        live.dials.report("dial: connection refused".into());
+        live.inbox
+            .tell(News::DialFailed("dial: connection refused".into()));
         let step = passive.fold(&mut machine).expect("counted");
         assert_eq!(
             (step.changed, step.pending),
@@ -121,11 +119,13 @@ mod tests {
     #[test]
     fn a_connected_dial_calls_off_only_a_fall_that_failed_dials_started() {
         let (passive, mut machine, live) = ready(2);
-        live.dials.report("dial: timeout after 1s".into());
+        live.inbox
+            .tell(News::DialFailed("dial: timeout after 1s".into()));
         assert!(passive.fold(&mut machine).is_some_and(|s| s.pending));
-        live.dials.connected();
+        live.inbox.tell(News::Connected);
         assert_eq!(passive.fold(&mut machine), None, "no health to publish");
-        live.dials.report("dial: timeout after 1s".into());
+        live.inbox
+            .tell(News::DialFailed("dial: timeout after 1s".into()));
         let step = passive.fold(&mut machine).expect("counted");
         assert_eq!(
             (step.changed, step.pending),
@@ -136,7 +136,8 @@ mod tests {
         // A probe that answers HTTP (not ready) judges the backend from then on: a connected
         // dial calls nothing off and is not even reported.
         let (passive, mut machine, live) = ready(3);
-        live.dials.report("dial: timeout after 1s".into());
+        live.inbox
+            .tell(News::DialFailed("dial: timeout after 1s".into()));
         let step = passive.fold(&mut machine).expect("counted");
         let answered = Outcome::Fail {
             reason: "readyz 500: etcd failed".into(),
@@ -148,7 +149,7 @@ mod tests {
         let step = step.then(machine.observe(&answered));
         assert_eq!((step.changed, step.pending), (None, true));
         passive.probed(&answered, step);
-        live.dials.connected();
+        live.inbox.tell(News::Connected);
         assert_eq!(passive.fold(&mut machine), None);
         assert_eq!(
             machine.observe(&answered).changed,

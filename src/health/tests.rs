@@ -1,6 +1,7 @@
 //! The monitor's schedule and passive health, on a paused clock with a scripted probe.
 
 use super::*;
+use crate::backend::News;
 use std::collections::VecDeque;
 use std::sync::Mutex;
 
@@ -161,7 +162,8 @@ async fn a_failed_client_dial_counts_as_a_failed_check_that_drops_the_kept_conne
     let start = Instant::now();
 
     // One refused dial: a failed check (pending), the kept connection dropped, a probe soon.
-    live.dials.report("dial: connection refused".into());
+    live.inbox
+        .tell(News::DialFailed("dial: connection refused".into()));
     let h = next_health(&mut rx).await;
     assert_eq!(h.state, State::Ready, "one failure of fall 2");
     assert_eq!(h.last_error(), Some("dial: connection refused"));
@@ -176,8 +178,10 @@ async fn a_failed_client_dial_counts_as_a_failed_check_that_drops_the_kept_conne
     );
 
     // Two at once (fall 2): unready, exactly like two failed probes.
-    live.dials.report("dial: timeout after 1s".into());
-    live.dials.report("dial: timeout after 1s".into());
+    live.inbox
+        .tell(News::DialFailed("dial: timeout after 1s".into()));
+    live.inbox
+        .tell(News::DialFailed("dial: timeout after 1s".into()));
     let h = next_health(&mut rx).await;
     assert_eq!(h.state, State::Unready);
     assert_eq!(h.last_error(), Some("dial: timeout after 1s"));
@@ -274,8 +278,10 @@ async fn failed_dials_count_at_once_even_while_a_probe_is_in_flight() {
         "a probe is in flight"
     );
     let before = Instant::now();
-    live.dials.report("dial: timeout after 1s".into());
-    live.dials.report("dial: timeout after 1s".into());
+    live.inbox
+        .tell(News::DialFailed("dial: timeout after 1s".into()));
+    live.inbox
+        .tell(News::DialFailed("dial: timeout after 1s".into()));
     let h = next_health(&mut rx).await;
     assert_eq!(
         h.state,
@@ -323,8 +329,9 @@ async fn a_passive_failure_brings_a_probe_at_once_not_at_the_next_interval() {
     // 2 s after the first probe: the next is due at 4.5-5.5 s, the early-probe gap is over.
     tokio::time::sleep(Duration::from_secs(2)).await;
     let failed_at = Instant::now();
-    live.dials
-        .report("relay: backend stopped acknowledging".into());
+    live.inbox.tell(News::DialFailed(
+        "relay: backend stopped acknowledging".into(),
+    ));
     poll_calls(&calls, 2).await;
     let probed = calls.lock().expect("calls")[1];
     assert!(
@@ -342,7 +349,8 @@ async fn burst_of_failures(live: &BackendLive) -> Instant {
     tokio::time::sleep(Duration::from_secs(2)).await;
     let from = Instant::now();
     for _ in 0..100 {
-        live.dials.report("dial: timeout after 1s".into());
+        live.inbox
+            .tell(News::DialFailed("dial: timeout after 1s".into()));
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     from
@@ -405,10 +413,11 @@ async fn a_client_dial_that_connects_calls_off_a_fall_that_failed_dials_started(
         let handle = tokio::spawn(task.run(probe, cancel.clone()));
         assert_eq!(next_health(&mut rx).await.state, State::Ready);
         tokio::time::sleep(Duration::from_secs(2)).await;
-        live.dials.report("dial: timeout after 1s".into());
+        live.inbox
+            .tell(News::DialFailed("dial: timeout after 1s".into()));
         assert_eq!(next_health(&mut rx).await.state, State::Ready, "pending");
         if connected_between {
-            live.dials.connected(); // while the early probe is in flight
+            live.inbox.tell(News::Connected); // while the early probe is in flight
         }
         let h = next_health(&mut rx).await;
         assert_eq!(h.last_error(), Some("HTTP 500"), "the early probe");
@@ -445,9 +454,10 @@ async fn a_probe_whose_dial_got_no_connection_leaves_a_fall_that_a_connecting_di
             "pending"
         );
         if connected_between {
-            live.dials.connected();
+            live.inbox.tell(News::Connected);
         }
-        live.dials.report("dial: timeout after 1s".into());
+        live.inbox
+            .tell(News::DialFailed("dial: timeout after 1s".into()));
         let h = next_health(&mut rx).await;
         assert_eq!(
             h.last_error(),

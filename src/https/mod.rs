@@ -20,7 +20,7 @@ use tokio::task::JoinHandle;
 use tokio::time::Instant;
 use tokio_rustls::TlsConnector;
 
-use crate::backend::{BackendLive, BackendSpec};
+use crate::backend::{BackendLive, BackendSpec, News};
 use crate::dial::{Blame, SocketOptions};
 use crate::tls::TlsState;
 use reason::{http_reason, tls_reason, Reason};
@@ -130,7 +130,7 @@ pub async fn connect(
         }),
     })?;
     // A new connection to the backend worked: evidence for passive health, as a client's is.
-    live.dials.connected();
+    live.inbox.tell(News::Connected);
     let stream = TlsConnector::from(tls.client.clone())
         .connect(spec.server_name.clone(), tcp)
         .await

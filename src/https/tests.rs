@@ -43,23 +43,23 @@ async fn a_dial_that_connects_is_reported_and_one_that_does_not_is_unreached() {
     // Accepts, reads the ClientHello and closes: connected, then the handshake fails.
     let plain = spec(answers(Vec::new()));
     let live = BackendLive::default();
-    live.dials.set_suspect(true);
+    live.inbox.set_suspect(true);
     match connect(&plain, &live, &tls, budget).await {
         Err(ConnectError::Backend(_)) => {}
         other => panic!("want a failure after connecting, got {other:?}"),
     }
-    assert!(live.dials.take_connected(), "the TCP connect is reported");
+    assert!(live.inbox.take_connected(), "the TCP connect is reported");
 
     // Refused: no connection; nothing reported as connected.
     let (_held, addr) = refusing().expect("a refusing address");
     let closed = spec(addr);
     let live = BackendLive::default();
-    live.dials.set_suspect(true);
+    live.inbox.set_suspect(true);
     match connect(&closed, &live, &tls, budget).await {
         Err(ConnectError::Unreached(reason)) => {
             assert!(reason.text.starts_with("dial:"), "{}", reason.text)
         }
         other => panic!("want unreached, got {other:?}"),
     }
-    assert!(!live.dials.take_connected());
+    assert!(!live.inbox.take_connected());
 }

@@ -113,7 +113,7 @@ const COUNTERS: [(&str, &str, Read); 6] = [
     (
         "confirm_probes",
         "Probes made at once to confirm the backend as the escape route of an unready backend's connections (at most one per probe interval)",
-        |b| b.live.confirm.count(),
+        |b| b.live.inbox.confirms_made(),
     ),
     (
         "backend_closed_without_shutdown_window",

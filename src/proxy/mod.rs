@@ -24,7 +24,7 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use crate::accept::Acceptor;
-use crate::backend::{Active, Snapshot};
+use crate::backend::{Active, News, Snapshot};
 use crate::dial::{Blame, Tally};
 use crate::eviction::{CloseReason, EvictionWatch, Stop};
 use crate::metrics::Metrics;
@@ -237,7 +237,7 @@ impl Proxy {
             match dialed {
                 Ok(_) if t.live.eviction.fired(watch) => evicted = true,
                 Ok(stream) => {
-                    t.live.dials.connected();
+                    t.live.inbox.tell(News::Connected);
                     return Dialed::Connected {
                         stream,
                         index,
@@ -256,7 +256,7 @@ impl Proxy {
                         .dial_failures
                         .fetch_add(1, Ordering::Relaxed);
                     tracing::debug!(client = %record.client(), backend = %t.spec.id, error = %e, "dial failed; trying the next backend");
-                    t.live.dials.report(e.to_string());
+                    t.live.inbox.tell(News::DialFailed(e.to_string()));
                 }
             }
         }
@@ -364,10 +364,10 @@ fn relay_ended(
         Err(e) if e.backend_timed_out() => {
             link.live.counters.closes[CloseReason::DeadPath.index()]
                 .fetch_add(1, Ordering::Relaxed);
-            link.live.dials.report(format!(
+            link.live.inbox.tell(News::DialFailed(format!(
                 "relay: data to the backend unacknowledged for {} (dead_path_timeout, TCP user timeout)",
                 sockets::user_timeout_text(&link.backend)
-            ));
+            )));
             End::DeadPath(e.to_string())
         }
         Err(e) => {

@@ -36,7 +36,7 @@ use tokio::sync::{mpsc, oneshot, watch};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use crate::backend::{BackendId, BackendSpec, Routing, Snapshot};
+use crate::backend::{BackendId, BackendSpec, News, Routing, Snapshot};
 use crate::metrics::Metrics;
 use crate::verdict::Health;
 pub use writer::{Effect, Effects, Writer};
@@ -163,7 +163,7 @@ impl Table {
                         }
                     }
                 }
-                Effect::Confirm(live) => live.confirm.ask(),
+                Effect::Confirm(live) => live.inbox.tell(News::ConfirmAsked),
                 Effect::Recent(turned) => self.recent.push(turned),
                 // The reloader may have given up waiting; nothing to undo.
                 Effect::Done(done) => drop(done.send(())),

@@ -14,13 +14,13 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use crate::table::{Effect, Effects, Table, TableCmd, Writer};
 use crate::backend::{BackendId, BackendLive, BackendSource, BackendSpec, Routing};
 use crate::eviction::turn::Closing;
 use crate::eviction::{CloseReason, EvictionWatch, Stop};
 use crate::health::rise_fall::{Outcome, RiseFall};
 use crate::health::{next_probe_due, Due};
 use crate::metrics::Metrics;
+use crate::table::{Effect, Effects, Table, TableCmd, Writer};
 use crate::verdict::{FailClass, FailingChecks, Health, State};
 
 /// The daemon's health defaults (docs/config.md).
