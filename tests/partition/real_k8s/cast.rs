@@ -87,6 +87,9 @@ pub struct RealCast<'a> {
     /// One per site on its own apiserver, leader-elected, as on control-plane nodes; started once
     /// the apiservers have settled (it gives up on an apiserver not yet healthy).
     kcm: Vec<LabProcess>,
+    /// kube-controller-managers that exited and were started again (the site's index), for their
+    /// logs.
+    kcm_retired: Vec<(usize, LabProcess)>,
     /// Each site's kubeconfig for its kube-controller-manager (the admin's, on that apiserver).
     kcm_kubeconfigs: Vec<(Host, PathBuf)>,
     pub balancer: LabProcess,
@@ -206,6 +209,7 @@ impl<'a> RealCast<'a> {
             retired: Vec::new(),
             kcm: Vec::new(),
             kcm_kubeconfigs,
+            kcm_retired: Vec::new(),
             balancer,
             client: None,
             admin,
@@ -223,22 +227,8 @@ impl<'a> RealCast<'a> {
     /// that one whose apiserver loses quorum loses the lead to another, and waits until one
     /// runs the controller.
     fn start_kcm(&mut self) {
-        for (site, kubeconfig) in &self.kcm_kubeconfigs {
-            let mut cmd = self.lab.command(*site, &self.bins.kcm);
-            cmd.arg(format!("--kubeconfig={}", kubeconfig.display()))
-                .args([
-                    "--controllers=node-lifecycle-controller",
-                    "--leader-elect=true",
-                    "--secure-port=0",
-                    "--node-monitor-period=5s",
-                    "--v=2",
-                ])
-                .arg(format!("--node-monitor-grace-period={}s", GRACE.as_secs()));
-            let name = format!("kube-controller-manager-{}", site.name());
-            let kcm = self
-                .lab
-                .spawn(&name, cmd)
-                .expect("spawn kube-controller-manager");
+        for i in 0..self.kcm_kubeconfigs.len() {
+            let kcm = self.spawn_kcm(i);
             self.kcm.push(kcm);
         }
         let watching = poll(Duration::from_secs(120), || {
@@ -251,20 +241,61 @@ impl<'a> RealCast<'a> {
         );
     }
 
-    /// The kube-controller-managers' logs, one after another.
-    fn kcm_log(&self) -> String {
-        self.kcm.iter().map(LabProcess::log_text).collect()
+    /// Spawns the kube-controller-manager of the `i`th site (its `n`th start: the log's suffix).
+    fn spawn_kcm(&self, i: usize) -> LabProcess {
+        let (site, kubeconfig) = &self.kcm_kubeconfigs[i];
+        let mut cmd = self.lab.command(*site, &self.bins.kcm);
+        cmd.arg(format!("--kubeconfig={}", kubeconfig.display()))
+            .args([
+                "--controllers=node-lifecycle-controller",
+                "--leader-elect=true",
+                "--secure-port=0",
+                "--node-monitor-period=5s",
+                "--v=2",
+            ])
+            .arg(format!("--node-monitor-grace-period={}s", GRACE.as_secs()));
+        let starts = self.kcm_retired.iter().filter(|(j, _)| *j == i).count();
+        let name = match starts {
+            0 => format!("kube-controller-manager-{}", site.name()),
+            n => format!("kube-controller-manager-{}-{n}", site.name()),
+        };
+        self.lab
+            .spawn(&name, cmd)
+            .expect("spawn kube-controller-manager")
     }
 
-    /// Panics, with their logs, if a kube-controller-manager has exited: their verdict on the
-    /// node would mean nothing.
-    pub fn assert_kcm_running(&mut self) {
-        let exited: Vec<_> = self.kcm.iter_mut().filter_map(LabProcess::exited).collect();
-        assert!(
-            exited.is_empty(),
-            "kube-controller-manager exited ({exited:?}):\n{}",
-            self.kcm_tail(60)
-        );
+    /// The kube-controller-managers' logs, one after another (those started again first).
+    fn kcm_log(&self) -> String {
+        let retired = self.kcm_retired.iter().map(|(_, p)| p);
+        retired.chain(&self.kcm).map(LabProcess::log_text).collect()
+    }
+
+    /// Starts again, as the kubelet restarts a static pod, every kube-controller-manager that
+    /// exited because it lost its leader lease: a real one exits then (`leaderelection lost`), as
+    /// the leader does when its own apiserver restarts, and another takes the lease. Panics, with
+    /// its log, if one exited for any other reason: their verdict on the node would mean nothing.
+    /// Returns how many it started again.
+    pub fn tend_kcm(&mut self) -> usize {
+        let mut restarted = 0;
+        for i in 0..self.kcm.len() {
+            let Some(status) = self.kcm[i].exited() else {
+                continue;
+            };
+            let log = self.kcm[i].log_text();
+            let tail: Vec<&str> = log.lines().rev().take(30).collect();
+            let tail: Vec<&str> = tail.into_iter().rev().collect();
+            assert!(
+                log.contains("leaderelection lost"),
+                "kube-controller-manager of {} exited ({status}) without losing its lease:\n{}",
+                self.kcm_kubeconfigs[i].0.name(),
+                tail.join("\n")
+            );
+            let fresh = self.spawn_kcm(i);
+            let old = std::mem::replace(&mut self.kcm[i], fresh);
+            self.kcm_retired.push((i, old));
+            restarted += 1;
+        }
+        restarted
     }
 
     /// `/readyz` of `site`'s apiserver, asked directly from the node with `kubectl`: `ok` or why not.
