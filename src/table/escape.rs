@@ -34,7 +34,7 @@ use crate::verdict::State;
 
 /// What to do about one waiting backend's connections.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Verdict {
+pub enum Ruling {
     /// The route is confirmed and the fallen backend still fails (or did not answer in time):
     /// close them (turned_unready).
     Close,
@@ -138,17 +138,15 @@ pub fn judge(
     asked: bool,
     own: Own,
     now: Instant,
-) -> Verdict {
+) -> Ruling {
     if !busy {
-        return Verdict::Close;
+        return Ruling::Close;
     }
     let confirmed = route.is_some_and(|p| p.started > fall.at);
     match own {
-        Own::Passing => Verdict::Wait,
-        Own::Failed if confirmed => Verdict::Close,
-        Own::Pending { .. } if until(fall, route, own).is_some_and(|at| now >= at) => {
-            Verdict::Close
-        }
+        Own::Passing => Ruling::Wait,
+        Own::Failed if confirmed => Ruling::Close,
+        Own::Pending { .. } if until(fall, route, own).is_some_and(|at| now >= at) => Ruling::Close,
         _ => {
             let ask_route = !confirmed && !asked;
             let ask_own = matches!(
@@ -156,12 +154,12 @@ pub fn judge(
                 Own::Pending { asked: false } | Own::Awaited { asked: false }
             );
             if ask_route || ask_own {
-                Verdict::Ask {
+                Ruling::Ask {
                     route: ask_route,
                     own: ask_own,
                 }
             } else {
-                Verdict::Wait
+                Ruling::Wait
             }
         }
     }
@@ -314,11 +312,11 @@ impl Escapes {
             let busy = snap.backends[i].live.active.load(Ordering::Relaxed) > 0;
             w.until = until(w.fall, pass, own);
             match judge(w.fall, busy, pass, w.asked.contains(to_id), own, now) {
-                Verdict::Close => {
+                Ruling::Close => {
                     review.close.push(i);
                     false
                 }
-                Verdict::Ask { route, own } => {
+                Ruling::Ask { route, own } => {
                     if route {
                         w.asked.push(to_id.clone());
                         review.ask.push(to);
@@ -329,7 +327,7 @@ impl Escapes {
                     }
                     true
                 }
-                Verdict::Wait => true,
+                Ruling::Wait => true,
             }
         });
         review.ask.sort_unstable();

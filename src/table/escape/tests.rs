@@ -43,12 +43,12 @@ impl Clock {
 
 #[test]
 fn judge_closes_only_after_a_pass_that_started_after_the_fall() {
-    use Verdict::{Close, Wait};
+    use Ruling::{Close, Wait};
     let c = Clock::new();
     let fall = c.fall(10);
     // Arrived long ago, so no wait for the fallen backend's own answer is left either.
     let pass = |started| Some(c.pass(started, started));
-    const ASK: Verdict = Verdict::Ask {
+    const ASK: Ruling = Ruling::Ask {
         route: true,
         own: false,
     };
@@ -75,7 +75,7 @@ fn judge_closes_only_after_a_pass_that_started_after_the_fall() {
 #[test]
 fn judge_closes_only_while_the_fallen_backend_still_fails_or_did_not_answer_in_time() {
     use Own::{Failed, Passing};
-    use Verdict::{Close, Wait};
+    use Ruling::{Close, Wait};
     let c = Clock::new();
     let fall = Fall {
         at: c.at(10),
@@ -86,11 +86,11 @@ fn judge_closes_only_while_the_fallen_backend_still_fails_or_did_not_answer_in_t
     let passed = Some(c.pass(30, 50));
     let pending = Own::Pending { asked: false };
     let asked = Own::Pending { asked: true };
-    let both = Verdict::Ask {
+    let both = Ruling::Ask {
         route: true,
         own: true,
     };
-    let own = Verdict::Ask {
+    let own = Ruling::Ask {
         route: false,
         own: true,
     };
