@@ -283,12 +283,13 @@ fn check_prints_the_not_ready_budget_of_the_defaults_within_the_node_grace_perio
         "5.5s  interval 5s + 10 % jitter",
         "6s  up to timeout 3s each, started max(timeout 3s, fast_interval 1s) apart",
         "11.5s  new connections avoid it from here",
-        "12s  + spread 0.5s",
+        "17.5s  + up to 2 × timeout 3s",
+        "18s  + spread 0.5s",
         "12.5s  + connect_timeout 1s",
-        "worst case           12.5s",
+        "worst case             18s",
         "request in flight      10s  dead_path_timeout 10s",
         "dead_path_timeout: 10s",
-        "node grace period 40s (--node-grace): the worst case is 31 % of it",
+        "node grace period 40s (--node-grace): the worst case is 45 % of it",
     ] {
         assert!(out.contains(want), "missing {want:?} in:\n{out}");
     }
@@ -296,6 +297,32 @@ fn check_prints_the_not_ready_budget_of_the_defaults_within_the_node_grace_perio
     // Still a YAML document: the budget is comments.
     let budget = out.find("# NotReady").expect("printed");
     assert!(out[budget..].lines().all(|l| l.starts_with('#')), "{out}");
+}
+
+/// docs/commands.md shows the budget of the defaults as `check` prints it, line for line.
+#[test]
+fn the_budget_sample_in_the_commands_page_is_what_check_prints() {
+    let (out, _) = check_budget("", &[]);
+    let from = out.find("# NotReady budget").expect("printed");
+    let printed: Vec<&str> = out[from..]
+        .lines()
+        .take_while(|l| !l.starts_with("#   Failed client dials"))
+        .collect();
+    let page = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/docs/commands.md"))
+        .expect("docs/commands.md");
+    let from = page
+        .find("# NotReady budget")
+        .expect("the sample on the page");
+    let shown: Vec<&str> = page[from..]
+        .lines()
+        .take_while(|l| !l.starts_with("```"))
+        .collect();
+    assert_eq!(
+        shown,
+        printed,
+        "docs/commands.md's budget sample is out of date; `check` prints:\n{}",
+        printed.join("\n")
+    );
 }
 
 #[test]
@@ -306,28 +333,28 @@ fn check_warns_when_a_slow_config_takes_over_half_the_node_grace_period() {
         "33s  interval 30s + 10 % jitter",
         "3 failing probes       30s",
         "63s  new connections avoid it",
-        "worst case             64s",
-        "node grace period 40s (--node-grace): the worst case is 160 % of it",
+        "worst case           83.5s",
+        "node grace period 40s (--node-grace): the worst case is 209 % of it",
     ] {
         assert!(out.contains(want), "missing {want:?} in:\n{out}");
     }
     assert!(
-        err.contains("readyprism check: WARN: the NotReady budget's worst case 64s is over half the node grace period 40s"),
+        err.contains("readyprism check: WARN: the NotReady budget's worst case 83.5s is over half the node grace period 40s"),
         "{err}"
     );
 
-    // Kubernetes 1.32's 50 s: the share follows; 64 s is still over half of it.
+    // Kubernetes 1.32's 50 s: the share follows; 83.5 s is still over half of it.
     let (out, err) = check_budget(slow, &["--node-grace", "50s"]);
     assert!(
-        out.contains("node grace period 50s (--node-grace): the worst case is 128 % of it"),
+        out.contains("node grace period 50s (--node-grace): the worst case is 167 % of it"),
         "{out}"
     );
     assert!(err.contains("over half the node grace period 50s"), "{err}");
-    // Over half of 2 minutes still warns; exactly half of 128 s does not.
-    let (out, err) = check_budget(slow, &["--node-grace", "2m"]);
-    assert!(out.contains("the worst case is 53 % of it"), "{out}");
+    // Over half of 150 s still warns; exactly half of 167 s does not.
+    let (out, err) = check_budget(slow, &["--node-grace", "150s"]);
+    assert!(out.contains("the worst case is 56 % of it"), "{out}");
     assert!(err.contains("WARN"), "{err}");
-    let (_, err) = check_budget(slow, &["--node-grace", "128s"]);
+    let (_, err) = check_budget(slow, &["--node-grace", "167s"]);
     assert!(!err.contains("NotReady budget"), "{err}");
     // Its 30 s interval also needs a longer apiserver shutdown delay than the Talos patches' 15 s.
     assert!(

@@ -1,19 +1,23 @@
 //! The NotReady budget `check` prints: for one config, the worst-case time from a backend going
 //! bad to new connections avoiding it and its connections being cut, beside the node grace
-//! period. Pure: durations in, terms out.
+//! period. Pure: durations in, terms out, each term computed by the function the daemon runs
+//! (`health::next_probe_due` for the probes, `table::escape::deadline` for the escape route's
+//! confirm, `eviction::EVICT_SPREAD` for the closes).
 //!
-//! Owns the arithmetic and its wording; does not own the schedule it describes
-//! (`health::Monitor::run`, `health::rise_fall`), the eviction spread (`eviction::EVICT_SPREAD`) or
-//! the dial (`dial::connect`). It follows the probe path only: failed client dials count as failed
-//! checks at once and can only make the real time shorter.
+//! Owns the composition of those terms and its wording; does not own the schedule it describes,
+//! nor the dial (`dial::connect`). It follows the probe path for one backend going bad while the
+//! others answer: failed client dials count as failed checks at once and can only make the real
+//! time shorter.
 
 use std::time::Duration;
+
+use tokio::time::Instant;
 
 use crate::backend::Routing;
 use crate::config::HealthConfig;
 use crate::eviction::EVICT_SPREAD;
-
-use crate::health::JITTER_PERCENT;
+use crate::health::{next_probe_due, Due, JITTER_PERCENT};
+use crate::table::escape::{deadline, Fall, Pass};
 
 /// The node grace period of `kube-controller-manager --node-monitor-grace-period` before
 /// Kubernetes 1.32 (50 s from 1.32): a node whose kubelet has not renewed its lease for this
@@ -35,6 +39,12 @@ pub struct Budget {
     /// `fast_interval` after the previous one started or when it ended, the later of the two.
     /// So `timeout + (fall − 1) × max(timeout, fast_interval)`.
     pub failing_probes: Duration,
+    /// From the fall to its escape route confirmed: the writer asks the route's monitor (the
+    /// backend the connections would go to) and the fallen backend's own for a confirm probe at
+    /// once; the route passes within `timeout`, and with the fallen backend's own result still
+    /// outstanding (a silent one), the connections wait one more round trip of the route's
+    /// probe beyond its arrival (`escape::deadline`). So up to `2 × timeout`.
+    pub escape: Duration,
     /// Connections of a backend turned unready are closed spread over this window
     /// ([`EVICT_SPREAD`]) after the new snapshot is stored.
     pub spread: Duration,
@@ -48,15 +58,44 @@ pub struct Budget {
 }
 
 impl Budget {
-    /// The budget for `health` and `routing` as `Monitor::run` and the proxy apply them.
+    /// The budget for `health` and `routing` as `Monitor::run`, the table writer and the proxy
+    /// apply them.
     pub fn of(health: &HealthConfig, routing: &Routing) -> Budget {
-        let next_probe = health.interval + health.interval * JITTER_PERCENT / 100;
-        let apart = health.timeout.max(health.fast_interval);
-        let failing_probes = health.timeout + apart * health.fall.max(1).saturating_sub(1);
+        let t0 = Instant::now();
+        let due = |last: Instant, pending: bool| {
+            next_probe_due(&Due {
+                last,
+                pending,
+                // The longest draw of the jitter.
+                interval: health.interval + health.interval * JITTER_PERCENT / 100,
+                fast_interval: health.fast_interval,
+                passive_failure: None,
+            })
+        };
+        // The probe that passed started at t0; the next starts when due, after it ended.
+        let first = due(t0, false).max(t0 + health.timeout);
+        // `fall` failing probes, each up to `timeout`; the next starts when due while the fall
+        // is pending, or when the previous ended.
+        let mut end = first + health.timeout;
+        let mut started = first;
+        for _ in 1..health.fall.max(1) {
+            started = due(started, true).max(end);
+            end = started + health.timeout;
+        }
+        // The fall noted at `end`; both confirms asked then, the route's passing at `timeout`.
+        let fall = Fall {
+            at: started,
+            noted: end,
+        };
+        let pass = Pass {
+            started: end,
+            arrived: end + health.timeout,
+        };
         Budget {
             health: health.clone(),
-            next_probe,
-            failing_probes,
+            next_probe: first - t0,
+            failing_probes: end - first,
+            escape: deadline(fall, pass) - end,
             spread: EVICT_SPREAD,
             dial: routing.connect_timeout,
             dead_path: routing.dead_path_timeout,
@@ -70,7 +109,7 @@ impl Budget {
 
     /// When the last of its connections has been cut.
     pub fn cut_by(&self) -> Duration {
-        self.unready_after() + self.spread
+        self.unready_after() + self.escape + self.spread
     }
 
     /// When a request sent to it as it went bad is cut if it stops acknowledging: by TCP after
@@ -84,7 +123,7 @@ impl Budget {
     /// it was marked unready given up. A cut client re-dials from the new snapshot, which puts
     /// the backend after every ready one, so the two do not add up.
     pub fn worst_case(&self) -> Duration {
-        self.unready_after() + self.spread.max(self.dial)
+        self.unready_after() + (self.escape + self.spread).max(self.dial)
     }
 
     /// The worst case is over half of `grace`: one more failure on the way (a slow re-dial, a
@@ -125,6 +164,14 @@ impl Budget {
                 "new connections avoid it from here".to_string(),
             ),
             (
+                "escape confirmed".to_string(),
+                self.unready_after() + self.escape,
+                format!(
+                    "+ up to 2 × timeout {}: the route's confirm probe, then one more of its round trips for the fallen backend's own",
+                    s(h.timeout)
+                ),
+            ),
+            (
                 "connections cut".to_string(),
                 self.cut_by(),
                 format!("+ spread {}", s(self.spread)),
@@ -151,7 +198,7 @@ impl Budget {
             (
                 "worst case".to_string(),
                 self.worst_case(),
-                "the later of the last two".to_string(),
+                "the later of connections cut and dial under way".to_string(),
             ),
         ];
         let mut out = String::from(
@@ -217,39 +264,55 @@ mod tests {
     fn every_budget_term_follows_the_settings() {
         let spread = EVICT_SPREAD.as_millis() as u64;
         // (interval, timeout, fast_interval, fall, connect_timeout) in ms →
-        // (next probe, failing probes, worst case) in ms, and whether 40 s warns.
+        // (next probe, failing probes, escape, worst case) in ms, and whether 40 s warns.
         let cases = [
-            // The defaults: 5.5 + (3 + 1 × 3); the dial budget (1 s) outlasts the spread.
-            ((5000, 3000, 1000, 2, 1000), (5500, 6000, 12_500), false),
-            // Slow: 33 + (10 + 2 × 10) + 1 = 64 s, over 20 s.
+            // The defaults: 5.5 + (3 + 1 × 3) + 2 × 3 + 0.5.
+            (
+                (5000, 3000, 1000, 2, 1000),
+                (5500, 6000, 6000, 18_000),
+                false,
+            ),
+            // Slow: 33 + (10 + 2 × 10) + 2 × 10 + 0.5 = 83.5 s, over 20 s.
             (
                 (30_000, 10_000, 1000, 3, 1000),
-                (33_000, 30_000, 64_000),
+                (33_000, 30_000, 20_000, 83_500),
                 true,
             ),
             // fast_interval > timeout: probes start fast_interval apart, the last lasts timeout.
-            ((10_000, 1000, 2000, 3, 1000), (11_000, 5000, 17_000), false),
-            // fall 1: one probe; a dial budget shorter than the spread leaves the spread.
             (
-                (5000, 3000, 1000, 1, 100),
-                (5500, 3000, 8500 + spread),
+                (10_000, 1000, 2000, 3, 1000),
+                (11_000, 5000, 2000, 18_500),
                 false,
             ),
-            // Inside 40 s but over half of it: 11 + (9 + 9) + 1 = 30 s.
+            // fall 1: one probe.
+            (
+                (5000, 3000, 1000, 1, 100),
+                (5500, 3000, 6000, 14_500 + spread),
+                false,
+            ),
+            // A dial budget longer than the escape and the spread: it decides the worst case.
+            (
+                (5000, 1000, 1000, 2, 5000),
+                (5500, 2000, 2000, 12_500),
+                false,
+            ),
+            // Over half of 40 s: 11 + (9 + 9) + 2 × 9 + 0.5 = 47.5 s.
             (
                 (10_000, 9000, 1000, 2, 1000),
-                (11_000, 18_000, 30_000),
+                (11_000, 18_000, 18_000, 47_500),
                 true,
             ),
         ];
-        for ((interval, timeout, fast, fall, dial), (next, failing, worst), warns) in cases {
+        for ((interval, timeout, fast, fall, dial), (next, failing, escape, worst), warns) in cases
+        {
             let b = Budget::of(&health(interval, timeout, fast, fall), &routing(dial));
             let ms = Duration::from_millis;
             let case = (interval, timeout, fast, fall, dial);
             assert_eq!(b.next_probe, ms(next), "{case:?}");
             assert_eq!(b.failing_probes, ms(failing), "{case:?}");
+            assert_eq!(b.escape, ms(escape), "{case:?}");
             assert_eq!(b.unready_after(), ms(next + failing), "{case:?}");
-            assert_eq!(b.cut_by(), ms(next + failing + spread), "{case:?}");
+            assert_eq!(b.cut_by(), ms(next + failing + escape + spread), "{case:?}");
             assert_eq!(b.worst_case(), ms(worst), "{case:?}");
             assert_eq!(b.over_half_of(DEFAULT_NODE_GRACE), warns, "{case:?}");
         }
@@ -266,7 +329,7 @@ mod tests {
             Budget::of(&h, &routing)
         };
         let (cut, ms) = (with(None).cut_by(), Duration::from_millis);
-        assert_eq!(cut, ms(12_000));
+        assert_eq!(cut, ms(18_000));
         assert_eq!(with(Some(10)).in_flight_cut_by(), ms(10_000));
         assert_eq!(with(Some(4)).in_flight_cut_by(), ms(4000));
         assert_eq!(
@@ -276,7 +339,7 @@ mod tests {
         );
         assert_eq!(with(None).in_flight_cut_by(), cut, "off: with the others");
         let off = with(None).render(DEFAULT_NODE_GRACE);
-        assert!(off.contains("12s  dead_path_timeout 0s (off)"), "{off}");
+        assert!(off.contains("18s  dead_path_timeout 0s (off)"), "{off}");
         assert_eq!(with(Some(4)).worst_case(), with(None).worst_case());
     }
 
@@ -297,10 +360,12 @@ mod tests {
             "2 failing probes",
             "6s  up to timeout 3s each, started max(timeout 3s, fast_interval 1s) apart",
             "11.5s  new connections avoid it",
-            "12s  + spread 0.5s",
+            "17.5s  + up to 2 × timeout 3s: the route's confirm probe",
+            "18s  + spread 0.5s",
             "12.5s  + connect_timeout 1s",
             "request in flight      10s  dead_path_timeout 10s: cut by TCP",
-            "node grace period 50s (--node-grace): the worst case is 25 % of it",
+            "worst case             18s",
+            "node grace period 50s (--node-grace): the worst case is 36 % of it",
         ] {
             assert!(text.contains(want), "missing {want:?} in:\n{text}");
         }

@@ -25,10 +25,14 @@ use crate::verdict::{FailClass, FailingChecks, Health, State};
 
 /// The daemon's health defaults (docs/config.md).
 pub const INTERVAL: Duration = Duration::from_secs(5);
-const FAST_INTERVAL: Duration = Duration::from_secs(1);
-const TIMEOUT: Duration = Duration::from_secs(3);
-const RISE: u32 = 2;
-const FALL: u32 = 2;
+/// The daemon's default `fast_interval`.
+pub const FAST_INTERVAL: Duration = Duration::from_secs(1);
+/// The daemon's default probe timeout.
+pub const TIMEOUT: Duration = Duration::from_secs(3);
+/// The daemon's default `rise`.
+pub const RISE: u32 = 2;
+/// The daemon's default `fall`.
+pub const FALL: u32 = 2;
 /// How long an answering apiserver takes to answer `/readyz`.
 const ANSWER: Duration = Duration::from_millis(10);
 
@@ -43,6 +47,8 @@ pub enum Truth {
     Draining,
     /// Nothing: the probe times out.
     Silent,
+    /// 200, after this long.
+    Slow(Duration),
 }
 
 impl Truth {
@@ -56,6 +62,7 @@ impl Truth {
         };
         match self {
             Truth::Ready => (ANSWER, Outcome::Pass { latency: ANSWER }),
+            Truth::Slow(latency) => (latency, Outcome::Pass { latency }),
             Truth::Unready => (ANSWER, named("etcd")),
             Truth::Draining => (ANSWER, named("shutdown")),
             Truth::Silent => (
@@ -76,6 +83,8 @@ impl Truth {
 struct Monitor {
     id: BackendId,
     truth: Truth,
+    /// Its probe interval (the daemon draws it around `INTERVAL`; here it is fixed).
+    interval: Duration,
     machine: RiseFall,
     /// When the next scheduled probe starts.
     next: Instant,
@@ -163,6 +172,7 @@ impl Step {
             .map(|s| Monitor {
                 id: s.id.clone(),
                 truth: Truth::Ready,
+                interval: INTERVAL,
                 machine: RiseFall::new(RISE, FALL, Health::UNKNOWN),
                 next: t0,
                 flight: None,
@@ -187,6 +197,11 @@ impl Step {
     /// `address` answers as `truth` from now on (a probe in flight keeps what it found).
     pub fn set(&mut self, address: &str, truth: Truth) {
         self.monitor(address).truth = truth;
+    }
+
+    /// `address` is probed every `interval` from its next probe on (a jitter draw, fixed).
+    pub fn interval(&mut self, address: &str, interval: Duration) {
+        self.monitor(address).interval = interval;
     }
 
     fn monitor(&mut self, address: &str) -> &mut Monitor {
@@ -299,7 +314,7 @@ impl Step {
             mon.next = next_probe_due(&Due {
                 last: started,
                 pending: step.pending,
-                interval: INTERVAL,
+                interval: mon.interval,
                 fast_interval: FAST_INTERVAL,
                 passive_failure: None,
             });
@@ -315,7 +330,8 @@ impl Step {
         if mon.flight.is_some() {
             return;
         }
-        if std::mem::take(&mut mon.asked) && mon.confirmed.is_none_or(|at| now >= at + INTERVAL) {
+        if std::mem::take(&mut mon.asked) && mon.confirmed.is_none_or(|at| now >= at + mon.interval)
+        {
             mon.confirmed = Some(now);
             mon.next = now;
         }
