@@ -189,23 +189,7 @@ impl Writer {
                     cause::on_health(self.said.get(&id), old.backends[i].health.state, &health);
                 let mut next = (*old).clone();
                 next.backends[i].health = health;
-                let applied = self.apply(&old, next, &mut fx);
-                self.handoffs.apply(
-                    &self.snap,
-                    &applied.handed_off,
-                    &applied.call_off,
-                    now,
-                    &mut fx,
-                );
-                for b in applied.fell {
-                    self.escapes.fell(
-                        &b,
-                        Fall {
-                            at: started,
-                            noted: now,
-                        },
-                    );
-                }
+                self.apply_and_follow(&old, next, started, now, &mut fx);
                 self.note(note, id, old.backends[i].spec.zone.as_deref());
             }
             TableCmd::Configure {
@@ -215,23 +199,7 @@ impl Writer {
             } => {
                 let (next, removed) = configure(&old, routing, backends);
                 self.said.retain(|id, _| next.position(id).is_some());
-                let applied = self.apply(&old, next, &mut fx);
-                self.handoffs.apply(
-                    &self.snap,
-                    &applied.handed_off,
-                    &applied.call_off,
-                    now,
-                    &mut fx,
-                );
-                for b in applied.fell {
-                    self.escapes.fell(
-                        &b,
-                        Fall {
-                            at: now,
-                            noted: now,
-                        },
-                    );
-                }
+                self.apply_and_follow(&old, next, now, now, &mut fx);
                 // After publishing: a connection that still read the old snapshot sees the new
                 // epoch, skips the removed backend and re-plans on the snapshot just published.
                 fx.extend(removed.into_iter().map(Effect::EvictNow));
@@ -252,6 +220,29 @@ impl Writer {
         self.recover(now, &mut fx);
         self.escape(now, &mut fx);
         fx
+    }
+
+    /// Applies `next` ([`Writer::apply`]), then follows what it did: the hand-offs it began or
+    /// calls off, and the backends that fell (their evidence began at `fell_at`) waiting for
+    /// their escape route.
+    fn apply_and_follow(
+        &mut self,
+        old: &Snapshot,
+        next: Snapshot,
+        fell_at: Instant,
+        now: Instant,
+        fx: &mut Effects,
+    ) {
+        let applied = self.apply(old, next, fx);
+        let (began, call_off) = (&applied.handed_off, &applied.call_off);
+        self.handoffs.apply(&self.snap, began, call_off, now, fx);
+        for b in applied.fell {
+            let fall = Fall {
+                at: fell_at,
+                noted: now,
+            };
+            self.escapes.fell(&b, fall);
+        }
     }
 
     /// Keeps the log's cause of an unready backend current.
