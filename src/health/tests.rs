@@ -71,14 +71,7 @@ impl Probe for Scripted {
 }
 
 fn monitor(tx: mpsc::Sender<TableCmd>) -> Monitor {
-    let spec = Arc::new(BackendSpec {
-        id: crate::backend::BackendId::new("a:1"),
-        host: "a".into(),
-        port: 1,
-        zone: None,
-        server_name: rustls_pki_types::ServerName::try_from("a").expect("name"),
-        source: crate::backend::BackendSource::Config,
-    });
+    let spec = crate::testing::fixtures::spec("a:1", None);
     Monitor {
         health: HealthConfig {
             path: "/readyz".into(),

@@ -5,7 +5,6 @@
 use std::net::SocketAddr;
 
 use super::*;
-use crate::backend::{BackendId, BackendSource};
 use crate::config::TlsFiles;
 use crate::testing::{answers, refusing};
 use crate::tls::TlsSource;
@@ -24,14 +23,7 @@ fn tls(dir: &tempfile::TempDir) -> TlsState {
 }
 
 fn spec(addr: SocketAddr) -> BackendSpec {
-    BackendSpec {
-        id: BackendId::new(&addr.to_string()),
-        host: addr.ip().to_string(),
-        port: addr.port(),
-        zone: None,
-        server_name: rustls_pki_types::ServerName::try_from("apiserver").expect("name"),
-        source: BackendSource::Config,
-    }
+    (*crate::testing::fixtures::spec(&addr.to_string(), None)).clone()
 }
 
 #[tokio::test]

@@ -294,15 +294,8 @@ mod tests {
         for _ in 0..70_000 {
             r.dialing();
         }
-        let spec = BackendSpec {
-            id: crate::backend::BackendId::new("10.0.0.1:6443"),
-            host: "10.0.0.1".into(),
-            port: 6443,
-            zone: None,
-            server_name: rustls_pki_types::ServerName::try_from("x").expect("name"),
-            source: crate::backend::BackendSource::Config,
-        };
-        r.connected(Arc::new(spec), 300);
+        let spec = crate::testing::fixtures::spec("10.0.0.1:6443", None);
+        r.connected(spec, 300);
         r.number(usize::MAX);
         assert_eq!(
             (r.attempts, r.dials, r.rank, r.seq()),

@@ -2,7 +2,7 @@
 //! an idle one costs.
 
 use super::*;
-use crate::backend::{Backend, BackendId, BackendLive, BackendSpec, Routing};
+use crate::backend::{Backend, BackendLive, Routing};
 use crate::testing::{holds, says};
 use crate::verdict::Health;
 use std::net::SocketAddr;
@@ -13,14 +13,7 @@ use tokio::io::AsyncReadExt;
 fn backend(addr: SocketAddr, state: State) -> Backend {
     let live = Arc::new(BackendLive::default());
     Backend {
-        spec: Arc::new(BackendSpec {
-            id: BackendId::new(&addr.to_string()),
-            host: addr.ip().to_string(),
-            port: addr.port(),
-            zone: None,
-            server_name: rustls_pki_types::ServerName::try_from("x").expect("name"),
-            source: crate::backend::BackendSource::Config,
-        }),
+        spec: crate::testing::fixtures::spec(&addr.to_string(), None),
         health: Health {
             state,
             latency: Some(Duration::from_millis(1)),

@@ -219,19 +219,11 @@ mod tests {
     }
 
     fn snapshot(n: usize, reason: &str) -> Snapshot {
-        use crate::backend::{Backend, BackendLive, BackendSource, BackendSpec};
+        use crate::backend::{Backend, BackendLive};
         let backends = (0..n)
             .map(|i| Backend {
                 live: Arc::new(BackendLive::default()),
-                spec: Arc::new(BackendSpec {
-                    id: BackendId::new(&format!("10.0.0.{i}:6443")),
-                    host: format!("10.0.0.{i}"),
-                    port: 6443,
-                    zone: None,
-                    server_name: rustls_pki_types::ServerName::try_from("kubernetes")
-                        .expect("name"),
-                    source: BackendSource::Config,
-                }),
+                spec: crate::testing::fixtures::spec(&format!("10.0.0.{i}:6443"), None),
                 health: health(State::Unready, Some(reason)),
                 evict_epoch: 0,
             })

@@ -1,12 +1,15 @@
 //! The test toolkit, one for unit and integration tests alike: sockets that fail the way networks
 //! do (`sockets.rs`), plain TCP backends that say their name, hold or answer a canned reply
-//! (`backends.rs`), and, with the `sim` feature, a cluster's CA with fake apiservers serving its
+//! (`backends.rs`), domain fixtures for the crate's own unit tests (`fixtures.rs`: a backend's
+//! spec and snapshot entry), and, with the `sim` feature, a cluster's CA with fake apiservers serving its
 //! TLS (`apiservers.rs`) and a client to talk to them directly (`https_client.rs`). Compiled for the crate's own tests and with the `sim` feature (the
 //! integration tests); the daemon never uses it.
 //!
 //! It starts no balancer and waits for no state: the integration tests' `support/` does that.
 
 mod backends;
+#[cfg(test)]
+pub(crate) mod fixtures;
 mod sockets;
 
 #[cfg(feature = "sim")]

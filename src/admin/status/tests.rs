@@ -4,7 +4,7 @@
 use std::sync::Arc;
 
 use super::*;
-use crate::backend::{Backend, BackendId, BackendLive, BackendSpec, Routing};
+use crate::backend::{Backend, BackendId, BackendLive, Routing};
 use crate::pick::WhenNoneReady;
 use crate::verdict::Health;
 
@@ -16,15 +16,7 @@ fn snapshot(states: &[State], policy: WhenNoneReady) -> Snapshot {
             let id = BackendId::new(&format!("10.0.0.{i}:6443"));
             Backend {
                 live: Arc::new(BackendLive::default()),
-                spec: Arc::new(BackendSpec {
-                    id,
-                    host: format!("10.0.0.{i}"),
-                    port: 6443,
-                    zone: None,
-                    server_name: rustls_pki_types::ServerName::try_from("kubernetes")
-                        .expect("name"),
-                    source: crate::backend::BackendSource::Config,
-                }),
+                spec: crate::testing::fixtures::spec(id.as_str(), None),
                 health: Health {
                     state,
                     ..Health::UNKNOWN

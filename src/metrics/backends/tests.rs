@@ -4,7 +4,7 @@ use std::sync::Arc;
 
 use arc_swap::ArcSwap;
 
-use crate::backend::{Backend, BackendId, BackendLive, BackendSource, BackendSpec, Snapshot};
+use crate::backend::{Backend, BackendLive, Snapshot};
 use crate::metrics::Metrics;
 use crate::verdict::{CheckFailure, FailingChecks, Health, State};
 
@@ -19,14 +19,7 @@ fn snapshot(checks: &[&str]) -> Snapshot {
     });
     let backend = Backend {
         live: Arc::new(BackendLive::default()),
-        spec: Arc::new(BackendSpec {
-            id: BackendId::new("10.0.0.1:6443"),
-            host: "10.0.0.1".to_string(),
-            port: 6443,
-            zone: None,
-            server_name: rustls_pki_types::ServerName::try_from("kubernetes").expect("name"),
-            source: BackendSource::Config,
-        }),
+        spec: crate::testing::fixtures::spec("10.0.0.1:6443", None),
         health: Health {
             state: State::Unready,
             last_failure,

@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::*;
-use crate::backend::{Backend, BackendLive, BackendSpec, Routing};
+use crate::backend::{Backend, BackendLive, Routing};
 use crate::verdict::Health;
 
 /// Instants as milliseconds after one base.
@@ -191,14 +191,7 @@ fn snap(states: &str) -> Snapshot {
                 let live = Arc::new(BackendLive::default());
                 live.active.store(1, Ordering::Relaxed);
                 Backend {
-                    spec: Arc::new(BackendSpec {
-                        id: BackendId::new(&format!("10.0.0.{i}:6443")),
-                        host: format!("10.0.0.{i}"),
-                        port: 6443,
-                        zone: None,
-                        server_name: rustls_pki_types::ServerName::try_from("x").expect("name"),
-                        source: crate::backend::BackendSource::Config,
-                    }),
+                    spec: crate::testing::fixtures::spec(&format!("10.0.0.{i}:6443"), None),
                     health: Health {
                         state: if c == 'R' {
                             State::Ready

@@ -1,9 +1,8 @@
 //! The failback decisions, table-tested: when a failback is due, and what is called off.
 
 use super::*;
-use crate::backend::{Backend, BackendLive, BackendSpec, Routing};
-use crate::verdict::Health;
-use std::sync::Arc;
+use crate::backend::Routing;
+use crate::testing::fixtures;
 
 /// Backends by zone and state; a backend's id is its zone and its place among the zone's
 /// (`dc-b-0:6443`), so it is the same backend in every snapshot.
@@ -14,21 +13,9 @@ fn snap(states: &[(&str, State)]) -> Snapshot {
         backends: states
             .iter()
             .enumerate()
-            .map(|(i, &(zone, state))| Backend {
-                spec: Arc::new(BackendSpec {
-                    id: id(zone, states[..i].iter().filter(|(z, _)| *z == zone).count()),
-                    host: format!("10.0.0.{i}"),
-                    port: 6443,
-                    zone: Some(zone.into()),
-                    server_name: rustls_pki_types::ServerName::try_from("x").expect("name"),
-                    source: crate::backend::BackendSource::Config,
-                }),
-                health: Health {
-                    state,
-                    ..Health::UNKNOWN
-                },
-                live: Arc::new(BackendLive::default()),
-                evict_epoch: 0,
+            .map(|(i, &(zone, state))| {
+                let id = id(zone, states[..i].iter().filter(|(z, _)| *z == zone).count());
+                fixtures::backend(fixtures::spec(id.as_str(), Some(zone)), state)
             })
             .collect(),
     }

@@ -4,7 +4,7 @@
 use std::sync::Arc;
 
 use super::*;
-use crate::backend::{Backend, BackendLive, BackendSpec, Routing};
+use crate::backend::{Backend, BackendLive, Routing};
 use crate::verdict::{CheckFailure, FailingChecks, Pending};
 
 /// Backends by course: `R` ready, `U` unready and not rising, `r` unready and rising, `d`
@@ -17,14 +17,7 @@ fn snap(courses: &str) -> Snapshot {
             .chars()
             .enumerate()
             .map(|(i, c)| Backend {
-                spec: Arc::new(BackendSpec {
-                    id: BackendId::new(&format!("10.0.0.{i}:6443")),
-                    host: format!("10.0.0.{i}"),
-                    port: 6443,
-                    zone: None,
-                    server_name: rustls_pki_types::ServerName::try_from("x").expect("name"),
-                    source: crate::backend::BackendSource::Config,
-                }),
+                spec: crate::testing::fixtures::spec(&format!("10.0.0.{i}:6443"), None),
                 health: Health {
                     state: if c == 'R' {
                         State::Ready

@@ -14,7 +14,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use crate::backend::{BackendId, BackendLive, BackendSource, BackendSpec, Routing};
+use crate::backend::{BackendId, BackendLive, BackendSpec, Routing};
 use crate::eviction::turn::Closing;
 use crate::eviction::{CloseReason, EvictionWatch, Stop};
 use crate::health::rise_fall::{Outcome, RiseFall};
@@ -144,19 +144,7 @@ impl Step {
         routing(&mut r);
         let specs: Vec<Arc<BackendSpec>> = backends
             .iter()
-            .map(|&(address, zone)| {
-                let (host, port) = address.rsplit_once(':').expect("host:port");
-                Arc::new(BackendSpec {
-                    id: BackendId::new(address),
-                    host: host.to_string(),
-                    port: port.parse().expect("a port"),
-                    zone: Some(zone.to_string()),
-                    server_name: rustls_pki_types::ServerName::try_from("apiserver")
-                        .expect("a name")
-                        .to_owned(),
-                    source: BackendSource::Config,
-                })
-            })
+            .map(|&(address, zone)| crate::testing::fixtures::spec(address, Some(zone)))
             .collect();
         let table = Table::new();
         let mut writer = Writer::new(table.load(), Arc::new(Metrics::default()));
