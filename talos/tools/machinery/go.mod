@@ -1,5 +1,5 @@
-// Talos 1.13's config code as readyprism's validator (main.go). No 1.14 build: machinery v1.14.1
-// is served by the proxy, but two of its pinned dependencies are not (talos/README.md).
+// Talos 1.13's config code as readyprism's validator (main.go). Talos 1.14's is
+// ../machinery-v1.14, the same sources linked against machinery v1.14.1.
 module github.com/readyprism/readyprism/talos/tools/machinery
 
 go 1.26.6

@@ -1,7 +1,8 @@
 // Command talos-machinery-check validates readyprism's Talos files with Talos's own config code
 // (github.com/siderolabs/talos/pkg/machinery), at the version this build links: the Talos line it
-// checks is the module's own version.Tag (v1.13.9 from go.mod; v1.14.x does not build from the proxy), so a
-// build cannot check the other line's files by mistake.
+// checks is the module's own version.Tag (v1.13.9 from this go.mod; v1.14.1 from
+// ../machinery-v1.14/go.mod, which links these sources), so a build cannot check the other line's
+// files by mistake.
 //
 //	talos-machinery-check [-root REPO]
 //
