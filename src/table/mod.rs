@@ -26,6 +26,7 @@ pub mod failback;
 pub mod handoff;
 pub mod recent;
 pub mod recovery;
+pub mod silence;
 pub mod transitions;
 pub mod writer;
 

@@ -51,7 +51,7 @@ impl Check {
     }
 
     /// An HTTP answer arrived, whatever its status.
-    fn answering(self) -> bool {
+    pub fn answering(self) -> bool {
         matches!(self, Check::Passed | Check::Draining | Check::Failed)
     }
 }
@@ -114,10 +114,6 @@ pub struct Scene {
 struct Facts {
     scene: Scene,
     none_ready: bool,
-    /// Failing open, some unready backend answers HTTP now ...
-    answers_now: bool,
-    /// ... and some long-unready one answered as of the previous snapshot, while nothing was ready.
-    answered_before: bool,
 }
 
 /// A rule: the reason to close `c`'s connections, if it applies.
@@ -125,7 +121,7 @@ type Rule = fn(&Facts, &Change) -> Option<CloseReason>;
 
 /// The rules, first match wins; each names its reason. A backend that turned unready while
 /// another is ready and is not draining goes to [`Transitions::confirm`] instead.
-const RULES: [Rule; 5] = [handoff, handoff_resumed, handoff_broken, refusing, silent];
+const RULES: [Rule; 4] = [handoff, handoff_resumed, handoff_broken, refusing];
 
 /// It turned unready while another backend is ready: its clients re-dial a ready one, once the
 /// escape route is confirmed. Not while draining (a hand-off).
@@ -181,36 +177,15 @@ fn refusing(f: &Facts, c: &Change) -> Option<CloseReason> {
     applies.then_some(CloseReason::Refusing)
 }
 
-/// Failing open, a backend that does not answer at all (timeout, refused, TLS failure) is closed
-/// as soon as some backend answers HTTP — once: not again while it stays silent.
-fn silent(f: &Facts, c: &Change) -> Option<CloseReason> {
-    let failing_open = f.none_ready && f.scene.policy == WhenNoneReady::FailOpen;
-    let silent_now =
-        failing_open && c.after == State::Unready && !c.now.answering() && f.answers_now;
-    let silent_before =
-        !f.scene.was_any_ready && c.long_unready() && !c.was.answering() && f.answered_before;
-    (silent_now && !silent_before).then_some(CloseReason::Silent)
-}
-
 /// Decides evictions (each rule above, with its reason) and the alarm.
 ///
-/// While nothing is ready, nothing is evicted but what `refuse` and `silent` say: re-dialling
+/// While nothing is ready, nothing is evicted but what `refuse` says (and, by time, `silence`): re-dialling
 /// would only land on the same failing backends (a cluster-wide blink). The alarm is raised only once every backend has answered ("settled"):
 /// at start-up the local apiserver without quorum answers its 500 before the remote ones answer
 /// their 200.
 pub fn decide(scene: Scene, changes: &[Change]) -> Transitions {
     let none_ready = !changes.iter().any(|c| c.after == State::Ready);
-    let facts = Facts {
-        scene,
-        none_ready,
-        answers_now: changes
-            .iter()
-            .any(|c| c.after == State::Unready && c.now.answering()),
-        answered_before: !scene.was_any_ready
-            && changes
-                .iter()
-                .any(|c| c.before == Some(State::Unready) && c.was.answering()),
-    };
+    let facts = Facts { scene, none_ready };
     let confirm = (0..changes.len())
         .filter(|&i| turned_unready(&facts, &changes[i]))
         .collect::<Vec<usize>>();

@@ -24,6 +24,7 @@ use super::failback::{self, Failback};
 use super::handoff::Handoffs;
 use super::recent;
 use super::recovery::Recovery;
+use super::silence::Silence;
 use super::transitions::{self, Alarm, Change, Check, Scene};
 use super::TableCmd;
 use crate::backend::{BackendId, BackendLive, Snapshot};
@@ -80,6 +81,7 @@ pub struct Writer {
     escapes: Escapes,
     recovery: Recovery,
     handoffs: Handoffs,
+    silence: Silence,
 }
 
 /// What applying a snapshot did, for the writer's own state.
@@ -105,6 +107,7 @@ impl Writer {
             escapes: Escapes::default(),
             recovery: Recovery::default(),
             handoffs: Handoffs::default(),
+            silence: Silence::default(),
         }
     }
 
@@ -182,6 +185,7 @@ impl Writer {
                     self.escapes.failed(&id, started);
                 }
                 if old.backends[i].health == health {
+                    self.silent(&id, started, &mut fx);
                     self.escape(now, &mut fx);
                     return fx;
                 }
@@ -190,6 +194,7 @@ impl Writer {
                 let mut next = (*old).clone();
                 next.backends[i].health = health;
                 self.apply_and_follow(&old, next, started, now, &mut fx);
+                self.silent(&id, started, &mut fx);
                 self.note(note, id, old.backends[i].spec.zone.as_deref());
             }
             TableCmd::Configure {
@@ -234,6 +239,7 @@ impl Writer {
         fx: &mut Effects,
     ) {
         let applied = self.apply(old, next, fx);
+        self.silence.observe(&self.snap, now);
         let (began, call_off) = (&applied.handed_off, &applied.call_off);
         self.handoffs.apply(&self.snap, began, call_off, now, fx);
         for b in applied.fell {
@@ -242,6 +248,18 @@ impl Writer {
                 noted: now,
             };
             self.escapes.fell(&b, fall);
+        }
+    }
+
+    /// Failing open, moves the connections of `id` if its check that started at `started` found
+    /// it silent after another backend was answering ([`Silence`]): spread as on unready.
+    fn silent(&mut self, id: &BackendId, started: Instant, fx: &mut Effects) {
+        let failing_open =
+            !self.snap.any_ready() && self.snap.routing.when_none_ready == WhenNoneReady::FailOpen;
+        if self.silence.moves(&self.snap, failing_open, id, started) {
+            if let Some(i) = self.snap.position(id) {
+                self.evict(&[(i, CloseReason::Silent)], fx);
+            }
         }
     }
 

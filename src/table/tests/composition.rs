@@ -341,3 +341,93 @@ fn a_draining_answer_during_a_fall_is_a_hand_off() {
         "spread over the window"
     );
 }
+
+/// The bumps of `backend` for `why`, in order.
+fn bumps_of(h: &Step, backend: &str, why: CloseReason) -> Vec<Duration> {
+    let of = h.bumps.iter().filter(|b| b.0 == backend && b.1 == why);
+    of.map(|b| b.2).collect()
+}
+
+/// Every backend silent (a cluster-wide blink: none ready, failing open), 8 connections on
+/// dc-b, then `after` plays the end of it.
+fn blink_then(after: impl FnOnce(&mut Step)) -> Step {
+    let mut h = cluster(s(600.0));
+    h.run_to(s(1.0));
+    h.connect(DC_B, 8);
+    for b in [DC_A, DC_B, WITNESS] {
+        h.set(b, Truth::Silent);
+    }
+    h.run_to(s(12.0));
+    for b in [DC_A, DC_B, WITNESS] {
+        assert_eq!(h.state(b), State::Unready, "{b} fell in the blink");
+    }
+    after(&mut h);
+    h
+}
+
+/// The end of a cluster-wide blink: every apiserver was silent, dc-a answers first, and dc-b's
+/// silence began with the event: its next result decides, and it answers again. Nothing moves.
+#[test]
+fn the_first_answer_after_a_cluster_wide_blink_moves_nothing() {
+    let h = blink_then(|h| {
+        for b in [DC_A, DC_B, WITNESS] {
+            h.set(b, Truth::Ready);
+        }
+        h.run_to(s(40.0));
+    });
+    assert_eq!(h.state(DC_B), State::Ready);
+    assert!(
+        bumps_of(&h, DC_B, CloseReason::Silent).is_empty(),
+        "{:?}",
+        h.bumps
+    );
+    assert!(h.closed.is_empty(), "{:?}", h.closed);
+}
+
+/// After a blink, dc-a answers (500, no quorum) while dc-b stays silent: dc-b's next check,
+/// which started after dc-a answered, confirms it, and its connections move (`silent`), once.
+#[test]
+fn a_backend_still_silent_after_another_answers_moves_at_its_next_check() {
+    let mut answered = Duration::ZERO;
+    let h = blink_then(|h| {
+        h.set(DC_A, Truth::Unready);
+        h.run_to(s(40.0));
+        answered = h
+            .changes
+            .iter()
+            .find(|c| c.0 == DC_A && c.2 > s(12.0))
+            .map_or(Duration::ZERO, |c| c.2);
+    });
+    let moved = bumps_of(&h, DC_B, CloseReason::Silent);
+    assert_eq!(moved.len(), 1, "{:?}", h.bumps);
+    // dc-a's first answer comes at its next probe (at 15 s); dc-b's check then started at 15 s
+    // too, so only the one after it (about 20 s) confirms.
+    assert!(moved[0] > s(15.5), "not at the first answer: {moved:?}");
+    assert!(
+        moved[0] <= s(23.5),
+        "at dc-b's next check: {moved:?} ({answered:?})"
+    );
+    assert_eq!(h.closed.len(), 8, "{:?}", h.closed);
+    assert!(h.closed.iter().all(|c| c.why == CloseReason::Silent));
+}
+
+/// Failing open while the others answer 500: dc-b falling silent is confirmed by the very check
+/// that found it, and its connections move at once.
+#[test]
+fn a_backend_falling_silent_while_others_answer_moves_at_once() {
+    let mut h = cluster(s(600.0));
+    h.run_to(s(1.0));
+    h.connect(DC_B, 8);
+    h.set(DC_A, Truth::Unready);
+    h.set(WITNESS, Truth::Unready);
+    h.run_to(s(7.0));
+    h.set(DC_B, Truth::Silent);
+    h.run_to(s(30.0));
+    let fell = turned(&h, DC_B, State::Unready);
+    assert_eq!(
+        bumps_of(&h, DC_B, CloseReason::Silent),
+        [fell],
+        "{:?}",
+        h.bumps
+    );
+}
