@@ -19,6 +19,7 @@ use readyprism::sim::apiserver::FakeApiserver;
 use readyprism::verdict::State;
 
 use crate::support::process::Proc;
+use crate::support::unwritable::Unwritable;
 use crate::support::*;
 
 /// Discovery every second, the cache at `cache`.
@@ -226,49 +227,6 @@ fn a_failed_cache_write_names_the_cache_then_is_tried_again() {
         std::fs::read_to_string(&c.cache).is_ok_and(|t| t.contains(&addr(&b)))
     }));
     p.wait_log("the discovery cache is written again", |_| true);
-}
-
-/// Makes `dir` unwritable for as long as it lives, even for root: mode 0555, and where that is
-/// not enough (root), the immutable attribute. Undone on drop so the lab can be removed.
-struct Unwritable(PathBuf);
-
-impl Unwritable {
-    fn new(dir: &Path) -> Unwritable {
-        let chmod = |mode| {
-            let perms = std::os::unix::fs::PermissionsExt::from_mode(mode);
-            std::fs::set_permissions(dir, perms).expect("chmod");
-        };
-        chmod(0o555);
-        let guard = Unwritable(dir.to_path_buf());
-        if writable(dir) {
-            let set = std::process::Command::new("chattr")
-                .arg("+i")
-                .arg(dir)
-                .status();
-            assert!(set.is_ok_and(|s| s.success()), "chattr +i {dir:?}");
-        }
-        assert!(!writable(dir), "{dir:?} is still writable");
-        guard
-    }
-}
-
-impl Drop for Unwritable {
-    fn drop(&mut self) {
-        let _ = std::process::Command::new("chattr")
-            .arg("-i")
-            .arg(&self.0)
-            .status();
-        let perms = std::os::unix::fs::PermissionsExt::from_mode(0o755);
-        let _ = std::fs::set_permissions(&self.0, perms);
-    }
-}
-
-/// Whether a file can be created in `dir` (and removes it again).
-fn writable(dir: &Path) -> bool {
-    let probe = dir.join(".probe");
-    let made = std::fs::write(&probe, "").is_ok();
-    let _ = std::fs::remove_file(&probe);
-    made
 }
 
 /// `readyprism_discovery_polls_total{result="unchanged"}` of the running balancer.

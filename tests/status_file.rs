@@ -16,6 +16,7 @@ use readyprism::sim::apiserver::FakeApiserver;
 use readyprism::verdict::State;
 
 use crate::support::process::Proc;
+use crate::support::unwritable::Unwritable;
 use crate::support::*;
 
 fn read_doc(path: &Path) -> Option<StatusDoc> {
@@ -263,6 +264,54 @@ fn an_unwritable_status_directory_is_one_warn_while_the_service_runs_on() {
         d.backends.first().is_some_and(|b| b.state == State::Ready)
     });
     p.wait_log("the status file is written again", |_| true);
+    drop(p);
+}
+
+/// The directory exists but may not be written (SELinux enforcing denies the Talos extension's
+/// label `/var/lib`, docs/admin.md): one WARN naming the file, the balancer serves on, and the
+/// file is written once the directory may be written again.
+#[test]
+fn a_read_only_status_directory_is_one_warn_while_the_service_runs_on() {
+    let rt = tokio::runtime::Runtime::new().expect("runtime");
+    let lab = Lab::new();
+    let dir = lab.path("read-only");
+    std::fs::create_dir(&dir).expect("mkdir");
+    let file = dir.join("status.json");
+    let read_only = Unwritable::new(&dir);
+    let extra = format!("status_file: {}\n", file.display());
+    let (_a, config) = lab.fake_and_config(&rt, "node.yaml", &extra);
+    let p = Proc::start(&config);
+    let warned = p.wait_log(
+        "the status file cannot be written; the balancer runs on without it",
+        |_| true,
+    );
+    let error = warned["fields"]["error"].as_str().expect("error");
+    assert!(
+        error.starts_with(&format!("{}:", file.display())),
+        "{error}"
+    );
+    let first = wait_for("the backend ready", || {
+        Some(status(&p)).filter(|s| s.backends[0].state == State::Ready)
+    });
+    assert_eq!(blocking_get(p.admin, "/readyz").0, 200);
+    let seen = first.backends[0].last_check.clone();
+    wait_for("a new probe", || {
+        (status(&p).backends[0].last_check != seen).then_some(())
+    });
+    let warns = p
+        .logs()
+        .into_iter()
+        .filter(|v| {
+            v["fields"]["message"]
+                == "the status file cannot be written; the balancer runs on without it"
+        })
+        .count();
+    assert_eq!(warns, 1, "one WARN over several probes");
+    assert!(!file.exists(), "nothing written into a read-only directory");
+    drop(read_only);
+    wait_file(&file, "the backend ready", |d| {
+        d.backends.first().is_some_and(|b| b.state == State::Ready)
+    });
     drop(p);
 }
 

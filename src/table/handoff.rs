@@ -67,13 +67,13 @@ impl Handoffs {
                 } else {
                     "it answers ready again"
                 };
-                fx.push(Effect::CallOff {
-                    live: b.live.clone(),
-                    id: id.clone(),
-                    reason: CloseReason::Handoff,
-                    message: "hand-off called off; the backend's connections not yet closed stay",
-                    why: Some(why),
-                });
+                let message = "hand-off called off; the backend's connections not yet closed stay";
+                fx.push(Effect::call_off(
+                    b,
+                    CloseReason::Handoff,
+                    message,
+                    Some(why),
+                ));
             }
         }
     }

@@ -27,7 +27,7 @@ use super::recovery::Recovery;
 use super::silence::Silence;
 use super::transitions::{self, Alarm, Change, Check, Scene};
 use super::TableCmd;
-use crate::backend::{BackendId, BackendLive, Snapshot};
+use crate::backend::{Backend, BackendId, BackendLive, Snapshot};
 use crate::eviction::CloseReason;
 use crate::metrics::Metrics;
 use crate::pick::WhenNoneReady;
@@ -65,6 +65,24 @@ pub enum Effect {
 
 /// The effects of one step, in order.
 pub type Effects = Vec<Effect>;
+
+impl Effect {
+    /// Calls off `b`'s latest bump if it was for `reason`, logging `message` (with `why`) if so.
+    pub fn call_off(
+        b: &Backend,
+        reason: CloseReason,
+        message: &'static str,
+        why: Option<&'static str>,
+    ) -> Effect {
+        Effect::CallOff {
+            live: b.live.clone(),
+            id: b.spec.id.clone(),
+            reason,
+            message,
+            why,
+        }
+    }
+}
 
 /// The single writer's state: the snapshot it published last, and every policy's.
 #[derive(Debug)]
@@ -374,13 +392,7 @@ impl Writer {
             } else {
                 "no backend in this node's zone is ready; failback called off, the backend's connections not yet closed stay"
             };
-            fx.push(Effect::CallOff {
-                live: b.live.clone(),
-                id: id.clone(),
-                reason: CloseReason::Failback,
-                message,
-                why: None,
-            });
+            fx.push(Effect::call_off(b, CloseReason::Failback, message, None));
         }
     }
 

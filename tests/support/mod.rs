@@ -16,6 +16,7 @@ pub mod iptables;
 pub mod netns;
 pub mod process;
 pub mod real;
+pub mod unwritable;
 
 mod client;
 mod lab;
