@@ -244,7 +244,13 @@ fn no_quorum_figures(
 ) -> NoQuorum {
     // From 3 s after the loss: the member has noticed it has no leader by then.
     let during = within(seen, lost + 3.0, back);
-    let answers: Vec<&Seen> = during.iter().filter(|s| s.status().is_some()).collect();
+    // Only answers that ended before quorum was back: a probe that straddles its return runs
+    // the `etcd` check without quorum and `etcd-readiness` with it (one after the other, each
+    // its own read), and names `etcd` alone, in either apiserver.
+    let answers: Vec<&Seen> = during
+        .iter()
+        .filter(|s| s.status().is_some() && s.at + s.took <= back)
+        .collect();
     assert!(
         !answers.is_empty(),
         "no answer while without quorum: {during:?}"
