@@ -220,15 +220,9 @@ fn status_file_from_a_fifo_or_a_stalled_pipe_gives_up_saying_so() {
     }
 }
 
-#[test]
-fn an_unwritable_status_directory_is_one_warn_while_the_service_runs_on() {
-    let rt = tokio::runtime::Runtime::new().expect("runtime");
-    let lab = Lab::new();
-    let dir = lab.path("not-yet");
-    let file = dir.join("status.json");
-    let extra = format!("status_file: {}\n", file.display());
-    let (_a, config) = lab.fake_and_config(&rt, "node.yaml", &extra);
-    let p = Proc::start(&config);
+/// The balancer that may not write its status `file`: one WARN naming the file, and it serves
+/// and probes on, several probes later still with that one WARN.
+fn runs_on_with_one_warn(p: &Proc, file: &Path) {
     let warned = p.wait_log(
         "the status file cannot be written; the balancer runs on without it",
         |_| true,
@@ -239,16 +233,13 @@ fn an_unwritable_status_directory_is_one_warn_while_the_service_runs_on() {
         error.starts_with(&format!("{}:", file.display())),
         "{error}"
     );
-    // It serves and probes on: several probes later there is still one WARN.
     let first = wait_for("the backend ready", || {
-        Some(status(&p)).filter(|s| s.backends[0].state == State::Ready)
+        Some(status(p)).filter(|s| s.backends[0].state == State::Ready)
     });
     assert_eq!(blocking_get(p.admin, "/readyz").0, 200);
     let probed = |s: &StatusDoc| s.backends[0].last_check.clone();
     let seen = probed(&first);
-    wait_for("a new probe", || {
-        (probed(&status(&p)) != seen).then_some(())
-    });
+    wait_for("a new probe", || (probed(&status(p)) != seen).then_some(()));
     let warns = p
         .logs()
         .into_iter()
@@ -257,7 +248,19 @@ fn an_unwritable_status_directory_is_one_warn_while_the_service_runs_on() {
                 == "the status file cannot be written; the balancer runs on without it"
         })
         .count();
-    assert_eq!(warns, 1);
+    assert_eq!(warns, 1, "one WARN over several probes");
+}
+
+#[test]
+fn an_unwritable_status_directory_is_one_warn_while_the_service_runs_on() {
+    let rt = tokio::runtime::Runtime::new().expect("runtime");
+    let lab = Lab::new();
+    let dir = lab.path("not-yet");
+    let file = dir.join("status.json");
+    let extra = format!("status_file: {}\n", file.display());
+    let (_a, config) = lab.fake_and_config(&rt, "node.yaml", &extra);
+    let p = Proc::start(&config);
+    runs_on_with_one_warn(&p, &file);
     // Once the directory exists, the file is written (retried within a second or so).
     std::fs::create_dir(&dir).expect("mkdir");
     wait_file(&file, "the backend ready", |d| {
@@ -281,32 +284,7 @@ fn a_read_only_status_directory_is_one_warn_while_the_service_runs_on() {
     let extra = format!("status_file: {}\n", file.display());
     let (_a, config) = lab.fake_and_config(&rt, "node.yaml", &extra);
     let p = Proc::start(&config);
-    let warned = p.wait_log(
-        "the status file cannot be written; the balancer runs on without it",
-        |_| true,
-    );
-    let error = warned["fields"]["error"].as_str().expect("error");
-    assert!(
-        error.starts_with(&format!("{}:", file.display())),
-        "{error}"
-    );
-    let first = wait_for("the backend ready", || {
-        Some(status(&p)).filter(|s| s.backends[0].state == State::Ready)
-    });
-    assert_eq!(blocking_get(p.admin, "/readyz").0, 200);
-    let seen = first.backends[0].last_check.clone();
-    wait_for("a new probe", || {
-        (status(&p).backends[0].last_check != seen).then_some(())
-    });
-    let warns = p
-        .logs()
-        .into_iter()
-        .filter(|v| {
-            v["fields"]["message"]
-                == "the status file cannot be written; the balancer runs on without it"
-        })
-        .count();
-    assert_eq!(warns, 1, "one WARN over several probes");
+    runs_on_with_one_warn(&p, &file);
     assert!(!file.exists(), "nothing written into a read-only directory");
     drop(read_only);
     wait_file(&file, "the backend ready", |d| {

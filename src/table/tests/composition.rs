@@ -238,16 +238,22 @@ fn handing_off(h: impl FnOnce(&mut Step)) -> Step {
     step
 }
 
+/// dc-a (16 connections, a 20 s hand-off window) answers as `first`, then from `until` as
+/// `then`, up to 40 s.
+fn dc_a_answers(first: Truth, until: Duration, then: Truth) -> Step {
+    handing_off(|h| {
+        h.set(DC_A, first);
+        h.run_to(until);
+        h.set(DC_A, then);
+        h.run_to(s(40.0));
+    })
+}
+
 /// A draining backend that fails another check before its window is over: the rest are closed
 /// at once (`turned_unready`), not at their hand-off turns.
 #[test]
 fn a_draining_backend_that_fails_another_check_closes_the_rest_at_once() {
-    let h = handing_off(|h| {
-        h.set(DC_A, Truth::Draining);
-        h.run_to(s(7.0));
-        h.set(DC_A, Truth::Unready);
-        h.run_to(s(40.0));
-    });
+    let h = dc_a_answers(Truth::Draining, s(7.0), Truth::Unready);
     let handoff = bump(&h, DC_A, CloseReason::Handoff);
     let unready = bump(&h, DC_A, CloseReason::TurnedUnready);
     assert!(handoff < unready, "{:?}", h.bumps);
@@ -267,12 +273,7 @@ fn a_draining_backend_that_fails_another_check_closes_the_rest_at_once() {
 /// connections not yet closed stay.
 #[test]
 fn a_hand_off_is_called_off_when_the_backend_passes() {
-    let h = handing_off(|h| {
-        h.set(DC_A, Truth::Draining);
-        h.run_to(s(6.0));
-        h.set(DC_A, Truth::Ready);
-        h.run_to(s(40.0));
-    });
+    let h = dc_a_answers(Truth::Draining, s(6.0), Truth::Ready);
     let handoff = bump(&h, DC_A, CloseReason::Handoff);
     assert!(
         h.closed.iter().all(|c| c.at <= handoff + s(5.0)),
@@ -323,12 +324,7 @@ fn with_every_apiserver_draining_nothing_moves_until_one_is_ready() {
 /// handed off, as at any first `[-]shutdown` answer, not cut as `turned_unready`.
 #[test]
 fn a_draining_answer_during_a_fall_is_a_hand_off() {
-    let h = handing_off(|h| {
-        h.set(DC_A, Truth::Unready);
-        h.run_to(s(5.5));
-        h.set(DC_A, Truth::Draining);
-        h.run_to(s(40.0));
-    });
+    let h = dc_a_answers(Truth::Unready, s(5.5), Truth::Draining);
     let handoff = bump(&h, DC_A, CloseReason::Handoff);
     assert!(handoff >= s(6.0), "at the fast re-probe: {handoff:?}");
     assert!(
