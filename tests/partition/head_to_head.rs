@@ -1,8 +1,9 @@
 //! Failover head to head: lab scenarios 1 to 8 on the same lab with the node's
 //! balancer swapped for HAProxy and nginx as kubespray ships them and HAProxy set up as KubePrism
 //! behaves (`balancers` says exactly how). One test per scenario and balancer; each prints one
-//! row of the tables in `docs/partition-lab.md` and asserts only that the lab worked (the client
-//! ran, the fault was applied): these measure others' behaviour. readyprism runs here too, on the
+//! row of the tables in `docs/partition-lab.md` and `docs/results/head-to-head.md` and asserts
+//! only that the lab worked (the client ran, the fault was applied): these measure others'
+//! behaviour. readyprism runs here too, on the
 //! same fixed window, for its row; its bounds are asserted in `scenarios` and `dying_path`. The
 //! fault phase only (no heals), kept for a fixed [`FAULT_FOR`] (scenario 6 too, 60 s in the lab).
 //! Scenario 8 reports what can be measured alike for every balancer (readyprism's metrics exist

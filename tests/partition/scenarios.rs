@@ -2,8 +2,9 @@
 //! report's delays: the real balancer on the node (zone dc-b, default health settings), one
 //! simulated apiserver per site, a kubelet-like client holding a stream and making a request
 //! every 200 ms, and kubectl. Each prints its figures and writes its record to
-//! `target/partition-lab/<test>.json` (drawn by `examples/partition_timeline.rs`); the summary
-//! and KubePrism's expected behaviour are in `docs/partition-lab.md`.
+//! `target/partition-lab/<test>.json` (drawn by `examples/partition_timeline.rs`, tabulated by
+//! `tests/lab/scenario_table.py`); the summary is in `docs/partition-lab.md`, the runs and
+//! KubePrism's expected behaviour in `docs/results/scenarios.md`.
 
 use super::cast::{Readyz, CONNECT_TIMEOUT, FAILBACK_AFTER, FAILBACK_SPREAD, FALL};
 use super::etcd::PEER_PORT;
