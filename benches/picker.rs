@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion};
 use readyprism::pick::{fallback, pick, Candidate, WhenNoneReady};
-use readyprism::verdict::State;
+use readyprism::verdict::{Reach, State};
 
 /// `n` backends as a stretched cluster shows them: a third local, latencies spread over 1–40 ms
 /// (so tolerance bands hold several), every fifth unready, some with active connections.
@@ -18,8 +18,11 @@ fn cluster(n: usize) -> Vec<Candidate> {
             } else {
                 State::Ready
             },
-            answering: i % 7 != 0,
-            reached: true,
+            reach: Some(if i % 7 != 0 {
+                Reach::answered(200, Duration::from_millis(2))
+            } else {
+                Reach::Connected
+            }),
             local: i % 3 == 0,
             latency: Some(Duration::from_micros(1000 + (i as u64 * 7919) % 39_000)),
             active: (i * 13) % 4,

@@ -242,8 +242,7 @@ impl Snapshot {
             .iter()
             .map(|b| Candidate {
                 state: b.health.state,
-                answering: b.health.answering(),
-                reached: b.health.reached(),
+                reach: b.health.reach,
                 local: zone.is_some() && b.spec.zone.as_deref() == zone,
                 latency: b.health.latency,
                 active: b.live.active.load(Ordering::Relaxed),

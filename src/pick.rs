@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-use crate::verdict::State;
+use crate::verdict::{Reach, State};
 
 /// What to do with a new client connection when no backend is ready (the `when_none_ready` key).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize)]
@@ -32,11 +32,10 @@ pub const TOLERANCE_FLOOR: Duration = Duration::from_millis(2);
 pub struct Candidate {
     /// Its health state: ready, known to fail, or not yet checked.
     pub state: State,
-    /// Its latest check got an HTTP answer (alive, maybe not ready): failing open prefers it.
-    pub answering: bool,
-    /// Its latest check's dial connected, answered or not: failing open prefers it to one whose
+    /// How far its latest check got (`None` before any): failing open prefers one that answers
+    /// HTTP (alive, not ready), then one that takes connections but does not answer, to one whose
     /// dials fail (refused, unanswered).
-    pub reached: bool,
+    pub reach: Option<Reach>,
     /// In the node's own zone.
     pub local: bool,
     /// Smoothed `/readyz` latency, if measured.
@@ -77,11 +76,12 @@ impl Pick {
 ///
 /// ```
 /// use std::time::Duration;
-/// use readyprism::verdict::State;
+/// use readyprism::verdict::{Reach, State};
 /// use readyprism::pick::{pick, Candidate, Pick, WhenNoneReady};
 ///
 /// let ms = |n| Some(Duration::from_millis(n));
-/// let c = |state, local, latency| Candidate { state, answering: true, reached: true, local, latency, active: 0 };
+/// let reach = Some(Reach::answered(200, Duration::ZERO));
+/// let c = |state, local, latency| Candidate { state, reach, local, latency, active: 0 };
 /// let local_no_quorum = c(State::Unready, true, ms(0));
 /// let remote_near = c(State::Ready, false, ms(23));
 /// let remote_far = c(State::Ready, false, ms(43));
@@ -108,11 +108,13 @@ pub fn pick(cands: &[Candidate], when_none_ready: WhenNoneReady, rr: usize) -> P
 /// backend accepts TCP; with `refuse`, nowhere.
 ///
 /// ```
-/// use readyprism::verdict::State;
+/// use std::time::Duration;
+/// use readyprism::verdict::{Reach, State};
 /// use readyprism::pick::{fallback, Candidate, WhenNoneReady};
 ///
-/// let c = |state, answering| Candidate { state, answering, reached: answering, local: false, latency: None, active: 0 };
-/// let cands = [c(State::Ready, true), c(State::Unready, false), c(State::Unready, true)];
+/// let c = |state, reach| Candidate { state, reach: Some(reach), local: false, latency: None, active: 0 };
+/// let answered = Reach::answered(500, Duration::ZERO);
+/// let cands = [c(State::Ready, answered), c(State::Unready, Reach::Unreached), c(State::Unready, answered)];
 /// assert_eq!(fallback(&cands, WhenNoneReady::FailOpen, 0), vec![2, 1]);
 /// assert!(fallback(&cands, WhenNoneReady::Refuse, 0).is_empty());
 /// ```
@@ -155,10 +157,11 @@ impl Order {
     /// pick, nowhere after any other (not-ready backends were in the pick already).
     ///
     /// ```
-    /// use readyprism::verdict::State;
+    /// use readyprism::verdict::{Reach, State};
     /// use readyprism::pick::{Candidate, Order, WhenNoneReady};
     ///
-    /// let c = |state| Candidate { state, answering: true, reached: true, local: false, latency: None, active: 0 };
+    /// let reach = Some(Reach::answered(200, std::time::Duration::ZERO));
+    /// let c = |state| Candidate { state, reach, local: false, latency: None, active: 0 };
     /// let some_ready = Order::new(vec![c(State::Ready), c(State::Unready)], WhenNoneReady::FailOpen, 0);
     /// assert_eq!(some_ready.fallback(), vec![1]);
     /// let none_ready = Order::new(vec![c(State::Unready)], WhenNoneReady::FailOpen, 0);
@@ -182,14 +185,21 @@ fn not_ready(cands: &[Candidate], when_none_ready: WhenNoneReady, rr: usize) -> 
     };
     let mut out = order(cands, with(&|c| c.state == State::Unknown), rr);
     if when_none_ready == WhenNoneReady::FailOpen {
-        let answering = with(&|c| c.state == State::Unready && c.answering);
-        let reached = with(&|c| c.state == State::Unready && !c.answering && c.reached);
-        let unreached = with(&|c| c.state == State::Unready && !c.answering && !c.reached);
-        out.extend(order(cands, answering, rr));
-        out.extend(order(cands, reached, rr));
-        out.extend(order(cands, unreached, rr));
+        for rank in 0..3 {
+            let part = with(&|c| c.state == State::Unready && open_rank(c.reach) == rank);
+            out.extend(order(cands, part, rr));
+        }
     }
     out
+}
+
+/// Failing open, in this order: answering HTTP, taking connections without an answer, the rest.
+fn open_rank(reach: Option<Reach>) -> u8 {
+    match reach {
+        Some(Reach::Answered(_)) => 0,
+        Some(Reach::Connected) => 1,
+        Some(Reach::Unreached) | None => 2,
+    }
 }
 
 /// Orders `members` in place (no allocation on the accept path): local zone first, each zone
@@ -248,8 +258,10 @@ mod tests {
     fn c(ready: bool, local: bool, ms: Option<u64>, active: usize) -> Candidate {
         Candidate {
             state: if ready { State::Ready } else { State::Unready },
-            answering: true,
-            reached: true,
+            reach: Some(Reach::answered(
+                if ready { 200 } else { 500 },
+                Duration::from_millis(1),
+            )),
             local,
             latency: ms.map(Duration::from_millis),
             active,
@@ -332,12 +344,11 @@ mod tests {
                 "failing open: silent backends that take connections before those that take none",
                 vec![
                     Candidate {
-                        answering: false,
-                        reached: false,
+                        reach: Some(Reach::Unreached),
                         ..c(false, false, Some(23), 0)
                     },
                     Candidate {
-                        answering: false,
+                        reach: Some(Reach::Connected),
                         ..c(false, false, Some(43), 0)
                     },
                 ],
@@ -348,7 +359,7 @@ mod tests {
                 "failing open: answering backends before silent ones, zone and latency aside",
                 vec![
                     Candidate {
-                        answering: false,
+                        reach: Some(Reach::Connected),
                         ..c(false, true, Some(0), 0)
                     },
                     c(false, false, Some(43), 0),

@@ -5,6 +5,7 @@
 
 mod checks;
 mod fail_class;
+mod reach;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -13,6 +14,7 @@ use serde::{Deserialize, Serialize};
 
 pub use checks::FailingChecks;
 pub use fail_class::FailClass;
+pub use reach::{Answer, Reach};
 
 /// Health state after hysteresis.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -44,6 +46,8 @@ pub struct Health {
     pub state: State,
     /// Smoothed `/readyz` request→response time; `None` until a response was measured.
     pub latency: Option<Duration>,
+    /// How far the most recent check got; `None` before any.
+    pub reach: Option<Reach>,
     /// The most recent check's failure; cleared by a pass. A ready backend can carry one: the
     /// first failures of a fall that has not happened (yet).
     pub last_failure: Option<CheckFailure>,
@@ -63,21 +67,13 @@ pub struct Pending {
     pub needed: u32,
 }
 
-/// Why the most recent check failed, and whether the apiserver answered it at all.
+/// Why the most recent check failed. How far it got is [`Health::reach`].
 #[derive(Debug, Clone, PartialEq)]
 pub struct CheckFailure {
     /// For status and logs (`readyz 500: etcd failed`, `dial: connection refused`).
     pub reason: Arc<str>,
-    /// An HTTP answer arrived (any status but 200): alive, not ready. False for timeouts, refused
-    /// or failed dials, TLS failures. Failing open prefers backends that answer.
-    pub answered: bool,
     /// The checks the answer named as failing (`[-]etcd failed`); none without an answer.
     pub checks: FailingChecks,
-    /// The check's dial connected: a failure after that (TLS, no answer in time, an answer).
-    /// False for refused or unanswered dials. Failing open prefers a backend that accepts
-    /// connections but answers too late (a real kube-apiserver without etcd quorum answers
-    /// `/readyz` after about 4 s, over the 3 s probe timeout) to one that takes none.
-    pub reached: bool,
 }
 
 impl Health {
@@ -85,6 +81,7 @@ impl Health {
     pub const UNKNOWN: Health = Health {
         state: State::Unknown,
         latency: None,
+        reach: None,
         last_failure: None,
         pending: None,
     };
@@ -97,24 +94,6 @@ impl Health {
     /// The most recent check's only failing check is `shutdown`: the apiserver is shutting down
     /// gracefully and still serves what it has (a planned hand-off).
     pub fn draining(&self) -> bool {
-        self.last_failure
-            .as_ref()
-            .is_some_and(|f| f.checks.only_shutdown())
-    }
-
-    /// The most recent check's dial connected, whether an answer came or not. False before any
-    /// check.
-    pub fn reached(&self) -> bool {
-        self.state != State::Unknown
-            && self
-                .last_failure
-                .as_ref()
-                .is_none_or(|f| f.answered || f.reached)
-    }
-
-    /// The most recent check got an HTTP answer, whatever its status: the apiserver is alive even
-    /// if not ready. False before any check.
-    pub fn answering(&self) -> bool {
-        self.state != State::Unknown && self.last_failure.as_ref().is_none_or(|f| f.answered)
+        self.reach.is_some_and(Reach::is_draining)
     }
 }

@@ -6,7 +6,28 @@ use std::time::Duration;
 use proptest::prelude::*;
 use readyprism::config::Config;
 use readyprism::pick::{fallback, pick, Candidate, Pick, WhenNoneReady};
-use readyprism::verdict::State;
+use readyprism::verdict::{Reach, State};
+
+/// How far a check got: none, a connection, or an answer (ready or not, draining or not).
+fn reach() -> impl Strategy<Value = Reach> {
+    prop_oneof![
+        Just(Reach::Unreached),
+        Just(Reach::Connected),
+        (
+            prop_oneof![Just(200u16), Just(500), Just(429)],
+            any::<bool>(),
+            0u64..200_000
+        )
+            .prop_map(|(status, draining, us)| {
+                let latency = Duration::from_micros(us);
+                if draining {
+                    Reach::draining(status, latency)
+                } else {
+                    Reach::answered(status, latency)
+                }
+            }),
+    ]
+}
 
 fn candidate() -> impl Strategy<Value = Candidate> {
     (
@@ -15,17 +36,14 @@ fn candidate() -> impl Strategy<Value = Candidate> {
             Just(State::Ready),
             Just(State::Unready)
         ],
-        any::<bool>(),
-        any::<bool>(),
+        reach(),
         any::<bool>(),
         proptest::option::of(0u64..200_000),
         0usize..50,
     )
-        .prop_map(|(state, answering, reached, local, us, active)| Candidate {
+        .prop_map(|(state, reach, local, us, active)| Candidate {
             state,
-            answering,
-            // An answer came over a connection that was made.
-            reached: reached || answering,
+            reach: (state != State::Unknown).then_some(reach),
             local,
             latency: us.map(Duration::from_micros),
             active,

@@ -16,7 +16,7 @@ pub use crate::backend::BackendSource;
 use crate::backend::{Snapshot, ZoneSource};
 use crate::pick::Pick;
 use crate::tls::ClientCert;
-use crate::verdict::{Pending, State};
+use crate::verdict::{Pending, Reach, State};
 
 /// What new connections get right now.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -225,7 +225,7 @@ impl StatusDoc {
                     .latency
                     .map(|l| (l.as_secs_f64() * 1e5).round() / 100.0),
                 last_error: b.health.last_error().map(str::to_string),
-                answering: b.health.answering(),
+                answering: b.health.reach.is_some_and(Reach::is_answered),
                 active_connections: b.live.active.load(Ordering::Relaxed) as u64,
                 rank: pick.order().iter().position(|&j| j == i),
                 since: timestamp::rfc3339(b.live.probes.since_ms.load(Ordering::Relaxed)),

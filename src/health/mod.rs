@@ -352,7 +352,7 @@ fn record(id: &BackendId, counts: &ProbeCounts, outcome: &Outcome) {
     }
     counts.checked(outcome.fail_class());
     counts.probed(outcome.passed(), std::time::SystemTime::now());
-    if let Some(l) = outcome.latency() {
+    if let Some(l) = outcome.reach().latency() {
         counts.latency.observe(l);
     }
 }

@@ -18,6 +18,7 @@
 use std::sync::Arc;
 
 use crate::backend::{BackendId, BackendLive, Inbox};
+use crate::verdict::Reach;
 
 use super::rise_fall::{Outcome, RiseFall, Step};
 
@@ -66,9 +67,10 @@ impl Passive {
     /// got no connection leaves a fall pending that a connecting dial calls off, as a failed
     /// client dial does: on a lossy link the probe's SYNs are lost as often as a client's.
     pub fn probed(&self, outcome: &Outcome, step: Step) {
-        if outcome.answered() || !step.pending {
+        let reach = outcome.reach();
+        if reach.is_answered() || !step.pending {
             self.reports().set_suspect(false);
-        } else if outcome.unreached() {
+        } else if reach == Reach::Unreached {
             self.reports().set_suspect(true);
         }
     }
@@ -139,13 +141,13 @@ mod tests {
         live.inbox
             .tell(News::DialFailed("dial: timeout after 1s".into()));
         let step = passive.fold(&mut machine).expect("counted");
-        let answered = Outcome::Fail {
-            reason: "readyz 500: etcd failed".into(),
-            latency: Some(Duration::from_millis(2)),
-            class: crate::verdict::FailClass::Http5xx,
-            checks: crate::verdict::FailingChecks::of(&["etcd"]),
-            unreached: false,
-        };
+        let answered = Outcome::failed_answer(
+            "readyz 500: etcd failed".into(),
+            crate::verdict::FailClass::Http5xx,
+            crate::verdict::FailingChecks::of(&["etcd"]),
+            500,
+            Duration::from_millis(2),
+        );
         let step = step.then(machine.observe(&answered));
         assert_eq!((step.changed, step.pending), (None, true));
         passive.probed(&answered, step);

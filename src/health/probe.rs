@@ -16,7 +16,7 @@ use crate::config::DurationValue;
 use crate::https::reason::{answer_reason, Reason};
 use crate::https::{self, Answer, ConnectError, GetError};
 use crate::tls::{unix_now, TlsSource, TlsState};
-use crate::verdict::{FailClass, FailingChecks};
+use crate::verdict::{FailClass, FailingChecks, Reach};
 
 /// Most of an answer we read. A `/readyz?verbose` body is ~2 KiB; anything longer is cut off and the
 /// connection dropped, so a hostile backend cannot make us buffer without bound.
@@ -53,38 +53,17 @@ enum Failure {
     /// Could not be made for want of something on this node (descriptors, memory): no news of
     /// the backend.
     ThisNode(String),
-    /// The backend failed the check; `latency` is set when an HTTP answer (not 200) arrived,
-    /// `unreached` when the dial got no connection.
-    Backend {
-        reason: String,
-        latency: Option<Duration>,
-        class: FailClass,
-        checks: FailingChecks,
-        unreached: bool,
-    },
+    /// The backend failed the check (an [`Outcome::Fail`]: how far it got, and why).
+    Backend(Outcome),
 }
 
-impl Failure {
-    /// A failure of the backend with no HTTP answer (dial, TLS, a broken connection).
-    fn unanswered(reason: Reason) -> Self {
-        Failure::Backend {
-            reason: reason.text,
-            latency: None,
-            class: reason.class,
-            checks: FailingChecks::none(),
-            unreached: false,
-        }
-    }
-
-    /// A dial that got no connection: no SYN-ACK, or refused.
-    fn unreached(reason: Reason) -> Self {
-        Failure::Backend {
-            reason: reason.text,
-            latency: None,
-            class: reason.class,
-            checks: FailingChecks::none(),
-            unreached: true,
-        }
+/// A failed check that got no HTTP answer; `reach` says whether its dial connected.
+fn unanswered(reason: Reason, reach: Reach) -> Outcome {
+    Outcome::Fail {
+        reason: reason.text.into(),
+        class: reason.class,
+        checks: FailingChecks::none(),
+        reach,
     }
 }
 
@@ -139,10 +118,13 @@ impl HttpsProbe {
     pub async fn probe(&mut self, timeout: Duration) -> Result<Outcome, Inconclusive> {
         let result = match tokio::time::timeout(timeout, self.attempt(timeout)).await {
             Ok(r) => r,
-            Err(_) => Err(Failure::unanswered(Reason {
-                text: format!("timeout after {}", DurationValue(timeout)),
-                class: FailClass::Timeout,
-            })),
+            Err(_) => Err(Failure::Backend(unanswered(
+                Reason {
+                    text: format!("timeout after {}", DurationValue(timeout)),
+                    class: FailClass::Timeout,
+                },
+                Reach::Connected,
+            ))),
         };
         if result.is_err() {
             self.conn = None;
@@ -151,26 +133,8 @@ impl HttpsProbe {
             Ok(latency) => Ok(Outcome::Pass { latency }),
             Err(Failure::ThisNode(reason)) => Err(Inconclusive(reason)),
             // A second stale failure (on the fresh connection) is the backend's.
-            Err(Failure::Stale(reason)) => Ok(Outcome::Fail {
-                reason: reason.text.into(),
-                latency: None,
-                class: reason.class,
-                checks: FailingChecks::none(),
-                unreached: false,
-            }),
-            Err(Failure::Backend {
-                reason,
-                latency,
-                class,
-                checks,
-                unreached,
-            }) => Ok(Outcome::Fail {
-                reason: reason.into(),
-                latency,
-                class,
-                checks,
-                unreached,
-            }),
+            Err(Failure::Stale(reason)) => Ok(unanswered(reason, Reach::Connected)),
+            Err(Failure::Backend(outcome)) => Ok(outcome),
         }
     }
 
@@ -199,28 +163,38 @@ impl HttpsProbe {
             .await
             .map_err(|e| match e {
                 ConnectError::ThisNode(reason) => Failure::ThisNode(reason),
-                ConnectError::Unreached(reason) => Failure::unreached(reason),
-                ConnectError::Backend(reason) => Failure::unanswered(reason),
+                ConnectError::Unreached(reason) => {
+                    Failure::Backend(unanswered(reason, Reach::Unreached))
+                }
+                ConnectError::Backend(reason) => {
+                    Failure::Backend(unanswered(reason, Reach::Connected))
+                }
             })
     }
 
     async fn request(&mut self, reused: bool) -> Result<Duration, Failure> {
         let conn = self.conn.as_mut().ok_or_else(|| {
-            Failure::unanswered(Reason {
+            let reason = Reason {
                 text: "HTTP: no connection".to_string(),
                 class: FailClass::Other,
-            })
+            };
+            Failure::Backend(unanswered(reason, Reach::Connected))
         })?;
         let answer = conn
             .get(&self.path, self.spec.id.as_str(), "*/*", MAX_READYZ_BODY)
             .await
             .map_err(|e| match e {
                 GetError::NoAnswer(reason) if reused => Failure::Stale(reason),
-                GetError::NoAnswer(reason) => Failure::unanswered(reason),
-                e => Failure::unanswered(Reason {
-                    text: e.to_string(),
-                    class: FailClass::Other,
-                }),
+                GetError::NoAnswer(reason) => {
+                    Failure::Backend(unanswered(reason, Reach::Connected))
+                }
+                e => {
+                    let reason = Reason {
+                        text: e.to_string(),
+                        class: FailClass::Other,
+                    };
+                    Failure::Backend(unanswered(reason, Reach::Connected))
+                }
             })?;
         if !answer.complete() {
             self.conn = None; // unread bytes would poison the next request
@@ -237,13 +211,13 @@ impl HttpsProbe {
                 (checks, reason)
             }
         };
-        Err(Failure::Backend {
-            reason: reason.text,
-            latency: Some(answer.latency),
-            class: reason.class,
+        Err(Failure::Backend(Outcome::failed_answer(
+            reason.text.into(),
+            reason.class,
             checks,
-            unreached: false,
-        })
+            answer.status.as_u16(),
+            answer.latency,
+        )))
     }
 }
 

@@ -6,7 +6,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::verdict::{CheckFailure, FailClass, FailingChecks, Health, Pending, State};
+use crate::verdict::{CheckFailure, FailClass, FailingChecks, Health, Pending, Reach, State};
 
 /// Weight of a new latency sample. 0.3 follows a real change within a few probes while one slow
 /// answer moves the average by less than a third.
@@ -24,40 +24,56 @@ pub enum Outcome {
     Fail {
         /// Why, for status and logs (`readyz 500: etcd failed`, `dial: connection refused`).
         reason: Arc<str>,
-        /// Set when an HTTP answer arrived (any status other than 200): the apiserver is alive,
-        /// only not ready. `None` for timeouts, failed dials, TLS failures.
-        latency: Option<Duration>,
         /// What kind of failure, for the metric.
         class: FailClass,
         /// The checks an answer named as failing; none without an answer.
         checks: FailingChecks,
-        /// The dial got no connection (its SYNs unanswered, or refused): the failure says "new
-        /// connections fail", which a dial that connects refutes (`passive`).
-        unreached: bool,
+        /// How far it got: no connection (new connections fail, which a dial that connects
+        /// refutes: `passive`), a connection but no answer, or an answer that is not a pass.
+        reach: Reach,
     },
 }
 
 impl Outcome {
-    /// A client dial to the backend failed: a failed check with no answer (passive health).
+    /// A client dial to the backend failed: a failed check that got no connection (passive
+    /// health).
     pub fn dial_failed(reason: Arc<str>) -> Outcome {
         Outcome::Fail {
             reason,
-            latency: None,
             class: FailClass::Dial,
             checks: FailingChecks::none(),
-            unreached: true,
+            reach: Reach::Unreached,
         }
     }
 
-    /// A failure whose dial got no connection (see `Outcome::Fail::unreached`).
-    pub fn unreached(&self) -> bool {
-        matches!(
-            self,
-            Outcome::Fail {
-                unreached: true,
-                ..
-            }
-        )
+    /// An HTTP answer with `status` (not 200) in `latency`, naming `checks` as failing: draining
+    /// when `shutdown` is the only one.
+    pub fn failed_answer(
+        reason: Arc<str>,
+        class: FailClass,
+        checks: FailingChecks,
+        status: u16,
+        latency: Duration,
+    ) -> Outcome {
+        let reach = if checks.only_shutdown() {
+            Reach::draining(status, latency)
+        } else {
+            Reach::answered(status, latency)
+        };
+        Outcome::Fail {
+            reason,
+            class,
+            checks,
+            reach,
+        }
+    }
+
+    /// How far the check got.
+    pub fn reach(&self) -> Reach {
+        match self {
+            Outcome::Pass { latency } => Reach::answered(200, *latency),
+            Outcome::Fail { reach, .. } => *reach,
+        }
     }
 
     /// The class of failure, `None` for a pass.
@@ -71,24 +87,6 @@ impl Outcome {
     /// Whether the check passed.
     pub fn passed(&self) -> bool {
         matches!(self, Outcome::Pass { .. })
-    }
-
-    /// The measured request→response time, when an HTTP answer arrived.
-    pub fn latency(&self) -> Option<Duration> {
-        match self {
-            Outcome::Pass { latency } => Some(*latency),
-            Outcome::Fail { latency, .. } => *latency,
-        }
-    }
-
-    /// An HTTP answer arrived, whatever its status.
-    pub fn answered(&self) -> bool {
-        self.latency().is_some()
-    }
-
-    /// The answer's only failing check is `shutdown`: the apiserver is shutting down gracefully.
-    pub fn draining(&self) -> bool {
-        matches!(self, Outcome::Fail { checks, .. } if checks.only_shutdown())
     }
 }
 
@@ -157,25 +155,19 @@ impl RiseFall {
 
     /// Folds in one probe result.
     pub fn observe(&mut self, outcome: &Outcome) -> Step {
-        if let Some(sample) = outcome.latency() {
+        let reach = outcome.reach();
+        if let Some(sample) = reach.latency() {
             self.health.latency = Some(match self.health.latency {
                 Some(old) => old.mul_f64(1.0 - EWMA_ALPHA) + sample.mul_f64(EWMA_ALPHA),
                 None => sample,
             });
         }
+        self.health.reach = Some(reach);
         self.health.last_failure = match outcome {
             Outcome::Pass { .. } => None,
-            Outcome::Fail {
-                reason,
-                latency,
-                checks,
-                unreached,
-                ..
-            } => Some(CheckFailure {
+            Outcome::Fail { reason, checks, .. } => Some(CheckFailure {
                 reason: reason.clone(),
-                answered: latency.is_some(),
                 checks: checks.clone(),
-                reached: !unreached,
             }),
         };
         let pass = outcome.passed();
@@ -189,7 +181,7 @@ impl RiseFall {
                 None
             }
             // Draining (a graceful shutdown: only `shutdown` fails): no new connections, at once.
-            State::Ready if outcome.draining() => Some(State::Unready),
+            State::Ready if reach.is_draining() => Some(State::Unready),
             _ => {
                 self.streak += 1;
                 let needed = if from == State::Ready {
@@ -238,13 +230,13 @@ mod tests {
     }
 
     fn fail() -> Outcome {
-        Outcome::Fail {
-            reason: "readyz 500: etcd failed".into(),
-            latency: Some(Duration::from_millis(2)),
-            class: crate::verdict::FailClass::Http5xx,
-            checks: crate::verdict::FailingChecks::none(),
-            unreached: false,
-        }
+        Outcome::failed_answer(
+            "readyz 500: etcd failed".into(),
+            crate::verdict::FailClass::Http5xx,
+            crate::verdict::FailingChecks::none(),
+            500,
+            Duration::from_millis(2),
+        )
     }
 
     #[test]
@@ -265,13 +257,13 @@ mod tests {
     fn a_ready_backend_failing_only_shutdown_falls_at_once() {
         let mut c = RiseFall::new(2, 3, Health::UNKNOWN);
         c.observe(&pass(1));
-        let draining = Outcome::Fail {
-            reason: "HTTP 500: [-]shutdown failed".into(),
-            latency: Some(Duration::from_millis(2)),
-            class: crate::verdict::FailClass::Http5xx,
-            checks: crate::verdict::FailingChecks::of(&["shutdown"]),
-            unreached: false,
-        };
+        let draining = Outcome::failed_answer(
+            "HTTP 500: [-]shutdown failed".into(),
+            crate::verdict::FailClass::Http5xx,
+            crate::verdict::FailingChecks::of(&["shutdown"]),
+            500,
+            Duration::from_millis(2),
+        );
         assert_eq!(
             c.observe(&draining).changed,
             Some((State::Ready, State::Unready))

@@ -50,17 +50,14 @@ impl ShutdownWindow {
             // Only a `429` with `Retry-After` fails `shutdown` alone outside 5xx (`probe.rs`): new
             // requests are refused from here on, so the window ends as at a refused dial.
             Outcome::Fail {
-                checks,
-                latency: Some(_),
+                reach,
                 class: FailClass::HttpOther,
                 ..
-            } if checks.only_shutdown() => self
+            } if reach.is_draining() => self
                 .drain_seen
                 .take()
                 .map(|seen| Learned::Window(now.duration_since(seen))),
-            Outcome::Fail {
-                checks, latency, ..
-            } if latency.is_some() && checks.only_shutdown() => {
+            Outcome::Fail { reach, .. } if reach.is_draining() => {
                 self.drain_seen.get_or_insert(now);
                 None
             }
@@ -85,7 +82,7 @@ mod tests {
     use std::sync::Arc;
 
     use super::*;
-    use crate::verdict::FailingChecks;
+    use crate::verdict::{FailingChecks, Reach};
 
     fn pass() -> Outcome {
         Outcome::Pass {
@@ -94,22 +91,21 @@ mod tests {
     }
 
     fn answered(checks: &[&str]) -> Outcome {
-        Outcome::Fail {
-            reason: Arc::from("readyz 500"),
-            latency: Some(Duration::from_millis(2)),
-            class: FailClass::Http5xx,
-            checks: FailingChecks::of(checks),
-            unreached: false,
-        }
+        Outcome::failed_answer(
+            Arc::from("readyz 500"),
+            FailClass::Http5xx,
+            FailingChecks::of(checks),
+            500,
+            Duration::from_millis(2),
+        )
     }
 
     fn failed(class: FailClass) -> Outcome {
         Outcome::Fail {
             reason: Arc::from("dial"),
-            latency: None,
             class,
             checks: FailingChecks::none(),
-            unreached: true,
+            reach: Reach::Unreached,
         }
     }
 
@@ -140,13 +136,13 @@ mod tests {
         let t0 = Instant::now();
         let mut w = ShutdownWindow::default();
         w.observe(&answered(&["shutdown"]), t0);
-        let retry_after = Outcome::Fail {
-            reason: Arc::from("HTTP 429, Retry-After: 5: draining (a graceful shutdown)"),
-            latency: Some(Duration::from_millis(2)),
-            class: FailClass::HttpOther,
-            checks: FailingChecks::of(&["shutdown"]),
-            unreached: false,
-        };
+        let retry_after = Outcome::failed_answer(
+            Arc::from("HTTP 429, Retry-After: 5: draining (a graceful shutdown)"),
+            FailClass::HttpOther,
+            FailingChecks::of(&["shutdown"]),
+            429,
+            Duration::from_millis(2),
+        );
         assert_eq!(
             w.observe(&retry_after, t0 + Duration::from_secs(7)),
             Some(Learned::Window(Duration::from_secs(7)))

@@ -2,6 +2,7 @@
 
 use super::*;
 use crate::backend::News;
+use crate::verdict::Reach;
 use std::collections::VecDeque;
 use std::sync::Mutex;
 
@@ -47,19 +48,18 @@ impl Probe for Scripted {
             } else if unreached {
                 Outcome::Fail {
                     reason: "dial: timeout: 3 attempts unanswered".into(),
-                    latency: None,
                     class: crate::verdict::FailClass::Timeout,
                     checks: crate::verdict::FailingChecks::none(),
-                    unreached: true,
+                    reach: Reach::Unreached,
                 }
             } else {
-                Outcome::Fail {
-                    reason: "HTTP 500".into(),
-                    latency: Some(latency),
-                    class: crate::verdict::FailClass::Http5xx,
-                    checks: crate::verdict::FailingChecks::none(),
-                    unreached: false,
-                }
+                Outcome::failed_answer(
+                    "HTTP 500".into(),
+                    crate::verdict::FailClass::Http5xx,
+                    crate::verdict::FailingChecks::none(),
+                    500,
+                    latency,
+                )
             })
         }
     }
@@ -160,7 +160,7 @@ async fn a_failed_client_dial_counts_as_a_failed_check_that_drops_the_kept_conne
     let h = next_health(&mut rx).await;
     assert_eq!(h.state, State::Ready, "one failure of fall 2");
     assert_eq!(h.last_error(), Some("dial: connection refused"));
-    assert!(!h.answering());
+    assert_eq!(h.reach, Some(Reach::Unreached));
     assert_eq!(resets.load(std::sync::atomic::Ordering::SeqCst), 1);
     let h = next_health(&mut rx).await; // the probe it brought forward passes
     assert_eq!((h.state, h.last_error()), (State::Ready, None));

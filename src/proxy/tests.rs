@@ -17,6 +17,10 @@ fn backend(addr: SocketAddr, state: State) -> Backend {
         health: Health {
             state,
             latency: Some(Duration::from_millis(1)),
+            reach: Some(crate::verdict::Reach::answered(
+                200,
+                Duration::from_millis(1),
+            )),
             last_failure: None,
             pending: None,
         },

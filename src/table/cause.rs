@@ -14,7 +14,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use crate::backend::{BackendId, Snapshot};
-use crate::verdict::{Health, State};
+use crate::verdict::{Health, Reach, State};
 
 /// While no backend is ready, the reasons are logged again this often. Five minutes: well inside
 /// a log window anyone reads back (`talosctl logs --tail`), a dozen lines an hour per node, and
@@ -92,7 +92,9 @@ pub fn checks(snap: &Snapshot) -> String {
         .map(|b| {
             let checks = match &b.health.last_failure {
                 None => "none failing".to_string(),
-                Some(f) if !f.answered => "no answer".to_string(),
+                Some(_) if !b.health.reach.is_some_and(Reach::is_answered) => {
+                    "no answer".to_string()
+                }
                 Some(f) if f.checks.is_empty() => "none named".to_string(),
                 Some(f) => f.checks.to_string(),
             };
@@ -155,11 +157,10 @@ mod tests {
     fn health(state: State, reason: Option<&str>) -> Health {
         Health {
             state,
+            reach: reason.map(|_| Reach::answered(500, std::time::Duration::ZERO)),
             last_failure: reason.map(|r| CheckFailure {
                 reason: r.into(),
-                answered: true,
                 checks: crate::verdict::FailingChecks::none(),
-                reached: true,
             }),
             ..Health::UNKNOWN
         }

@@ -10,7 +10,7 @@
 
 use tokio::time::Instant;
 
-use super::transitions::Check;
+use super::transitions::Seen;
 use crate::backend::{BackendId, Snapshot};
 use crate::verdict::State;
 
@@ -29,7 +29,7 @@ impl Silence {
         let answering = snap
             .backends
             .iter()
-            .any(|b| Check::of(&b.health).answering());
+            .any(|b| Seen::of(&b.health).answering());
         if answering {
             self.answering_since.get_or_insert(now);
         } else {
@@ -37,7 +37,7 @@ impl Silence {
         }
         self.moved.retain(|id| {
             snap.position(id)
-                .is_some_and(|i| Check::of(&snap.backends[i].health) == Check::Silent)
+                .is_some_and(|i| Seen::of(&snap.backends[i].health).silent())
         });
     }
 
@@ -55,7 +55,7 @@ impl Silence {
             return false;
         };
         let health = &snap.backends[i].health;
-        let silent = health.state == State::Unready && Check::of(health) == Check::Silent;
+        let silent = health.state == State::Unready && Seen::of(health).silent();
         let confirmed = self.answering_since.is_some_and(|since| started >= since);
         let moves = failing_open && silent && confirmed && !self.moved.contains(id);
         if moves {
@@ -68,42 +68,8 @@ impl Silence {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::backend::Routing;
-    use crate::testing::fixtures;
-    use crate::verdict::{CheckFailure, FailingChecks, Health};
+    use crate::testing::fixtures::snapshot as snap;
     use std::time::Duration;
-
-    /// Backends by their latest check: `s` silent, `a` answered 500, `r` ready.
-    fn snap(checks: &str) -> Snapshot {
-        let backends = checks
-            .chars()
-            .enumerate()
-            .map(|(i, c)| {
-                let spec = fixtures::spec(&format!("10.0.0.{i}:6443"), None);
-                let mut b = fixtures::backend(spec, State::Unready);
-                b.health = Health {
-                    state: if c == 'r' {
-                        State::Ready
-                    } else {
-                        State::Unready
-                    },
-                    last_failure: (c != 'r').then(|| CheckFailure {
-                        reason: "x".into(),
-                        answered: c == 'a',
-                        checks: FailingChecks::none(),
-                        reached: c == 'a',
-                    }),
-                    ..Health::UNKNOWN
-                };
-                b
-            })
-            .collect();
-        Snapshot {
-            generation: 1,
-            routing: Routing::default(),
-            backends,
-        }
-    }
 
     #[test]
     fn only_a_silence_found_after_another_answered_moves_and_once() {
@@ -112,25 +78,25 @@ mod tests {
         let id = BackendId::new("10.0.0.0:6443");
         let mut s = Silence::default();
         // A blink: every backend silent, then the second answers at 10 s.
-        s.observe(&snap("ss"), at(5));
-        assert!(!s.moves(&snap("ss"), true, &id, at(4)), "nobody answers");
-        s.observe(&snap("sa"), at(10));
+        s.observe(&snap("SS"), at(5));
+        assert!(!s.moves(&snap("SS"), true, &id, at(4)), "nobody answers");
+        s.observe(&snap("SA"), at(10));
         assert!(
-            !s.moves(&snap("sa"), true, &id, at(8)),
+            !s.moves(&snap("SA"), true, &id, at(8)),
             "silent since the blink"
         );
         assert!(
-            !s.moves(&snap("sa"), false, &id, at(11)),
+            !s.moves(&snap("SA"), false, &id, at(11)),
             "not failing open"
         );
         assert!(
-            s.moves(&snap("sa"), true, &id, at(11)),
+            s.moves(&snap("SA"), true, &id, at(11)),
             "silent after the answer"
         );
-        assert!(!s.moves(&snap("sa"), true, &id, at(16)), "once");
+        assert!(!s.moves(&snap("SA"), true, &id, at(16)), "once");
         // It answers, then falls silent again while the other answers: moves at once.
-        s.observe(&snap("aa"), at(20));
-        s.observe(&snap("sa"), at(26));
-        assert!(s.moves(&snap("sa"), true, &id, at(25)), "a new silence");
+        s.observe(&snap("AA"), at(20));
+        s.observe(&snap("SA"), at(26));
+        assert!(s.moves(&snap("SA"), true, &id, at(25)), "a new silence");
     }
 }

@@ -8,61 +8,78 @@
 
 use crate::eviction::CloseReason;
 use crate::pick::WhenNoneReady;
-use crate::verdict::{Health, State};
+use crate::verdict::{Health, Reach, State};
 
-/// One backend of the new snapshot, with its state in the old one (`None`: just added).
+/// One backend of the new snapshot as the old one and the new one show it (`before`: `None`
+/// if just added).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Change {
-    /// State in the previous snapshot.
-    pub before: Option<State>,
-    /// State in the new snapshot.
-    pub after: State,
-    /// What its latest check said as of the previous snapshot ([`Check::None`] if just added) ...
-    pub was: Check,
-    /// ... and as of the new one.
-    pub now: Check,
+    /// As the previous snapshot showed it.
+    pub before: Option<Seen>,
+    /// As the new snapshot shows it.
+    pub after: Seen,
 }
 
-/// What a backend's latest check said, as the rules read it.
+/// One backend as a snapshot shows it to the rules: its state and how far its latest check got.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Check {
-    /// No check has finished (just added, or its state is still unknown).
-    None,
-    /// It passed (HTTP 200).
-    Passed,
-    /// Its only failing check is `shutdown`: draining (a planned hand-off).
-    Draining,
-    /// It failed with an HTTP answer: alive, not ready.
-    Failed,
-    /// It got no HTTP answer (timeout, refused, TLS failure).
-    Silent,
+pub struct Seen {
+    /// Its state.
+    pub state: State,
+    /// How far its latest check got; `None` while no check has finished.
+    pub reach: Option<Reach>,
 }
 
-impl Check {
-    /// The latest check of `health`.
-    pub fn of(health: &Health) -> Check {
-        match &health.last_failure {
-            _ if health.state == State::Unknown => Check::None,
-            None => Check::Passed,
-            Some(_) if health.draining() => Check::Draining,
-            Some(f) if f.answered => Check::Failed,
-            Some(_) => Check::Silent,
+impl Seen {
+    /// What `health` shows.
+    pub fn of(health: &Health) -> Seen {
+        Seen {
+            state: health.state,
+            reach: health.reach,
         }
     }
 
-    /// An HTTP answer arrived, whatever its status.
+    /// Its latest check passed (HTTP 200).
+    pub fn passed(self) -> bool {
+        self.reach.is_some_and(Reach::passed)
+    }
+
+    /// Its latest check's only failing check is `shutdown`: draining (a planned hand-off).
+    pub fn draining(self) -> bool {
+        self.reach.is_some_and(Reach::is_draining)
+    }
+
+    /// Its latest check got an HTTP answer, whatever its status.
     pub fn answering(self) -> bool {
-        matches!(self, Check::Passed | Check::Draining | Check::Failed)
+        self.reach.is_some_and(Reach::is_answered)
+    }
+
+    /// Its latest check finished with no HTTP answer (timeout, refused, TLS failure).
+    pub fn silent(self) -> bool {
+        self.reach.is_some_and(|r| !r.is_answered())
+    }
+
+    /// Its latest check failed and it is not draining: another check failed, or no answer.
+    pub fn failed_otherwise(self) -> bool {
+        self.reach.is_some_and(|r| !r.passed() && !r.is_draining())
     }
 }
 
 impl Change {
+    fn was(&self, state: State) -> bool {
+        self.before.is_some_and(|b| b.state == state)
+    }
+
     fn just_failed(&self) -> bool {
-        self.after == State::Unready && self.before != Some(State::Unready)
+        self.after.state == State::Unready && !self.was(State::Unready)
     }
 
     fn long_unready(&self) -> bool {
-        self.after == State::Unready && self.before == Some(State::Unready)
+        self.after.state == State::Unready && self.was(State::Unready)
+    }
+
+    /// As the previous snapshot showed it, `test` held.
+    fn was_seen(&self, test: fn(Seen) -> bool) -> bool {
+        self.before.is_some_and(test)
     }
 }
 
@@ -126,15 +143,15 @@ const RULES: [Rule; 4] = [handoff, handoff_resumed, handoff_broken, refusing];
 /// It turned unready while another backend is ready: its clients re-dial a ready one, once the
 /// escape route is confirmed. Not while draining (a hand-off).
 fn turned_unready(f: &Facts, c: &Change) -> bool {
-    c.just_failed() && !f.none_ready && c.now != Check::Draining
+    c.just_failed() && !f.none_ready && !c.after.draining()
 }
 
 /// It turned unready draining (only `shutdown` fails), or drains again after a pass of its rise,
 /// while another backend is ready: a planned hand-off, each connection closed at a random point
 /// of the hand-off window.
 fn handoff(f: &Facts, c: &Change) -> Option<CloseReason> {
-    let again = c.long_unready() && c.was == Check::Passed;
-    let begins = c.now == Check::Draining && (c.just_failed() || again);
+    let again = c.long_unready() && c.was_seen(Seen::passed);
+    let begins = c.after.draining() && (c.just_failed() || again);
     (begins && !f.none_ready).then_some(CloseReason::Handoff)
 }
 
@@ -144,7 +161,7 @@ fn handoff(f: &Facts, c: &Change) -> Option<CloseReason> {
 fn handoff_resumed(f: &Facts, c: &Change) -> Option<CloseReason> {
     let failing_open = f.scene.policy == WhenNoneReady::FailOpen;
     let resumed = failing_open && !f.scene.was_any_ready && !f.none_ready;
-    let draining = c.long_unready() && c.was == Check::Draining && c.now == Check::Draining;
+    let draining = c.long_unready() && c.was_seen(Seen::draining) && c.after.draining();
     (resumed && draining).then_some(CloseReason::Handoff)
 }
 
@@ -152,9 +169,7 @@ fn handoff_resumed(f: &Facts, c: &Change) -> Option<CloseReason> {
 /// has not come are closed as when it turns unready (no confirm: the hand-off already moves them).
 /// A pass is no break: the hand-off is called off ([`Transitions::call_off`]).
 fn handoff_broken(f: &Facts, c: &Change) -> Option<CloseReason> {
-    let broken = c.long_unready()
-        && c.was == Check::Draining
-        && matches!(c.now, Check::Failed | Check::Silent);
+    let broken = c.long_unready() && c.was_seen(Seen::draining) && c.after.failed_otherwise();
     (broken && !f.none_ready).then_some(CloseReason::TurnedUnready)
 }
 
@@ -162,9 +177,9 @@ fn handoff_broken(f: &Facts, c: &Change) -> Option<CloseReason> {
 /// 1 still unready, rising), or it drains and no backend is ready any more, failing open (with
 /// `refuse` nothing may relay to an unready backend: the hand-off goes on).
 fn handoff_called_off(f: &Facts, c: &Change) -> bool {
-    let passed = c.was == Check::Draining && c.now == Check::Passed;
+    let passed = c.was_seen(Seen::draining) && c.after.passed();
     let failing_open = f.scene.policy == WhenNoneReady::FailOpen;
-    let nowhere = failing_open && f.scene.was_any_ready && f.none_ready && c.now == Check::Draining;
+    let nowhere = failing_open && f.scene.was_any_ready && f.none_ready && c.after.draining();
     passed || nowhere
 }
 
@@ -173,7 +188,7 @@ fn handoff_called_off(f: &Facts, c: &Change) -> bool {
 fn refusing(f: &Facts, c: &Change) -> Option<CloseReason> {
     let refuse = f.scene.policy == WhenNoneReady::Refuse;
     let applies =
-        (refuse && c.just_failed()) || (f.scene.became_refusing && c.after == State::Unready);
+        (refuse && c.just_failed()) || (f.scene.became_refusing && c.after.state == State::Unready);
     applies.then_some(CloseReason::Refusing)
 }
 
@@ -184,7 +199,7 @@ fn refusing(f: &Facts, c: &Change) -> Option<CloseReason> {
 /// at start-up the local apiserver without quorum answers its 500 before the remote ones answer
 /// their 200.
 pub fn decide(scene: Scene, changes: &[Change]) -> Transitions {
-    let none_ready = !changes.iter().any(|c| c.after == State::Ready);
+    let none_ready = !changes.iter().any(|c| c.after.state == State::Ready);
     let facts = Facts { scene, none_ready };
     let confirm = (0..changes.len())
         .filter(|&i| turned_unready(&facts, &changes[i]))
@@ -203,7 +218,7 @@ pub fn decide(scene: Scene, changes: &[Change]) -> Transitions {
     let call_off = (0..changes.len())
         .filter(|&i| handoff_called_off(&facts, &changes[i]))
         .collect();
-    let settled = changes.iter().all(|c| c.after != State::Unknown);
+    let settled = changes.iter().all(|c| c.after.state != State::Unknown);
     let announced = scene.announced;
     let alarm = if none_ready && settled && !changes.is_empty() && !announced {
         Alarm::Raise

@@ -25,7 +25,7 @@ use super::handoff::Handoffs;
 use super::recent;
 use super::recovery::Recovery;
 use super::silence::Silence;
-use super::transitions::{self, Alarm, Change, Check, Scene};
+use super::transitions::{self, Alarm, Change, Scene, Seen};
 use super::TableCmd;
 use crate::backend::{Backend, BackendId, BackendLive, Snapshot};
 use crate::eviction::CloseReason;
@@ -404,12 +404,10 @@ impl Writer {
             .backends
             .iter()
             .map(|b| {
-                let before = old.position(&b.spec.id).map(|i| &old.backends[i].health);
+                let before = old.position(&b.spec.id);
                 Change {
-                    before: before.map(|h| h.state),
-                    after: b.health.state,
-                    was: before.map_or(Check::None, Check::of),
-                    now: Check::of(&b.health),
+                    before: before.map(|i| Seen::of(&old.backends[i].health)),
+                    after: Seen::of(&b.health),
                 }
             })
             .collect();
@@ -447,12 +445,19 @@ impl Writer {
             .backends
             .iter()
             .zip(&changes)
-            .filter(|(_, c)| c.before.unwrap_or(State::Unknown) != c.after)
-            .map(|(b, c)| recent::Transition {
+            .map(|(b, c)| {
+                (
+                    b,
+                    c.before.map_or(State::Unknown, |s| s.state),
+                    c.after.state,
+                )
+            })
+            .filter(|(_, from, to)| from != to)
+            .map(|(b, from, to)| recent::Transition {
                 at,
                 backend: b.spec.id.to_string(),
-                from: c.before.unwrap_or(State::Unknown),
-                to: c.after,
+                from,
+                to,
                 reason: b.health.last_error().map(str::to_string),
             })
             .collect();

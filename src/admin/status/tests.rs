@@ -137,9 +137,7 @@ fn failing_checks_are_listed_only_when_an_answer_named_some() {
     let mut snap = snapshot(&[State::Unready, State::Ready], WhenNoneReady::FailOpen);
     snap.backends[0].health.last_failure = Some(CheckFailure {
         reason: "readyz 500: etcd, etcd-readiness failed".into(),
-        answered: true,
         checks: FailingChecks::of(&["etcd", "etcd-readiness"]),
-        reached: true,
     });
     let doc = StatusDoc::of(&snap, false, CertStatus::Loaded, None);
     assert_eq!(doc.backends[0].failing_checks, ["etcd", "etcd-readiness"]);

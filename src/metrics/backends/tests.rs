@@ -13,9 +13,7 @@ use crate::verdict::{CheckFailure, FailingChecks, Health, State};
 fn snapshot(checks: &[&str]) -> Snapshot {
     let last_failure = (!checks.is_empty()).then(|| CheckFailure {
         reason: "readyz 500: …".into(),
-        answered: true,
         checks: FailingChecks::of(checks),
-        reached: true,
     });
     let backend = Backend {
         live: Arc::new(BackendLive::default()),

@@ -1,47 +1,30 @@
 //! The recovery decision, table-tested: who moves one probe interval after a spell with none
 //! ready, and who stays while rising.
 
-use std::sync::Arc;
-
 use super::*;
-use crate::backend::{Backend, BackendLive, Routing};
-use crate::verdict::{CheckFailure, FailingChecks, Pending};
+use crate::testing::fixtures;
+use crate::verdict::Pending;
 
 /// Backends by course: `R` ready, `U` unready and not rising, `r` unready and rising, `d`
 /// unready draining (only `shutdown` fails).
 fn snap(courses: &str) -> Snapshot {
-    Snapshot {
-        generation: 1,
-        routing: Routing::default(),
-        backends: courses
-            .chars()
-            .enumerate()
-            .map(|(i, c)| Backend {
-                spec: crate::testing::fixtures::spec(&format!("10.0.0.{i}:6443"), None),
-                health: Health {
-                    state: if c == 'R' {
-                        State::Ready
-                    } else {
-                        State::Unready
-                    },
-                    pending: (c == 'r').then_some(Pending {
-                        toward: State::Ready,
-                        count: 1,
-                        needed: 2,
-                    }),
-                    last_failure: (c == 'd').then(|| CheckFailure {
-                        reason: "readyz 500: shutdown failed".into(),
-                        answered: true,
-                        checks: FailingChecks::of(&["shutdown"]),
-                        reached: true,
-                    }),
-                    ..Health::UNKNOWN
-                },
-                live: Arc::new(BackendLive::default()),
-                evict_epoch: 0,
-            })
-            .collect(),
+    let letters: String = courses
+        .chars()
+        .map(|c| match c {
+            'U' | 'r' => 'A',
+            'd' => 'D',
+            other => other,
+        })
+        .collect();
+    let mut snap = fixtures::snapshot(&letters);
+    for (b, c) in snap.backends.iter_mut().zip(courses.chars()) {
+        b.health.pending = (c == 'r').then_some(Pending {
+            toward: State::Ready,
+            count: 1,
+            needed: 2,
+        });
     }
+    snap
 }
 
 const WAIT: Duration = Duration::from_secs(5);

@@ -21,7 +21,7 @@ use crate::health::rise_fall::{Outcome, RiseFall};
 use crate::health::{next_probe_due, Due};
 use crate::metrics::Metrics;
 use crate::table::{Effect, Effects, Table, TableCmd, Writer};
-use crate::verdict::{FailClass, FailingChecks, Health, State};
+use crate::verdict::{FailClass, FailingChecks, Health, Reach, State};
 
 /// The daemon's health defaults (docs/config.md).
 pub const INTERVAL: Duration = Duration::from_secs(5);
@@ -53,12 +53,14 @@ pub enum Truth {
 
 impl Truth {
     fn answer(self) -> (Duration, Outcome) {
-        let named = |check: &str| Outcome::Fail {
-            reason: format!("readyz 500: {check} failed").into(),
-            latency: Some(ANSWER),
-            class: FailClass::Http5xx,
-            checks: FailingChecks::of(&[check]),
-            unreached: false,
+        let named = |check: &str| {
+            Outcome::failed_answer(
+                format!("readyz 500: {check} failed").into(),
+                FailClass::Http5xx,
+                FailingChecks::of(&[check]),
+                500,
+                ANSWER,
+            )
         };
         match self {
             Truth::Ready => (ANSWER, Outcome::Pass { latency: ANSWER }),
@@ -69,10 +71,9 @@ impl Truth {
                 TIMEOUT,
                 Outcome::Fail {
                     reason: "timeout after 3s".into(),
-                    latency: None,
                     class: FailClass::Timeout,
                     checks: FailingChecks::none(),
-                    unreached: false,
+                    reach: Reach::Connected,
                 },
             ),
         }

@@ -1,55 +1,33 @@
 //! The transitions decision, table-tested: evictions by rule and the no-ready alarm.
 
 use super::*;
+use crate::testing::fixtures;
 use State::*;
 use WhenNoneReady::*;
 
 use CloseReason::*;
 
-/// The latest check of a backend in `state` that answers HTTP: failed if unready, else passed.
-fn answered(state: Option<State>) -> Check {
-    if state == Some(Unready) {
-        Check::Failed
-    } else {
-        Check::Passed
+/// A backend as a snapshot shows it, by letter: as [`fixtures::health`] (`R` ready, `A`
+/// answering unready, `D` draining, `S` silent, `X` unreached, `?` unchecked), and `r` unready
+/// with a passed check (rising).
+fn seen(letter: char) -> Seen {
+    match letter {
+        'r' => Seen {
+            state: Unready,
+            reach: Some(Reach::answered(200, std::time::Duration::from_millis(2))),
+        },
+        _ => Seen::of(&fixtures::health(letter)),
     }
 }
 
-/// A backend that answers HTTP before and after (the usual case).
-fn step(before: Option<State>, after: State) -> Change {
+/// A backend's change by two letters ([`seen`]), before and after: `"RD"` a ready backend found
+/// draining; `-` before: just added.
+fn ch(letters: &str) -> Change {
+    let mut l = letters.chars();
+    let (before, after) = (l.next().expect("before"), l.next().expect("after"));
     Change {
-        before,
-        after,
-        was: answered(before),
-        now: answered(Some(after)),
-    }
-}
-
-/// A backend whose only failing check is `shutdown` before / after (draining).
-fn drain(before: Option<State>, after: State, was_draining: bool, draining: bool) -> Change {
-    let c = step(before, after);
-    Change {
-        was: if was_draining { Check::Draining } else { c.was },
-        now: if draining { Check::Draining } else { c.now },
-        ..c
-    }
-}
-
-/// A draining backend whose latest check passed (a pass toward `rise`, or the rise itself).
-fn drain_passed(after: State) -> Change {
-    Change {
-        now: Check::Passed,
-        ..drain(Some(Unready), after, true, false)
-    }
-}
-
-/// A backend whose checks got no HTTP answer before / after (timeouts, refused, TLS).
-fn quiet(before: Option<State>, after: State, was_answering: bool, answering: bool) -> Change {
-    let c = step(before, after);
-    Change {
-        was: if was_answering { c.was } else { Check::Silent },
-        now: if answering { c.now } else { Check::Silent },
-        ..c
+        before: (before != '-').then(|| seen(before)),
+        after: seen(after),
     }
 }
 
@@ -70,22 +48,13 @@ fn scene(
 #[test]
 fn a_backend_turning_unready_beside_a_ready_one_awaits_its_escape_route() {
     for policy in [FailOpen, Refuse] {
-        let t = decide(
-            scene(true, policy, false, false),
-            &[step(Some(Ready), Unready), step(Some(Ready), Ready)],
-        );
+        let t = decide(scene(true, policy, false, false), &[ch("RA"), ch("RR")]);
         assert_eq!(t.confirm, vec![0], "{policy:?}: confirmed first");
         assert!(t.evict.is_empty(), "{policy:?}: nothing closed yet");
     }
-    let t = decide(
-        scene(true, FailOpen, false, false),
-        &[step(Some(Ready), Ready), step(None, Unready)],
-    );
+    let t = decide(scene(true, FailOpen, false, false), &[ch("RR"), ch("-A")]);
     assert_eq!(t.confirm, vec![1], "added unready beside a ready one");
-    let t = decide(
-        scene(true, FailOpen, false, false),
-        &[step(Some(Unready), Unready), step(Some(Ready), Ready)],
-    );
+    let t = decide(scene(true, FailOpen, false, false), &[ch("AA"), ch("RR")]);
     assert!(
         t.confirm.is_empty() && t.evict.is_empty(),
         "already unready"
@@ -94,33 +63,15 @@ fn a_backend_turning_unready_beside_a_ready_one_awaits_its_escape_route() {
 
 #[test]
 fn a_draining_backend_is_handed_off() {
-    let t = decide(
-        scene(true, FailOpen, false, false),
-        &[
-            drain(Some(Ready), Unready, false, true),
-            step(Some(Ready), Ready),
-        ],
-    );
+    let t = decide(scene(true, FailOpen, false, false), &[ch("RD"), ch("RR")]);
     assert_eq!((t.evict, t.confirm), (vec![(0, Handoff)], vec![]));
 }
 
 #[test]
 fn a_draining_backend_failing_another_check_closes_the_rest_at_once() {
-    let t = decide(
-        scene(true, FailOpen, false, false),
-        &[
-            drain(Some(Unready), Unready, true, false),
-            step(Some(Ready), Ready),
-        ],
-    );
+    let t = decide(scene(true, FailOpen, false, false), &[ch("DA"), ch("RR")]);
     assert_eq!(t.evict, vec![(0, TurnedUnready)]);
-    let t = decide(
-        scene(true, FailOpen, false, false),
-        &[
-            drain(Some(Unready), Unready, true, true),
-            step(Some(Ready), Ready),
-        ],
-    );
+    let t = decide(scene(true, FailOpen, false, false), &[ch("DD"), ch("RR")]);
     assert!(t.evict.is_empty(), "still draining: the hand-off goes on");
     assert!(
         t.call_off.is_empty(),
@@ -130,23 +81,11 @@ fn a_draining_backend_failing_another_check_closes_the_rest_at_once() {
 
 #[test]
 fn a_draining_backend_that_passes_has_its_hand_off_called_off_not_cut() {
-    for (what, after) in [("rising (rise 2)", Unready), ("ready (rise 1)", Ready)] {
-        let t = decide(
-            scene(true, FailOpen, false, false),
-            &[drain_passed(after), step(Some(Ready), Ready)],
-        );
+    for (what, after) in [("rising (rise 2)", "Dr"), ("ready (rise 1)", "DR")] {
+        let t = decide(scene(true, FailOpen, false, false), &[ch(after), ch("RR")]);
         assert_eq!((t.evict, t.call_off), (vec![], vec![0]), "{what}");
     }
-    let t = decide(
-        scene(true, FailOpen, false, false),
-        &[
-            Change {
-                was: Check::Passed,
-                ..drain(Some(Unready), Unready, false, true)
-            },
-            step(Some(Ready), Ready),
-        ],
-    );
+    let t = decide(scene(true, FailOpen, false, false), &[ch("rD"), ch("RR")]);
     assert_eq!(
         (t.evict, t.call_off),
         (vec![(0, Handoff)], vec![]),
@@ -156,69 +95,33 @@ fn a_draining_backend_that_passes_has_its_hand_off_called_off_not_cut() {
 
 #[test]
 fn a_hand_off_waits_while_no_backend_is_ready_and_goes_on_once_one_is() {
-    let t = decide(
-        scene(true, FailOpen, false, false),
-        &[
-            drain(Some(Unready), Unready, true, true),
-            drain(Some(Ready), Unready, false, true),
-        ],
-    );
+    let t = decide(scene(true, FailOpen, false, false), &[ch("DD"), ch("RD")]);
     assert_eq!(
         (t.evict, t.call_off),
         (vec![], vec![0, 1]),
         "the other drains too: nowhere to go, called off"
     );
-    let t = decide(
-        scene(true, Refuse, false, false),
-        &[
-            drain(Some(Unready), Unready, true, true),
-            drain(Some(Ready), Unready, false, true),
-        ],
-    );
+    let t = decide(scene(true, Refuse, false, false), &[ch("DD"), ch("RD")]);
     assert_eq!(
         (t.evict, t.call_off),
         (vec![(1, Refusing)], vec![]),
         "refusing: nothing may stay on an unready backend"
     );
-    let t = decide(
-        scene(false, FailOpen, true, false),
-        &[
-            drain(Some(Unready), Unready, true, true),
-            drain(Some(Unready), Unready, true, true),
-        ],
-    );
+    let t = decide(scene(false, FailOpen, true, false), &[ch("DD"), ch("DD")]);
     assert_eq!((t.evict, t.call_off), (vec![], vec![]), "still nowhere");
-    let t = decide(
-        scene(false, FailOpen, true, false),
-        &[
-            drain(Some(Unready), Unready, true, true),
-            drain_passed(Ready),
-        ],
-    );
+    let t = decide(scene(false, FailOpen, true, false), &[ch("DD"), ch("DR")]);
     assert_eq!(
         (t.evict, t.call_off),
         (vec![(0, Handoff)], vec![1]),
         "one is ready again: the other's hand-off goes on"
     );
-    let t = decide(
-        scene(false, FailOpen, true, false),
-        &[
-            drain(Some(Unready), Unready, true, true),
-            step(Some(Unready), Ready),
-        ],
-    );
+    let t = decide(scene(false, FailOpen, true, false), &[ch("DD"), ch("AR")]);
     assert_eq!(t.evict, vec![(0, Handoff)], "another backend ready again");
 }
 
 #[test]
 fn every_backend_failing_closes_nothing() {
-    let t = decide(
-        scene(true, FailOpen, false, false),
-        &[
-            step(Some(Ready), Unready),
-            drain(Some(Ready), Unready, false, true),
-        ],
-    );
+    let t = decide(scene(true, FailOpen, false, false), &[ch("RA"), ch("RD")]);
     assert_eq!((t.evict, t.confirm), (vec![], vec![]));
     assert_eq!(t.alarm, Alarm::Raise);
 }
@@ -250,7 +153,7 @@ fn with_refuse_an_unready_backend_is_evicted_even_with_nothing_ready() {
     assert_decisions(vec![(
         "refuse: evict at once even with nothing ready",
         true,
-        vec![step(Some(Ready), Unready)],
+        vec![ch("RA")],
         Refuse,
         false,
         vec![(0, Refusing)],
@@ -266,7 +169,7 @@ fn the_no_ready_alarm_is_raised_once_nothing_settled_is_ready() {
         (
             "none ready + fail_open: keep, raise the alarm",
             true,
-            vec![step(Some(Ready), Unready), step(Some(Unready), Unready)],
+            vec![ch("RA"), ch("AA")],
             FailOpen,
             false,
             vec![],
@@ -275,7 +178,7 @@ fn the_no_ready_alarm_is_raised_once_nothing_settled_is_ready() {
         (
             "not settled: no alarm",
             false,
-            vec![step(Some(Unknown), Unready), step(Some(Unknown), Unknown)],
+            vec![ch("?A"), ch("??")],
             FailOpen,
             false,
             vec![],
@@ -284,7 +187,7 @@ fn the_no_ready_alarm_is_raised_once_nothing_settled_is_ready() {
         (
             "already announced: no second alarm",
             false,
-            vec![step(Some(Unready), Unready)],
+            vec![ch("AA")],
             FailOpen,
             true,
             vec![],
@@ -308,7 +211,7 @@ fn leaving_none_ready_clears_the_alarm_closing_nothing_at_once() {
     assert_decisions(vec![(
         "leaving none-ready: nothing closed now",
         false,
-        vec![step(Some(Unready), Unready), step(Some(Unready), Ready)],
+        vec![ch("AA"), ch("AR")],
         FailOpen,
         true,
         vec![],
@@ -324,10 +227,7 @@ fn failing_open_a_silent_backend_is_left_to_the_silence_policy() {
         (
             "failing open: a backend stops answering while another answers",
             false,
-            vec![
-                quiet(Some(Unready), Unready, true, false),
-                step(Some(Unready), Unready),
-            ],
+            vec![ch("AS"), ch("AA")],
             FailOpen,
             true,
             vec![],
@@ -336,10 +236,7 @@ fn failing_open_a_silent_backend_is_left_to_the_silence_policy() {
         (
             "failing open: someone starts answering",
             false,
-            vec![
-                quiet(Some(Unready), Unready, false, false),
-                quiet(Some(Unready), Unready, false, true),
-            ],
+            vec![ch("SS"), ch("SA")],
             FailOpen,
             true,
             vec![],
@@ -350,7 +247,7 @@ fn failing_open_a_silent_backend_is_left_to_the_silence_policy() {
 
 #[test]
 fn switching_to_refuse_evicts_every_unready_backend_even_long_unready_ones() {
-    let steps = [step(Some(Unready), Unready), step(Some(Ready), Ready)];
+    let steps = [ch("AA"), ch("RR")];
     assert_eq!(
         decide(scene(true, Refuse, false, true), &steps).evict,
         vec![(0, Refusing)]
@@ -362,10 +259,7 @@ fn switching_to_refuse_evicts_every_unready_backend_even_long_unready_ones() {
 
 #[test]
 fn gauge_stays_up_while_a_just_added_backend_is_unchecked() {
-    let t = decide(
-        scene(false, FailOpen, true, false),
-        &[step(Some(Unready), Unready), step(None, Unknown)],
-    );
+    let t = decide(scene(false, FailOpen, true, false), &[ch("AA"), ch("-?")]);
     assert_eq!(
         (t.alarm, t.announced, t.no_ready_gauge),
         (Alarm::Unchanged, true, true)
@@ -374,9 +268,6 @@ fn gauge_stays_up_while_a_just_added_backend_is_unchecked() {
 
 #[test]
 fn gauge_is_down_before_the_alarm_is_raised() {
-    let t = decide(
-        scene(false, FailOpen, false, false),
-        &[step(None, Unready), step(None, Unknown)],
-    );
+    let t = decide(scene(false, FailOpen, false, false), &[ch("-A"), ch("-?")]);
     assert!(!t.no_ready_gauge && !t.announced);
 }
