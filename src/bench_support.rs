@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use crate::backend::{Backend, BackendId, BackendLive, BackendSpec, Routing, Snapshot};
 use crate::table::Table;
-use crate::verdict::{Health, State};
+use crate::verdict::{Health, Reach, State};
 
 /// A table with `n` ready backends and a spare snapshot to swap in.
 #[derive(Debug)]
@@ -24,6 +24,7 @@ impl SnapshotBench {
             .map(|i| {
                 let id = BackendId::new(&format!("10.0.{}.{}:6443", i / 250, i % 250));
                 let live = Arc::new(BackendLive::default());
+                let latency = Duration::from_micros(1000 + (i as u64 * 7919) % 39_000);
                 Backend {
                     spec: Arc::new(BackendSpec {
                         id,
@@ -36,7 +37,8 @@ impl SnapshotBench {
                     }),
                     health: Health {
                         state: State::Ready,
-                        latency: Some(Duration::from_micros(1000 + (i as u64 * 7919) % 39_000)),
+                        latency: Some(latency),
+                        reach: Some(Reach::answered(200, latency)),
                         last_failure: None,
                         pending: None,
                     },
@@ -52,7 +54,7 @@ impl SnapshotBench {
         };
         let table = Table::new();
         let spare = Some(snap.clone());
-        table.publish(snap);
+        table.publish(Arc::new(snap));
         SnapshotBench { table, spare }
     }
 
@@ -75,7 +77,7 @@ impl SnapshotBench {
             .spare
             .take()
             .unwrap_or_else(|| (*self.table.load()).clone());
-        self.table.publish(snap);
+        self.table.publish(Arc::new(snap));
     }
 
     /// The accept path's read: one load and the pick, as `proxy` does per connection; the
