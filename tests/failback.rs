@@ -39,6 +39,49 @@ struct Far {
     streams: Vec<tokio::io::BufReader<tokio::net::TcpStream>>,
 }
 
+impl Far {
+    /// Turns the local apiserver ready and waits until the failback has closed its first
+    /// stream; its closes spread over the failback window from then on. Returns when it began.
+    fn begin_failback(&self, rt: &tokio::runtime::Runtime) -> Instant {
+        self.local.control.set_ready(true);
+        rt.block_on(poll("the failback begun", || {
+            closes(&self.p, &self.remote, "failback") > 0
+        }));
+        Instant::now()
+    }
+
+    /// Checks that every stream the failback has not closed (`closed` of them) still relays.
+    fn assert_the_rest_relay(&mut self, rt: &tokio::runtime::Runtime, closed: usize) {
+        let alive = rt.block_on(async {
+            let mut n = 0;
+            for c in &mut self.streams {
+                n += usize::from(echoes(c).await);
+            }
+            n
+        });
+        assert_eq!(
+            alive,
+            STREAMS - closed,
+            "the streams not closed still relay"
+        );
+    }
+
+    /// Waits for the log line `message` that calls off the far backend's failback.
+    fn called_off(&self, message: &str) -> serde_json::Value {
+        let called_off = self.p.wait_log(message, |v| {
+            v["fields"]["backend"] == addr(&self.remote).as_str()
+        });
+        assert_eq!(called_off["fields"]["reason"], "failback", "{called_off}");
+        called_off
+    }
+}
+
+/// A negative needs a window: sleeps until every turn of a failback begun at `begun` is past.
+fn past_the_spread(begun: Instant) {
+    let spread_over = begun + readyprism::testing::FAILBACK_SPREAD;
+    std::thread::sleep(spread_over.saturating_duration_since(Instant::now()));
+}
+
 fn far_streams(lab: &Lab, rt: &tokio::runtime::Runtime) -> Far {
     let (local, remote) =
         rt.block_on(async { (lab.fake("local").await, lab.fake("remote").await) });
@@ -73,57 +116,33 @@ fn far_streams(lab: &Lab, rt: &tokio::runtime::Runtime) -> Far {
 fn a_failback_under_way_is_called_off_when_the_home_backend_turns_unready_again() {
     let lab = Lab::new();
     let rt = tokio::runtime::Runtime::new().expect("runtime");
-    let Far {
-        local,
-        remote,
-        p,
-        mut streams,
-        ..
-    } = far_streams(&lab, &rt);
+    let mut far = far_streams(&lab, &rt);
+    let (p, remote) = (&far.p, &far.remote);
 
     // The local apiserver is back: a second after it turned ready, the failback begins, its
     // closes spread over the failback window ...
-    local.control.set_ready(true);
-    rt.block_on(poll("the failback begun", || {
-        closes(&p, &remote, "failback") > 0
-    }));
-    let begun = Instant::now();
+    let begun = far.begin_failback(&rt);
     // ... and the local apiserver turns unready again before the spread is over.
-    local.control.set_ready(false);
+    far.local.control.set_ready(false);
     rt.block_on(poll("local unready again", || {
-        states(&p) == [Unready, Ready]
+        states(p) == [Unready, Ready]
     }));
-    let before_call_off = closes(&p, &remote, "failback");
+    let before_call_off = closes(p, remote, "failback");
     assert!(
         before_call_off < STREAMS,
         "the whole spread went by before the local backend was unready; nothing left to show"
     );
 
-    // A negative needs a window: every turn of the failback's spread is past.
-    let spread_over = begun + readyprism::testing::FAILBACK_SPREAD;
-    std::thread::sleep(spread_over.saturating_duration_since(Instant::now()));
-    let closed = closes(&p, &remote, "failback");
+    past_the_spread(begun);
+    let closed = closes(p, remote, "failback");
     assert_eq!(
         closed, before_call_off,
         "streams closed for failback after the local backend was unready again"
     );
-    let alive = rt.block_on(async {
-        let mut n = 0;
-        for c in &mut streams {
-            n += usize::from(echoes(c).await);
-        }
-        n
-    });
-    assert_eq!(
-        alive,
-        STREAMS - closed,
-        "the streams not closed still relay"
-    );
-    let called_off = p.wait_log(
+    far.assert_the_rest_relay(&rt, closed);
+    let called_off = far.called_off(
         "no backend in this node's zone is ready; failback called off, the backend's connections not yet closed stay",
-        |v| v["fields"]["backend"] == addr(&remote).as_str(),
     );
-    assert_eq!(called_off["fields"]["reason"], "failback", "{called_off}");
     assert!(
         called_off["fields"]["active"].as_u64() >= Some((STREAMS - closed) as u64),
         "{called_off}"
@@ -134,32 +153,24 @@ fn a_failback_under_way_is_called_off_when_the_home_backend_turns_unready_again(
 fn a_far_backend_turning_unready_during_its_failback_has_its_remaining_streams_closed_at_once() {
     let lab = Lab::new();
     let rt = tokio::runtime::Runtime::new().expect("runtime");
-    let Far {
-        local,
-        remote,
-        p,
-        streams: _streams,
-        ..
-    } = far_streams(&lab, &rt);
+    let far = far_streams(&lab, &rt);
+    let (p, remote) = (&far.p, &far.remote);
 
     // The failback begins, its closes spread over the failback window ...
-    local.control.set_ready(true);
-    rt.block_on(poll("the failback begun", || {
-        closes(&p, &remote, "failback") > 0
-    }));
+    far.begin_failback(&rt);
     // ... and the far backend turns unready before the spread is over: the streams still
     // waiting for their failback turn must not stay on it until then.
     remote.control.set_ready(false);
-    rt.block_on(poll("remote unready", || states(&p) == [Ready, Unready]));
+    rt.block_on(poll("remote unready", || states(p) == [Ready, Unready]));
     assert!(
-        closes(&p, &remote, "failback") < STREAMS,
+        closes(p, remote, "failback") < STREAMS,
         "the whole spread went by before the far backend was unready; nothing left to show"
     );
     rt.block_on(poll("every stream closed", || {
-        closes(&p, &remote, "failback") + closes(&p, &remote, "turned_unready") == STREAMS
+        closes(p, remote, "failback") + closes(p, remote, "turned_unready") == STREAMS
     }));
     assert!(
-        closes(&p, &remote, "turned_unready") > 0,
+        closes(p, remote, "turned_unready") > 0,
         "the streams left of the failback were closed at their failback turns, not as turned_unready"
     );
 }
@@ -168,52 +179,27 @@ fn a_far_backend_turning_unready_during_its_failback_has_its_remaining_streams_c
 fn a_failback_under_way_is_called_off_for_a_backend_the_node_renumbers_into() {
     let lab = Lab::new();
     let rt = tokio::runtime::Runtime::new().expect("runtime");
-    let Far {
-        file,
-        local,
-        remote,
-        p,
-        mut streams,
-    } = far_streams(&lab, &rt);
+    let mut far = far_streams(&lab, &rt);
 
     // The failback begins, its closes spread over the failback window ...
-    local.control.set_ready(true);
-    rt.block_on(poll("the failback begun", || {
-        closes(&p, &remote, "failback") > 0
-    }));
-    let begun = Instant::now();
+    let begun = far.begin_failback(&rt);
     // ... and the node moves into the far backend's zone (renumbered; a reload says the same to
     // the table): its streams are home now.
-    let yaml = std::fs::read_to_string(&file).expect("read config");
-    std::fs::write(&file, yaml.replace("zone: dc-a\n", "zone: dc-b\n")).expect("write config");
-    p.signal("HUP");
+    let yaml = std::fs::read_to_string(&far.file).expect("read config");
+    std::fs::write(&far.file, yaml.replace("zone: dc-a\n", "zone: dc-b\n")).expect("write config");
+    far.p.signal("HUP");
     rt.block_on(poll("the node in dc-b", || {
-        p.status().zone.as_deref() == Some("dc-b")
+        far.p.status().zone.as_deref() == Some("dc-b")
     }));
 
-    // A negative needs a window: every turn of the failback's spread is past.
-    let spread_over = begun + readyprism::testing::FAILBACK_SPREAD;
-    std::thread::sleep(spread_over.saturating_duration_since(Instant::now()));
-    let closed = closes(&p, &remote, "failback");
+    past_the_spread(begun);
+    let closed = closes(&far.p, &far.remote, "failback");
     assert!(
         closed < STREAMS,
         "all {STREAMS} closed: the failback went on closing streams that are home now"
     );
-    let alive = rt.block_on(async {
-        let mut n = 0;
-        for c in &mut streams {
-            n += usize::from(echoes(c).await);
-        }
-        n
-    });
-    assert_eq!(
-        alive,
-        STREAMS - closed,
-        "the streams not closed still relay"
-    );
-    let called_off = p.wait_log(
+    far.assert_the_rest_relay(&rt, closed);
+    far.called_off(
         "this node's zone changed to the backend's own; failback called off, the backend's connections not yet closed stay",
-        |v| v["fields"]["backend"] == addr(&remote).as_str(),
     );
-    assert_eq!(called_off["fields"]["reason"], "failback", "{called_off}");
 }
