@@ -1,26 +1,22 @@
-//! Confirming the escape route before moving a backend's connections: a backend that turned
-//! unready keeps them until the backend they would go to (the picker's first choice now) has
-//! passed a probe that started after the fall, and the fallen backend itself has had its say.
-//! Both are asked for one confirm probe at the fall. A failed route confirm closes nothing:
-//! during a cluster-wide blink every backend fails its checks together, and closing would only
-//! move clients onto the next failing apiserver.
+//! Confirming the escape route before a fallen backend's connections move. The rule:
 //!
-//! The fallen backend's own confirm is asked on every fall: a blink of a few seconds can miss the
-//! other backends' probes on this node, so a fall that looks like one bad apiserver may pass
-//! again a moment later. Once the route has passed, its connections move if it still fails, and
-//! stay while it passes again (it rises). While its own result is outstanding they wait at most
-//! the route probe's round trip beyond that pass ([`deadline`]), so one bad apiserver (silent, or
-//! answering slowly) is left at most one such round trip later than on the route's pass alone.
-//! When the route itself failed a check since the fall, or less than a probe interval before it
-//! (the node saw the event through it),
-//! only a failure of the fallen backend's own from the moment of the route's pass or later moves
-//! them ([`Own::Awaited`]): at fleet scale a short blink makes the route fail its confirm and pass
-//! a probe round later, the fallen backend's last failure a round older than that pass.
+//! - They move once the backend they would go to (the picker's first choice, the route) has
+//!   passed a probe that started after the fall, and the fallen backend itself still fails: its
+//!   own latest result since the fall failed, or none came within one round trip of the route's
+//!   probe after that pass ([`deadline`]).
+//! - A fallen backend that passes again keeps them while it rises. A failed route closes nothing:
+//!   in a cluster-wide blink every backend fails together.
+//! - A failure of its own that started over [`SAME_ROUND`] before the route's pass is stale: the
+//!   event may have ended between them, so its next result is awaited. When the route itself
+//!   failed a check since the fall, or within a probe interval before it (it saw the same
+//!   event), only a failure that started within [`SAME_MOMENT`] of the route's pass or later
+//!   moves them, however long that takes ([`Own::Awaited`]).
+//! - At the fall both are asked for one confirm probe.
 //!
-//! Owns the latest pass and failure of every backend, the backends waiting for a confirm, and the
-//! decision ([`judge`], pure; the caller passes instants). Does not own asking the monitor or
-//! closing (the table writer does both), nor the bound of one confirm per backend per probe
-//! interval (the monitor keeps it).
+//! Owns every backend's latest pass and failure, each fall's state (its own results since the
+//! fall, the confirms asked), advanced by events, and the decision ([`judge`], pure; the caller
+//! passes instants). Does not own asking the monitor or closing (the table writer does both), nor
+//! the bound of one confirm per backend per probe interval (the monitor keeps it).
 
 use std::sync::atomic::Ordering;
 
@@ -104,6 +100,14 @@ pub struct Fall {
     pub noted: Instant,
 }
 
+impl Fall {
+    /// A probe that started at `started` began after the fall: news of the fallen backend, or a
+    /// confirm of its route.
+    pub fn precedes(self, started: Instant) -> bool {
+        started > self.at
+    }
+}
+
 /// When the connections of a backend that fell (`fall`), whose own result is still outstanding,
 /// move after the route passed (`pass`, started after the fall): one round trip of the route's
 /// probe (its start to its arrival) beyond its arrival, or beyond the fall's, when the route
@@ -120,7 +124,7 @@ pub fn deadline(fall: Fall, pass: Pass) -> Instant {
 pub fn until(fall: Fall, route: Option<Pass>, own: Own) -> Option<Instant> {
     match own {
         Own::Pending { .. } => route
-            .filter(|p| p.started > fall.at)
+            .filter(|p| fall.precedes(p.started))
             .map(|p| deadline(fall, p)),
         Own::Awaited { .. } | Own::Failed | Own::Passing => None,
     }
@@ -142,7 +146,7 @@ pub fn judge(
     if !busy {
         return Ruling::Close;
     }
-    let confirmed = route.is_some_and(|p| p.started > fall.at);
+    let confirmed = route.is_some_and(|p| fall.precedes(p.started));
     match own {
         Own::Passing => Ruling::Wait,
         Own::Failed if confirmed => Ruling::Close,
@@ -184,16 +188,32 @@ pub struct Escapes {
     waiting: Vec<Waiting>,
 }
 
+/// One fall, from the fall until its connections move or it waits no more.
 #[derive(Debug, Clone)]
 struct Waiting {
     id: BackendId,
     fall: Fall,
+    /// The fallen backend's own results since the fall, as they arrive.
+    since: Since,
     /// The route backends asked for a confirm during this fall.
     asked: Vec<BackendId>,
     /// The fallen backend itself was asked for a confirm during this fall.
     asked_own: bool,
     /// When its wait ends by itself ([`until`]), as of the latest review.
     until: Option<Instant>,
+}
+
+/// A fallen backend's own results that started after its fall: when its latest pass and its
+/// latest failure started.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+struct Since {
+    passed: Option<Instant>,
+    failed: Option<Instant>,
+}
+
+/// Keeps the later of `kept` and `started`.
+fn later(kept: &mut Option<Instant>, started: Instant) {
+    *kept = Some(kept.map_or(started, |k| k.max(started)));
 }
 
 /// The latest value of `id` in `list`.
@@ -209,32 +229,31 @@ fn note<T: Copy + Ord>(list: &mut Vec<(BackendId, T)>, id: &BackendId, at: T) {
     }
 }
 
-/// What is known of fallen `w` itself, from every backend's latest `passes` and `failures`: see
-/// [`Own`]. A failure of its own that started more than [`SAME_ROUND`] before the route's latest
-/// pass (`route`) is stale.
-fn own_result(
-    passes: &[(BackendId, Pass)],
-    failures: &[(BackendId, Instant)],
-    w: &Waiting,
-    route: Option<(Pass, Option<Instant>)>,
-    interval: Duration,
-) -> Own {
-    let pass = latest(passes, &w.id)
-        .map(|p| p.started)
-        .filter(|p| *p > w.fall.at);
-    let fail = latest(failures, &w.id).filter(|f| *f > w.fall.at);
-    // The route failed a check that started less than an interval before the fall, or after
-    // it: the same event, seen through the route (it may even have fallen and risen in it).
-    let seen = route.is_some_and(|(_, failed)| failed.is_some_and(|f| f + interval > w.fall.at));
-    let before = |window: Duration, f: Instant| route.is_some_and(|(p, _)| f + window < p.started);
-    match (pass, fail) {
+/// The route failed a check that started less than a probe `interval` before the fall, or after
+/// it: it saw the same event (it may even have fallen and risen in it).
+fn saw_the_event(route_failed: Option<Instant>, fall: Fall, interval: Duration) -> bool {
+    route_failed.is_some_and(|f| f + interval > fall.at)
+}
+
+/// A failure that started at `failed` began more than `window` before the route's pass `pass`.
+fn older_than(failed: Instant, window: Duration, pass: Pass) -> bool {
+    failed + window < pass.started
+}
+
+/// What is known of fallen `w` itself, from its results since the fall and the route's latest
+/// pass and failure (`route`): see [`Own`].
+fn own_result(w: &Waiting, route: Option<(Pass, Option<Instant>)>, interval: Duration) -> Own {
+    let seen = route.is_some_and(|(_, failed)| saw_the_event(failed, w.fall, interval));
+    let older = |window, f| route.is_some_and(|(pass, _)| older_than(f, window, pass));
+    let asked = w.asked_own;
+    match (w.since.passed, w.since.failed) {
         (Some(p), Some(f)) if p > f => Own::Passing,
         (Some(_), None) => Own::Passing,
-        (_, Some(f)) if seen && before(SAME_MOMENT, f) => Own::Awaited { asked: w.asked_own },
-        (_, Some(f)) if before(SAME_ROUND, f) => Own::Pending { asked: w.asked_own },
+        (_, Some(f)) if seen && older(SAME_MOMENT, f) => Own::Awaited { asked },
+        (_, Some(f)) if older(SAME_ROUND, f) => Own::Pending { asked },
         (_, Some(_)) => Own::Failed,
-        (None, None) if seen => Own::Awaited { asked: w.asked_own },
-        (None, None) => Own::Pending { asked: w.asked_own },
+        (None, None) if seen => Own::Awaited { asked },
+        (None, None) => Own::Pending { asked },
     }
 }
 
@@ -252,11 +271,28 @@ impl Escapes {
     /// A probe of `id` passed (when it started, when its result reached the writer).
     pub fn passed(&mut self, id: &BackendId, pass: Pass) {
         note(&mut self.passes, id, pass);
+        for w in self.falls_of(id, pass.started) {
+            later(&mut w.since.passed, pass.started);
+        }
     }
 
     /// A check of `id` that started at `started` failed (a probe, or a client dial).
     pub fn failed(&mut self, id: &BackendId, started: Instant) {
         note(&mut self.failures, id, started);
+        for w in self.falls_of(id, started) {
+            later(&mut w.since.failed, started);
+        }
+    }
+
+    /// The fall of `id` that a result which started at `started` is news of.
+    fn falls_of<'a>(
+        &'a mut self,
+        id: &'a BackendId,
+        started: Instant,
+    ) -> impl Iterator<Item = &'a mut Waiting> + 'a {
+        self.waiting
+            .iter_mut()
+            .filter(move |w| w.id == *id && w.fall.precedes(started))
     }
 
     /// `id` turned unready (`fall`): its connections wait for a confirmed route and its own
@@ -266,6 +302,9 @@ impl Escapes {
         self.waiting.push(Waiting {
             id: id.clone(),
             fall,
+            // The writer notes a fall with the result that decided it (at a reload, at once): no
+            // result of its own started after it yet.
+            since: Since::default(),
             asked: Vec::new(),
             asked_own: false,
             until: None,
@@ -293,15 +332,8 @@ impl Escapes {
         let pass = route.and_then(|to| latest(&self.passes, &snap.backends[to].spec.id));
         let route_failed = route.and_then(|to| latest(&self.failures, &snap.backends[to].spec.id));
         let interval = snap.routing.probe_interval;
-        let (passes, failures) = (&self.passes, &self.failures);
         self.waiting.retain_mut(|w| {
-            let own = own_result(
-                passes,
-                failures,
-                w,
-                pass.map(|p| (p, route_failed)),
-                interval,
-            );
+            let own = own_result(w, pass.map(|p| (p, route_failed)), interval);
             let Some(i) = snap.position(&w.id) else {
                 return false;
             };

@@ -453,3 +453,27 @@ fn a_route_that_failed_within_an_interval_before_the_fall_saw_the_same_event() {
     assert_eq!(e.next_due(), Some(at(14_920)));
     assert_eq!(e.review(&s, at(14_920)).close, vec![0]);
 }
+
+#[test]
+fn a_result_of_its_own_that_started_before_the_fall_is_no_news_of_it() {
+    let c = Clock::new();
+    let at = |ms| c.at(ms);
+    let mut e = Escapes::default();
+    let s = snap("UR");
+    // Failed client dials decide the fall at 1 s while a probe that started at 0.5 s is out.
+    e.fell(&id(0), c.fall(1_000));
+    assert_eq!(e.review(&s, at(1_000)).ask, vec![0, 1]);
+    e.passed(&id(0), c.pass(500, 1_020)); // that probe's pass: from before the fall
+    e.passed(&id(1), c.pass(1_001, 1_021)); // the route is confirmed
+    assert_eq!(
+        e.review(&s, at(1_021)),
+        Review::default(),
+        "its own confirm is outstanding"
+    );
+    assert_eq!(
+        e.next_due(),
+        Some(at(1_041)),
+        "awaited one round trip, not watched as rising"
+    );
+    assert_eq!(e.review(&s, at(1_041)).close, vec![0], "no news: they move");
+}
