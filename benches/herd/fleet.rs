@@ -5,11 +5,12 @@
 //! `balance roundrobin`); KubePrism as Talos runs it (`tests/real/kubeprism`: TCP dial checks
 //! every 20 s, round robin). Which kinds a run has and where their binaries are: `lineup.rs`.
 
-use std::io::{Read, Write};
-use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::net::{SocketAddr, TcpStream};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Command};
 use std::time::{Duration, Instant};
+
+use crate::process::{self, free_port, http_status};
 
 /// Which balancer the fleet runs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
@@ -112,12 +113,7 @@ impl Balancer {
             }
         };
         let log = std::fs::File::create(&log_path).expect("log");
-        let child = cmd
-            .stdin(Stdio::null())
-            .stdout(log.try_clone().expect("log fd"))
-            .stderr(log)
-            .spawn()
-            .unwrap_or_else(|e| panic!("cannot start {}: {e}", kind.name()));
+        let child = process::spawn_logged(&mut cmd, log, kind.name());
         let mut b = Balancer {
             addr: listen,
             readiness,
@@ -155,16 +151,7 @@ impl Balancer {
 
 impl Drop for Balancer {
     fn drop(&mut self) {
-        let _ = Command::new("kill")
-            .arg("-TERM")
-            .arg(self.child.id().to_string())
-            .status();
-        let deadline = Instant::now() + Duration::from_secs(5);
-        while matches!(self.child.try_wait(), Ok(None)) && Instant::now() < deadline {
-            std::thread::sleep(Duration::from_millis(5));
-        }
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+        process::stop(&mut self.child);
     }
 }
 
@@ -227,20 +214,4 @@ fn kubeprism_args(listen: SocketAddr, apiservers: &[SocketAddr]) -> Vec<String> 
         "--log-level".to_string(),
         "error".to_string(),
     ]
-}
-
-/// A port free right now (the balancers take their listen address from their config files).
-fn free_port() -> SocketAddr {
-    let l = TcpListener::bind("127.0.0.1:0").expect("bind port 0");
-    l.local_addr().expect("local addr")
-}
-
-/// GET `path` on `addr` over plain HTTP/1.0; the status code.
-fn http_status(addr: SocketAddr, path: &str) -> Option<u16> {
-    let mut s = TcpStream::connect(addr).ok()?;
-    s.set_read_timeout(Some(Duration::from_secs(2))).ok()?;
-    write!(s, "GET {path} HTTP/1.0\r\nHost: x\r\n\r\n").ok()?;
-    let mut out = String::new();
-    s.read_to_string(&mut out).ok()?;
-    out.split_whitespace().nth(1)?.parse().ok()
 }

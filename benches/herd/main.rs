@@ -24,11 +24,17 @@
 
 #[path = "../common/build.rs"]
 mod build;
+#[path = "../common/chart.rs"]
+mod chart;
 mod checks;
 mod clients;
 mod fleet;
+#[path = "../common/host.rs"]
+mod host;
 mod lineup;
 mod measure;
+#[path = "../common/process.rs"]
+mod process;
 mod report;
 mod scenario;
 
@@ -260,58 +266,17 @@ fn commit() -> String {
 /// the soft limit to the hard one with util-linux `prlimit` when it is below `need`, and say so
 /// if that is still too low (then `ulimit -n` before the run).
 fn raise_fd_limit(need: usize) {
-    let limits = || {
-        let text = std::fs::read_to_string("/proc/self/limits").unwrap_or_default();
-        text.lines()
-            .find(|l| l.starts_with("Max open files"))
-            .map(|l| {
-                let f: Vec<&str> = l.split_whitespace().collect();
-                let n = |i: usize| {
-                    f.get(i)
-                        .and_then(|v| v.parse::<usize>().ok())
-                        .unwrap_or(usize::MAX)
-                };
-                (n(3), n(4))
-            })
-            .unwrap_or((0, 0))
-    };
-    let (soft, hard) = limits();
-    if soft < need {
-        let hard = if hard == usize::MAX {
-            "unlimited".to_string()
-        } else {
-            hard.to_string()
-        };
-        let _ = Command::new("prlimit")
-            .arg(format!("--pid={}", std::process::id()))
-            .arg(format!("--nofile={hard}:{hard}"))
-            .status();
+    if host::open_file_limits().0 < need {
+        host::raise_open_file_limit();
     }
-    let (soft, _) = limits();
+    let (soft, _) = host::open_file_limits();
     if soft < need {
         eprintln!("herd bench: warning: open-file limit {soft} is below the {need} this run needs (ulimit -n {need})");
     }
 }
 
 fn machine(lineup: &lineup::Lineup) -> BTreeMap<&'static str, String> {
-    let read = |p: &str| std::fs::read_to_string(p).unwrap_or_default();
-    let cpu = read("/proc/cpuinfo")
-        .lines()
-        .find_map(|l| {
-            l.strip_prefix("model name")
-                .map(|v| v.trim_start_matches([' ', '\t', ':']).to_string())
-        })
-        .unwrap_or_default();
-    let cores = std::thread::available_parallelism().map_or(0, |n| n.get());
-    let mut m = BTreeMap::from([
-        ("cpu", cpu),
-        ("cores", cores.to_string()),
-        (
-            "kernel",
-            read("/proc/sys/kernel/osrelease").trim().to_string(),
-        ),
-        ("loadavg_at_end", read("/proc/loadavg").trim().to_string()),
-    ]);
+    let mut m = host::machine();
     if let Some(v) = &lineup.haproxy {
         m.insert("haproxy", v.clone());
     }

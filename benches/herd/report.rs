@@ -6,6 +6,7 @@ use std::path::Path;
 
 use serde::Serialize;
 
+use crate::chart;
 use crate::checks::find;
 use crate::fleet::Kind;
 use crate::measure::{Outcome, BUCKET_S};
@@ -197,21 +198,9 @@ pub fn svg(path: &Path, scenarios: &[Scenario], outcomes: &[Outcome]) -> Result<
                 o.closed_by_balancer,
                 o.client_errors
             );
-            chart
-                .draw_series(LineSeries::new(points, colour.stroke_width(2)))
-                .map_err(|e| e.to_string())?
-                .label(label)
-                .legend(move |(x, y)| {
-                    PathElement::new(vec![(x, y), (x + 20, y)], colour.stroke_width(2))
-                });
+            chart::line(&mut chart, points, colour, label)?;
         }
-        chart
-            .configure_series_labels()
-            .position(SeriesLabelPosition::UpperRight)
-            .background_style(WHITE.mix(0.9))
-            .border_style(BLACK)
-            .draw()
-            .map_err(|e| e.to_string())?;
+        chart::legend(&mut chart, SeriesLabelPosition::UpperRight)?;
     }
     root.present().map_err(|e| e.to_string())
 }

@@ -20,15 +20,21 @@
 mod backend;
 #[path = "../common/build.rs"]
 mod build;
+#[path = "../common/chart.rs"]
+mod chart;
+#[path = "../common/host.rs"]
+mod host;
 mod load;
 mod metrics;
+#[path = "../common/process.rs"]
+mod process;
 mod report;
 mod rounds;
 mod targets;
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
-use std::process::{Command, ExitCode};
+use std::process::ExitCode;
 use std::sync::atomic::Ordering;
 use std::time::Instant;
 
@@ -238,54 +244,24 @@ fn main() -> ExitCode {
 /// each proxy: raise the soft limit to the hard one with util-linux `prlimit` (the proxies
 /// inherit it), and say so if that is still too low.
 fn raise_fd_limit() {
-    let limits = std::fs::read_to_string("/proc/self/limits").unwrap_or_default();
-    let (soft, hard): (u64, String) = limits
-        .lines()
-        .find(|l| l.starts_with("Max open files"))
-        .map(|l| {
-            let f: Vec<&str> = l.split_whitespace().collect();
-            (
-                f.get(3).and_then(|v| v.parse().ok()).unwrap_or(0),
-                f.get(4).unwrap_or(&"0").to_string(),
-            )
-        })
-        .unwrap_or_default();
-    if soft.to_string() != hard {
-        let _ = Command::new("prlimit")
-            .arg(format!("--pid={}", std::process::id()))
-            .arg(format!("--nofile={hard}:{hard}"))
-            .status();
+    let (soft, hard) = host::open_file_limits();
+    if soft != hard {
+        host::raise_open_file_limit();
     }
-    if hard != "unlimited" && hard.parse::<u64>().unwrap_or(0) < 12_000 {
+    if hard < 12_000 {
         eprintln!("proxy bench: warning: open-file limit {hard} is below the 12 000 the idle scenario needs");
     }
 }
 
 fn machine(haproxy: &str, nginx: Option<&str>) -> BTreeMap<&'static str, String> {
-    let read = |p: &str| std::fs::read_to_string(p).unwrap_or_default();
-    let cpu = read("/proc/cpuinfo")
-        .lines()
-        .find_map(|l| {
-            l.strip_prefix("model name")
-                .map(|v| v.trim_start_matches([' ', '\t', ':']).to_string())
-        })
-        .unwrap_or_default();
-    let mem = read("/proc/meminfo")
+    let mem = host::read("/proc/meminfo")
         .lines()
         .next()
         .unwrap_or_default()
         .to_string();
-    let cores = std::thread::available_parallelism().map_or(0, |n| n.get());
-    BTreeMap::from([
-        ("cpu", cpu),
-        ("cores", cores.to_string()),
-        ("memory", mem),
-        (
-            "kernel",
-            read("/proc/sys/kernel/osrelease").trim().to_string(),
-        ),
-        ("loadavg_at_end", read("/proc/loadavg").trim().to_string()),
-        ("haproxy", haproxy.to_string()),
-        ("nginx", nginx.unwrap_or("not installed").to_string()),
-    ])
+    let mut m = host::machine();
+    m.insert("memory", mem);
+    m.insert("haproxy", haproxy.to_string());
+    m.insert("nginx", nginx.unwrap_or("not installed").to_string());
+    m
 }

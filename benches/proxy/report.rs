@@ -6,6 +6,7 @@ use std::path::Path;
 
 use serde::Serialize;
 
+use crate::chart;
 use crate::targets::Kind;
 
 /// How a ratio readyprism/HAProxy is judged.
@@ -266,21 +267,9 @@ pub fn latency_svg(
             pct(v, 50.0) / 1000.0,
             pct(v, 99.0) / 1000.0
         );
-        chart
-            .draw_series(LineSeries::new(points, colour.stroke_width(2)))
-            .map_err(|e| e.to_string())?
-            .label(label)
-            .legend(move |(x, y)| {
-                PathElement::new(vec![(x, y), (x + 20, y)], colour.stroke_width(2))
-            });
+        chart::line(&mut chart, points, colour, label)?;
     }
-    chart
-        .configure_series_labels()
-        .position(SeriesLabelPosition::LowerRight)
-        .background_style(WHITE.mix(0.9))
-        .border_style(BLACK)
-        .draw()
-        .map_err(|e| e.to_string())?;
+    chart::legend(&mut chart, SeriesLabelPosition::LowerRight)?;
     root.present().map_err(|e| e.to_string())
 }
 

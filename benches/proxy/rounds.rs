@@ -8,8 +8,9 @@ use std::time::{Duration, Instant};
 
 use crate::load;
 use crate::metrics::Metrics;
+use crate::process::http_status;
 use crate::report::pct;
-use crate::targets::{http_status, tcp_out_segments, Env, Kind, Sched, Target};
+use crate::targets::{tcp_out_segments, Env, Kind, Sched, Target};
 
 /// How much work each scenario does.
 #[derive(Debug, Clone, Copy)]

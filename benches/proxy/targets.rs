@@ -3,10 +3,12 @@
 //! about them (CPU, RSS, descriptors).
 
 use std::io::{Read, Write};
-use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::net::{SocketAddr, TcpStream};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Command};
 use std::time::{Duration, Instant};
+
+use crate::process::{self, free_port};
 
 /// One way to reach the backend.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -140,12 +142,7 @@ impl Target {
             .open(log)
             .expect("open log");
         let t0 = Instant::now();
-        let child = cmd
-            .stdin(Stdio::null())
-            .stdout(log.try_clone().expect("log fd"))
-            .stderr(log)
-            .spawn()
-            .unwrap_or_else(|e| panic!("cannot start {}: {e}", kind.name()));
+        let child = process::spawn_logged(&mut cmd, log, kind.name());
         let mut t = Target {
             kind,
             addr: listen,
@@ -206,17 +203,9 @@ impl Target {
 impl Drop for Target {
     /// SIGTERM first (a profiler wrapping readyprism writes its output on exit), SIGKILL after 5 s.
     fn drop(&mut self) {
-        let Some(c) = &mut self.child else { return };
-        let _ = Command::new("kill")
-            .arg("-TERM")
-            .arg(c.id().to_string())
-            .status();
-        let deadline = Instant::now() + Duration::from_secs(5);
-        while matches!(c.try_wait(), Ok(None)) && Instant::now() < deadline {
-            std::thread::sleep(Duration::from_millis(5));
+        if let Some(c) = &mut self.child {
+            process::stop(c);
         }
-        let _ = c.kill();
-        let _ = c.wait();
     }
 }
 
@@ -332,12 +321,6 @@ pub struct Env {
     pub nginx_stream_module: Option<PathBuf>,
 }
 
-/// A port free right now (the proxies take their listen address from their config files).
-pub fn free_port() -> SocketAddr {
-    let l = TcpListener::bind("127.0.0.1:0").expect("bind port 0");
-    l.local_addr().expect("local addr")
-}
-
 /// Polls with TCP connects until the listener accepts one that relays a byte; returns the time
 /// from `t0` to the first accepted connect.
 fn wait_accepting(t: &mut Target, t0: Instant) -> Duration {
@@ -380,16 +363,6 @@ pub fn echo_once(addr: SocketAddr) -> std::io::Result<()> {
     let mut rest = Vec::new();
     s.read_to_end(&mut rest)?;
     Ok(())
-}
-
-/// GET `path` on `addr` over plain HTTP/1.0; the status code.
-pub fn http_status(addr: SocketAddr, path: &str) -> Option<u16> {
-    let mut s = TcpStream::connect(addr).ok()?;
-    s.set_read_timeout(Some(Duration::from_secs(2))).ok()?;
-    write!(s, "GET {path} HTTP/1.0\r\nHost: x\r\n\r\n").ok()?;
-    let mut out = String::new();
-    s.read_to_string(&mut out).ok()?;
-    out.split_whitespace().nth(1)?.parse().ok()
 }
 
 /// TCP segments this host has sent (`OutSegs` of `/proc/net/snmp`; 0 if unreadable).
