@@ -221,28 +221,19 @@ mod tests {
         let moved = Moved::default();
         moved.latest.wrote(Way::ToBackend);
         let (spread, window) = (2 * SECOND, 5 * SECOND);
-        let start = Instant::now();
-        closes(turn(
-            CloseReason::Handoff,
-            (start, start + spread),
-            window,
-            &moved,
-        ))
-        .await;
-        let took = start.elapsed();
+        // How long a connection evicted now, its turn `spread` away, takes to close for `why`.
+        let moved = &moved;
+        let closing_takes = |why| async move {
+            let start = Instant::now();
+            closes(turn(why, (start, start + spread), window, moved)).await;
+            start.elapsed()
+        };
+        let took = closing_takes(CloseReason::Handoff).await;
         assert!(
             took >= window && took < window + SETTLE,
             "outstanding to the end: closed at the window's end, after {took:?}"
         );
-        let start = Instant::now();
-        closes(turn(
-            CloseReason::TurnedUnready,
-            (start, start + spread),
-            window,
-            &moved,
-        ))
-        .await;
-        let took = start.elapsed();
+        let took = closing_takes(CloseReason::TurnedUnready).await;
         assert!(
             took >= spread && took < spread + SETTLE,
             "urgent: at the turn, outstanding or not; after {took:?}"
