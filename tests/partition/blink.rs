@@ -25,7 +25,6 @@
 use std::cell::RefCell;
 use std::time::Duration;
 
-use super::cast::site_of;
 use super::etcd::spawn_read;
 use super::lease;
 use super::netlab::lab_print;
@@ -94,16 +93,7 @@ fn judge(o: &Outcome, name: &str, blink: f64) {
         "{name}: no requests in a window"
     );
     let gap = lease::longest_gap(&o.timeline.leases, (0.0, heal.to));
-    let closed: Vec<String> = o
-        .cast
-        .closed_by_balancer()
-        .into_iter()
-        .filter(|e| e.t > o.fault_at)
-        .map(|e| {
-            let site = site_of(&e.backend).map_or(e.backend.as_str(), |h| h.name());
-            format!("{:+.2} s {site}: {}", e.t - o.fault_at, e.reason)
-        })
-        .collect();
+    let closed = o.closed_after_fault();
     let errors = [fault, heal].map(|p| p.errors);
     lab_print(&format!(
         "{name}: {blink} s blink: {} connections closed by readyprism {closed:?}; client errors \

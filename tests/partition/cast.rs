@@ -232,7 +232,8 @@ impl<'a> Cast<'a> {
                 .iter()
                 .find(|(h, _)| *h == site)
                 .map_or(&[][..], |f| f.1);
-            let proc = spawn_apiserver(lab, &files, site, (site.ip(), site.name()), readyz, extra);
+            let (ip, name) = (site.ip(), site.name());
+            let proc = spawn_apiserver(lab, &files, site, (ip, name), readyz, extra, name);
             apiservers.insert(site, proc);
             let extra = extra.iter().map(|f| f.to_string()).collect();
             spawned.insert(site, (readyz, extra, 0));

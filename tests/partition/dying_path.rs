@@ -12,7 +12,7 @@ use std::time::Duration;
 use super::cast::{lab_metrics, poll, wall, APISERVER_PORT, LISTEN};
 use super::lease::SLOW_HOLD;
 use super::netlab::Host::{DcA, DcB, Node, Witness};
-use super::netlab::{lab_dir, lab_print, Host, NetLab};
+use super::netlab::{lab_dir, lab_print, Fault, Host, NetLab};
 use super::runner::{run, Spec};
 use super::scenarios::lease_within;
 use crate::support::iptables;
@@ -33,9 +33,16 @@ const PROBE_COUNT_FOR: Duration = Duration::from_secs(10);
 /// The comment of the SYN counter rule.
 const SYN_COUNT: &str = "rp-syn-count";
 
+/// Scenario 8's fault: drops the TCP SYNs to `host`'s apiserver port, with [`count_syns`]
+/// counting them (dropped ones too) from before the drop.
+pub(super) fn drop_counted_syns(lab: &NetLab, host: Host) -> Fault {
+    count_syns(lab, host);
+    lab.drop_syns(host, APISERVER_PORT)
+}
+
 /// Counts TCP SYNs arriving at `host`'s apiserver port: a rule with no target ahead of the
 /// fault chain's jump in INPUT, so that dropped SYNs are counted too.
-pub(super) fn count_syns(lab: &NetLab, host: Host) {
+fn count_syns(lab: &NetLab, host: Host) {
     let ns = lab.ns(host);
     let head = ["-w", "-I", "INPUT", "1", "-i", "eth0"].map(String::from);
     let rule = iptables::syns_to(&host.ip().to_string(), APISERVER_PORT, SYN_COUNT);
@@ -232,10 +239,9 @@ fn partition_8_an_apiserver_dropping_syns_gets_few_syns_from_dial_herds_or_probe
     run(
         &spec,
         |lab| {
-            count_syns(lab, DcB);
+            let fault = drop_counted_syns(lab, DcB);
             // Counted from the moment dc-b drops SYNs: every SYN after it belongs to a dial that
             // fails (before it, a SYN may open a connection that works).
-            let fault = lab.drop_syns(DcB, APISERVER_PORT);
             let (syns0, failures0) = (syns(lab, DcB), dial_failures(lab, DcB));
             let probes0 = checks_failed(lab, DcB);
             let t0 = wall();

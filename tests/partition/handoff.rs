@@ -15,7 +15,7 @@
 use std::cell::RefCell;
 use std::time::Duration;
 
-use super::cast::{lab_metrics, poll, site_of, wall};
+use super::cast::{lab_metrics, poll, wall};
 use super::netlab::{
     lab_print,
     Host::{DcA, DcB, Witness},
@@ -63,16 +63,7 @@ fn partition_11_planned_restart_of_the_local_apiserver_hands_its_connections_off
 
 fn judge(o: &Outcome, name: &str, active: &[String]) {
     let p = o.phase("fault");
-    let closed: Vec<String> = o
-        .cast
-        .closed_by_balancer()
-        .into_iter()
-        .filter(|e| e.t > o.fault_at)
-        .map(|e| {
-            let site = site_of(&e.backend).map_or(e.backend.as_str(), |h| h.name());
-            format!("{:+.2} s {site}: {}", e.t - o.fault_at, e.reason)
-        })
-        .collect();
+    let closed = o.closed_after_fault();
     lab_print(&format!(
         "{name}: readyprism's connections to dc-b {:.0} s after SIGTERM: {active:?}; closed by \
          readyprism: {closed:?}; client errors {} {:?}, failed lease attempts {}",

@@ -19,7 +19,7 @@ use super::balancers::Balancer::{
     self, HaproxyKubeprism, HaproxyKubespray, NginxKubespray, Readyprism,
 };
 use super::cast::{poll, wall, APISERVER_PORT};
-use super::dying_path::{count_syns, dial_herd, syns, CLIENTS};
+use super::dying_path::{dial_herd, drop_counted_syns, syns, CLIENTS};
 use super::etcd::PEER_PORT;
 use super::netlab::lab_print;
 use super::netlab::Host::{DcA, DcB, Node, Witness};
@@ -210,8 +210,7 @@ fn h2h_herd(balancer: Balancer, name: &'static str) {
     run(
         &spec,
         |lab| {
-            count_syns(lab, DcB);
-            let fault = lab.drop_syns(DcB, APISERVER_PORT);
+            let fault = drop_counted_syns(lab, DcB);
             let syns0 = syns(lab, DcB);
             let out = dial_herd(lab);
             let syns1 = syns(lab, DcB);

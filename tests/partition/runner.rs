@@ -7,7 +7,7 @@
 use std::time::Duration;
 
 use super::balancers::Balancer;
-use super::cast::{poll, wall, Cast, ClientEvent, Exchange, Readyz, CLIENT_SILENCE};
+use super::cast::{poll, site_of, wall, Cast, ClientEvent, Exchange, Readyz, CLIENT_SILENCE};
 use super::etcd::EtcdCluster;
 use super::figures::{phase, report, save, timeline};
 use super::netlab::{lab_print, Fault, Host, NetLab};
@@ -150,6 +150,20 @@ impl Outcome<'_> {
             .unwrap_or_else(|| panic!("no kubectl run {when}"))
             .1
             .as_ref()
+    }
+
+    /// The connections readyprism closed after the fault, one line each: when (seconds from
+    /// the fault), the backend's site and the reason.
+    pub fn closed_after_fault(&self) -> Vec<String> {
+        self.cast
+            .closed_by_balancer()
+            .into_iter()
+            .filter(|e| e.t > self.fault_at)
+            .map(|e| {
+                let site = site_of(&e.backend).map_or(e.backend.as_str(), |h| h.name());
+                format!("{:+.2} s {site}: {}", e.t - self.fault_at, e.reason)
+            })
+            .collect()
     }
 }
 

@@ -46,20 +46,9 @@ pub(super) fn write_endpoints(path: &Path, ips: &[Ipv4Addr]) {
 
 /// Starts one simulated apiserver named `name` on `ip:6443` in `host`'s namespace, with a
 /// certificate for `ip`, requiring the kubelet's client certificate; `extra` flags last. Its log
-/// is `apiserver-<name>.log`.
+/// is `apiserver-<label>.log`: the first of an apiserver is labelled with its name, a restart
+/// with a label of its own (the first's log is kept).
 pub(super) fn spawn_apiserver(
-    lab: &NetLab,
-    files: &ApiserverFiles,
-    host: Host,
-    (ip, name): (Ipv4Addr, &str),
-    readyz: Readyz,
-    extra: &[&str],
-) -> LabProcess {
-    spawn_apiserver_as(lab, files, host, (ip, name), readyz, extra, name)
-}
-
-/// [`spawn_apiserver`] with its log named `apiserver-<label>.log` (a restart keeps the first's).
-fn spawn_apiserver_as(
     lab: &NetLab,
     files: &ApiserverFiles,
     host: Host,
@@ -125,7 +114,7 @@ impl<'a> Cast<'a> {
             endpoints: self.endpoints.as_deref(),
             require_client_cert: self.kind == Balancer::Readyprism,
         };
-        let proc = spawn_apiserver(self.lab, &files, host, (ip, name), Readyz::Pass, &[]);
+        let proc = spawn_apiserver(self.lab, &files, host, (ip, name), Readyz::Pass, &[], name);
         wait_listening(&proc, name).unwrap_or_else(|e| panic!("{e}"));
         self.joined.insert(name.to_string(), proc);
     }
@@ -164,7 +153,7 @@ impl<'a> Cast<'a> {
             require_client_cert: self.kind == Balancer::Readyprism,
         };
         let (ip, name) = (site.ip(), site.name());
-        let proc = spawn_apiserver_as(self.lab, &files, site, (ip, name), readyz, &extra, &label);
+        let proc = spawn_apiserver(self.lab, &files, site, (ip, name), readyz, &extra, &label);
         wait_listening(&proc, &label)?;
         if let Some(old) = self.apiservers.insert(site, proc) {
             self.retired_apiservers.push(old);
