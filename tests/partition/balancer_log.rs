@@ -17,6 +17,19 @@ pub struct Change {
     pub reason: String,
 }
 
+impl Change {
+    /// `site` turned `to` at `t`, with no `from` and no reason: what the checks' tests feed them.
+    pub fn to(t: f64, site: Host, to: &str) -> Change {
+        Change {
+            t,
+            site,
+            from: String::new(),
+            to: to.to_string(),
+            reason: String::new(),
+        }
+    }
+}
+
 /// The state changes in a log's text, in order.
 pub fn changes(log: &str) -> Vec<Change> {
     log.lines()

@@ -171,24 +171,23 @@ pub fn balancer_healthy(r: &Records, end: &Ending, at: f64) -> (Vec<Growth>, Vec
         let Some(g) = growth(&mine) else {
             continue;
         };
-        if g.fixed_fds.1 > g.fixed_fds.0 + FD_SLACK {
-            out.push(v(
-                at,
-                format!(
-                    "pid {pid}: descriptors other than sockets and pipes grew {} -> {}",
-                    g.fixed_fds.0, g.fixed_fds.1
-                ),
-            ));
-        }
-        if g.rss_kib.1 > g.rss_kib.0 + RSS_SLACK_KIB {
-            out.push(v(
-                at,
-                format!(
-                    "pid {pid}: resident memory grew {} -> {} KiB",
-                    g.rss_kib.0, g.rss_kib.1
-                ),
-            ));
-        }
+        // What grew from the first sample to the last by more than its slack.
+        let mut grew = |what: &str, (from, to): (u64, u64), slack: u64, unit: &str| {
+            if to > from + slack {
+                out.push(v(
+                    at,
+                    format!("pid {pid}: {what} grew {from} -> {to}{unit}"),
+                ));
+            }
+        };
+        let fixed_fds = (g.fixed_fds.0 as u64, g.fixed_fds.1 as u64);
+        grew(
+            "descriptors other than sockets and pipes",
+            fixed_fds,
+            FD_SLACK as u64,
+            "",
+        );
+        grew("resident memory", g.rss_kib, RSS_SLACK_KIB, " KiB");
         grown.push(g);
     }
     let (all, reasonless) = (end.records.all(), end.records.reasonless);
@@ -346,19 +345,12 @@ fn chaos_records_match_the_counts_by_backend_and_at_least_for_a_removed_one() {
 fn chaos_the_return_is_read_from_the_records_from_the_last_heal_on() {
     use crate::partition::balancer_log::Change;
     use crate::partition::netlab::Host::{DcA, DcB, Witness};
-    let change = |t: f64, site, to: &str| Change {
-        t,
-        site,
-        from: String::new(),
-        to: to.to_string(),
-        reason: String::new(),
-    };
     let changes = [
-        change(1.0, DcA, "ready"),
-        change(1.0, Witness, "ready"),
-        change(1.0, DcB, "ready"),
-        change(20.0, DcB, "unready"),
-        change(41.5, DcB, "ready"),
+        Change::to(1.0, DcA, "ready"),
+        Change::to(1.0, Witness, "ready"),
+        Change::to(1.0, DcB, "ready"),
+        Change::to(20.0, DcB, "unready"),
+        Change::to(41.5, DcB, "ready"),
     ];
     let sample = |t: f64, no_ready: f64| Sample {
         t,

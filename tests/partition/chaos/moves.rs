@@ -166,16 +166,6 @@ mod tests {
     use super::*;
     use crate::partition::netlab::Host::{DcA, DcB, Witness};
 
-    fn change(t: f64, site: Host, to: &str) -> Change {
-        Change {
-            t,
-            site,
-            from: String::new(),
-            to: to.to_string(),
-            reason: String::new(),
-        }
-    }
-
     fn probe(t: f64, site: Host, passed: bool, checks: &str) -> Probe {
         Probe {
             t,
@@ -206,8 +196,8 @@ mod tests {
 
     /// Every site ready at 1 s; dc-a drains from 10 s (`[-]shutdown`, fall 1).
     fn draining_a() -> (Vec<Change>, Vec<Probe>) {
-        let mut changes: Vec<Change> = Host::SITES.map(|s| change(1.0, s, "ready")).to_vec();
-        changes.push(change(10.0, DcA, "unready"));
+        let mut changes: Vec<Change> = Host::SITES.map(|s| Change::to(1.0, s, "ready")).to_vec();
+        changes.push(Change::to(10.0, DcA, "unready"));
         (changes, vec![probe(10.0, DcA, false, "shutdown")])
     }
 
@@ -252,7 +242,7 @@ mod tests {
         assert_eq!(v.len(), 1, "{v:?}");
         assert!(v[0].what.contains("it only drained"), "{v:?}");
         // rise 1: ready again at 15 s.
-        changes.push(change(15.0, DcA, "ready"));
+        changes.push(Change::to(15.0, DcA, "ready"));
         assert_eq!(
             judge(&[closed(16.0, DcA, "handoff")], &changes, &probes).len(),
             1
@@ -265,14 +255,14 @@ mod tests {
     fn chaos_invariant_6_fires_on_a_hand_off_with_nowhere_to_go() {
         let (mut changes, mut probes) = draining_a();
         for s in [DcB, Witness] {
-            changes.push(change(10.5, s, "unready"));
+            changes.push(Change::to(10.5, s, "unready"));
             probes.push(probe(10.5, s, false, "shutdown"));
         }
         let v = judge(&[closed(12.0, DcA, "handoff")], &changes, &probes);
         assert_eq!(v.len(), 1, "{v:?}");
         assert!(v[0].what.contains("no other backend was ready"), "{v:?}");
         // Once dc-b is ready again, the hand-off may go on.
-        changes.push(change(20.0, DcB, "ready"));
+        changes.push(Change::to(20.0, DcB, "ready"));
         assert!(judge(&[closed(21.0, DcA, "handoff")], &changes, &probes).is_empty());
     }
 
@@ -284,7 +274,7 @@ mod tests {
         let v = judge(&[closed(12.0, DcB, "failback")], &changes, &probes);
         assert_eq!(v.len(), 1, "{v:?}");
         assert!(v[0].what.contains("in the node's zone"), "{v:?}");
-        changes.push(change(13.0, DcB, "unready"));
+        changes.push(Change::to(13.0, DcB, "unready"));
         let v = judge(&[closed(14.0, Witness, "failback")], &changes, &probes);
         assert_eq!(v.len(), 1, "{v:?}");
         assert!(v[0].what.contains("no backend in the node's zone"), "{v:?}");
@@ -292,15 +282,15 @@ mod tests {
 
     #[test]
     fn chaos_invariant_6_fires_on_a_cut_with_nowhere_to_go_or_of_a_ready_backend() {
-        let mut changes: Vec<Change> = Host::SITES.map(|s| change(1.0, s, "ready")).to_vec();
+        let mut changes: Vec<Change> = Host::SITES.map(|s| Change::to(1.0, s, "ready")).to_vec();
         let mut probes = Vec::new();
         for s in Host::SITES {
-            changes.push(change(10.0, s, "unready"));
+            changes.push(Change::to(10.0, s, "unready"));
             probes.push(probe(9.9, s, false, "etcd"));
         }
         let v = judge(&[closed(11.0, DcA, "turned_unready")], &changes, &probes);
         assert_eq!(v.len(), 1, "{v:?}");
-        changes.push(change(20.0, DcB, "ready"));
+        changes.push(Change::to(20.0, DcB, "ready"));
         assert!(judge(&[closed(20.1, DcA, "left_none_ready")], &changes, &probes).is_empty());
         let v = judge(&[closed(20.5, DcB, "left_none_ready")], &changes, &probes);
         assert_eq!(v.len(), 1, "{v:?}");
