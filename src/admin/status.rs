@@ -326,4 +326,30 @@ impl StatusDoc {
 }
 
 #[cfg(test)]
+impl BackendStatus {
+    /// A row for tests: `address` from the config, in `state` and answering; nothing else
+    /// known (no zone, latency, error, connections, rank or history).
+    pub fn bare(address: &str, state: State) -> BackendStatus {
+        BackendStatus {
+            address: address.to_string(),
+            zone: None,
+            source: BackendSource::Config,
+            state,
+            latency_ms: None,
+            last_error: None,
+            answering: true,
+            active_connections: 0,
+            rank: None,
+            since: None,
+            pending: None,
+            last_check: None,
+            consecutive_failures: 0,
+            failing_checks: Vec::new(),
+            failing_checks_more: 0,
+            shutdown_window_s: None,
+        }
+    }
+}
+
+#[cfg(test)]
 mod tests;

@@ -1,26 +1,15 @@
 use std::time::Duration;
 
 use super::*;
-use crate::admin::status::BackendSource;
 
 fn backend(address: &str, state: State, last_error: Option<&str>) -> BackendStatus {
     BackendStatus {
-        address: address.to_string(),
         zone: Some("dc-a".to_string()),
-        source: BackendSource::Config,
-        state,
         latency_ms: Some(1.5),
         last_error: last_error.map(str::to_string),
-        answering: true,
         active_connections: 3,
         rank: Some(0),
-        since: None,
-        pending: None,
-        last_check: None,
-        consecutive_failures: 0,
-        failing_checks: Vec::new(),
-        failing_checks_more: 0,
-        shutdown_window_s: None,
+        ..BackendStatus::bare(address, state)
     }
 }
 

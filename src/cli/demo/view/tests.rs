@@ -14,22 +14,13 @@ fn names() -> Vec<(String, String)> {
 fn backend(i: usize, state: State, error: Option<&str>, source: BackendSource) -> BackendStatus {
     let zones = ["dc-a", "dc-b", "witness", "dc-a"];
     BackendStatus {
-        address: names()[i].0.clone(),
         zone: (i < 3).then(|| zones[i].to_string()),
         source,
-        state,
         latency_ms: Some(123.45),
         last_error: error.map(str::to_string),
-        answering: true,
         active_connections: 12_345,
         rank: (state == State::Ready).then_some(i),
-        since: None,
-        pending: None,
-        last_check: None,
-        consecutive_failures: 0,
-        failing_checks: Vec::new(),
-        failing_checks_more: 0,
-        shutdown_window_s: None,
+        ..BackendStatus::bare(&names()[i].0, state)
     }
 }
 
