@@ -66,6 +66,25 @@ fn away_on_dc_a(failback_after: Duration) -> Step {
     h
 }
 
+/// [`away_on_dc_a`], then dc-a turns unready at `at`; run to 60 s.
+fn dc_a_unready_at(failback_after: Duration, at: Duration) -> Step {
+    let mut h = away_on_dc_a(failback_after);
+    h.run_to(at);
+    h.set(DC_A, Truth::Unready);
+    h.run_to(s(60.0));
+    h
+}
+
+/// Asserts that all 16 of [`away_on_dc_a`]'s connections were closed.
+fn assert_every_connection_closed(h: &Step) {
+    assert_eq!(
+        h.closed.len(),
+        16,
+        "every connection closed: {:?}",
+        h.closed
+    );
+}
+
 #[test]
 fn the_harness_starts_ready_and_falls_on_failed_probes() {
     let mut h = cluster(s(10.0));
@@ -101,22 +120,14 @@ fn the_harness_starts_ready_and_falls_on_failed_probes() {
 /// `turned_unready` turn, within the eviction spread, not seconds later as `failback`.
 #[test]
 fn seed_18_a_backend_that_turns_unready_during_its_failback_closes_at_once() {
-    let mut h = away_on_dc_a(s(10.0));
-    h.run_to(s(27.0));
-    h.set(DC_A, Truth::Unready);
-    h.run_to(s(60.0));
+    let h = dc_a_unready_at(s(10.0), s(27.0));
     let failback = bump(&h, DC_A, CloseReason::Failback);
     let unready = bump(&h, DC_A, CloseReason::TurnedUnready);
     assert!(
         failback < unready && unready < failback + FAILBACK_SPREAD,
         "the premise: dc-a turned unready during its failback ({failback:?}, {unready:?})"
     );
-    assert_eq!(
-        h.closed.len(),
-        16,
-        "every connection closed: {:?}",
-        h.closed
-    );
+    assert_every_connection_closed(&h);
     // A failback turn that comes sooner than the connection's turned_unready one stands.
     for c in &h.closed {
         assert!(
@@ -140,13 +151,7 @@ fn seed_18_a_backend_that_turns_unready_during_its_failback_closes_at_once() {
 /// later failback bump never delays a `turned_unready` close already due.
 #[test]
 fn seed_6_a_failback_just_after_a_backend_turned_unready_never_delays_its_closes() {
-    let run = |failback_after: Duration| {
-        let mut h = away_on_dc_a(failback_after);
-        h.run_to(s(18.0));
-        h.set(DC_A, Truth::Unready);
-        h.run_to(s(60.0));
-        h
-    };
+    let run = |failback_after: Duration| dc_a_unready_at(failback_after, s(18.0));
     // Without a failback: when dc-b is ready, and when dc-a's connections are bumped.
     let h = run(s(600.0));
     let (home, fell) = (
@@ -162,12 +167,7 @@ fn seed_6_a_failback_just_after_a_backend_turned_unready_never_delays_its_closes
         "the premise: the failback began while the turned_unready closes were spread out \
          ({unready:?}, {failback:?})"
     );
-    assert_eq!(
-        h.closed.len(),
-        16,
-        "every connection closed: {:?}",
-        h.closed
-    );
+    assert_every_connection_closed(&h);
     for c in &h.closed {
         assert_eq!(c.why, CloseReason::TurnedUnready, "{c:?}");
         assert!(
