@@ -35,9 +35,7 @@ impl Blink {
         let lab = Lab::new();
         let rt = Runtime::new().expect("runtime");
         let (a, b) = rt.block_on(async { (lab.fake("a").await, lab.fake("b").await) });
-        let file = lab.path("blink.yaml");
-        let yaml = lab.yaml("dc-a", &[(addr(&a), "dc-a"), (addr(&b), "dc-b")], HEALTH);
-        std::fs::write(&file, yaml).expect("write config");
+        let file = lab.two_zone_config("blink.yaml", (&a, &b), HEALTH);
         // `a` unready at first, so the first connection goes to `b` and stays there.
         a.control.set_ready(false);
         let p = Proc::start(&file);
@@ -170,10 +168,8 @@ fn connections_failed_open_to_a_backend_down_long_before_the_blink_move_when_ano
     let lab = Lab::new();
     let rt = Runtime::new().expect("runtime");
     let (x, y) = rt.block_on(async { (lab.fake("x").await, lab.fake("y").await) });
-    let file = lab.path("blink.yaml");
     let health = "health: { interval: 2s, timeout: 800ms, fast_interval: 300ms, rise: 2 }\n";
-    let yaml = lab.yaml("dc-a", &[(addr(&x), "dc-a"), (addr(&y), "dc-b")], health);
-    std::fs::write(&file, yaml).expect("write config");
+    let file = lab.two_zone_config("blink.yaml", (&x, &y), health);
     x.control.set_ready(false);
     let p = Proc::start(&file);
     rt.block_on(poll("x unready, y ready", || {

@@ -398,9 +398,7 @@ fn a_static_backend_is_never_removed_even_when_no_answer_lists_it() {
     let lab = Lab::new();
     let (a, c) = (rt.block_on(lab.fake("a")), rt.block_on(lab.fake("c")));
     let b = rt.block_on(lab.fake("b"));
-    let file = lab.path("seeds.yaml");
-    let yaml = lab.yaml("dc-a", &[(addr(&a), "dc-a"), (addr(&c), "dc-b")], DISCOVERY);
-    std::fs::write(&file, yaml).expect("write");
+    let file = lab.two_zone_config("seeds.yaml", (&a, &c), DISCOVERY);
     serve(&[&a, &b, &c], &[&a, &b]);
     let p = Proc::start(&file);
     wait_listed(&rt, &p, &b, BackendSource::Discovered);

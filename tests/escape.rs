@@ -50,13 +50,7 @@ impl Route {
             };
             (local, lab.fake("remote").await)
         });
-        let file = lab.path("escape.yaml");
-        let yaml = lab.yaml(
-            "dc-a",
-            &[(addr(&local), "dc-a"), (addr(&remote), "dc-b")],
-            health,
-        );
-        std::fs::write(&file, yaml).expect("write config");
+        let file = lab.two_zone_config("escape.yaml", (&local, &remote), health);
         let p = Proc::start(&file);
         rt.block_on(poll("both ready", || p.states() == [Ready, Ready]));
         let (on_local, name) = rt.block_on(raw(p.listen)).expect("relayed");

@@ -86,13 +86,7 @@ fn far_streams(lab: &Lab, rt: &tokio::runtime::Runtime) -> Far {
     let (local, remote) =
         rt.block_on(async { (lab.fake("local").await, lab.fake("remote").await) });
     local.control.set_ready(false);
-    let file = lab.path("failback.yaml");
-    let yaml = lab.yaml(
-        "dc-a",
-        &[(addr(&local), "dc-a"), (addr(&remote), "dc-b")],
-        "failback_after: 1s\n",
-    );
-    std::fs::write(&file, yaml).expect("write config");
+    let file = lab.two_zone_config("failback.yaml", (&local, &remote), "failback_after: 1s\n");
     let p = Proc::start(&file);
     rt.block_on(poll("local unready, remote ready", || {
         states(&p) == [Unready, Ready]

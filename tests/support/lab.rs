@@ -113,6 +113,24 @@ impl Lab {
         (a, file)
     }
 
+    /// For tests of the real binary: a config file `name` in the lab's directory that routes to
+    /// `local` in the node's zone dc-a and `remote` in dc-b (the lab's fast probes, then `extra`).
+    pub fn two_zone_config(
+        &self,
+        name: &str,
+        (local, remote): (&FakeApiserver, &FakeApiserver),
+        extra: &str,
+    ) -> PathBuf {
+        let file = self.path(name);
+        let yaml = self.yaml(
+            "dc-a",
+            &[(addr(local), "dc-a"), (addr(remote), "dc-b")],
+            extra,
+        );
+        std::fs::write(&file, yaml).expect("write config");
+        file
+    }
+
     /// Writes `text` to the file `name` in the lab's directory; returns its path.
     pub fn write(&self, name: &str, text: &str) -> String {
         let p = self.path(name);
