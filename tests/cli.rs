@@ -257,16 +257,28 @@ impl Drop for KillOnDrop {
     }
 }
 
+/// Writes `name` in the lab: one backend and the node's cluster CA, then `more` (top-level
+/// keys); returns its path.
+fn one_backend_config(lab: &Lab, name: &str, more: &str) -> String {
+    lab.write(
+        name,
+        &format!(
+            "backends:\n  - address: 10.0.1.10:6443\ntls:\n  ca: /etc/kubernetes/pki/ca.crt\n{more}"
+        ),
+    )
+}
+
+/// `readyprism check --config <file> --skip-node-files`, then `extra`.
+fn check_away(file: &str, extra: &[&str]) -> std::process::Output {
+    let mut args = vec!["check", "--config", file, "--skip-node-files"];
+    args.extend_from_slice(extra);
+    readyprism(&args)
+}
+
 /// A config with the given `health:` lines, validated away from the node.
 fn check_budget(health: &str, extra: &[&str]) -> (String, String) {
     let lab = Lab::new();
-    let file = lab.write(
-        "c.yaml",
-        &format!("backends:\n  - address: 10.0.1.10:6443\n{health}tls:\n  ca: /etc/kubernetes/pki/ca.crt\n"),
-    );
-    let mut args = vec!["check", "--config", &file, "--skip-node-files"];
-    args.extend_from_slice(extra);
-    let o = readyprism(&args);
+    let o = check_away(&one_backend_config(&lab, "c.yaml", health), extra);
     assert!(
         o.status.success(),
         "a budget never fails check: {}",
@@ -366,11 +378,8 @@ fn check_warns_when_a_slow_config_takes_over_half_the_node_grace_period() {
 #[test]
 fn check_refuses_counts_or_grace_periods_beyond_their_bounds() {
     let lab = Lab::new();
-    let file = lab.write(
-        "c.yaml",
-        "backends:\n  - address: 10.0.1.10:6443\ntls:\n  ca: /etc/kubernetes/pki/ca.crt\nhealth:\n  fall: 1000000\n",
-    );
-    let o = readyprism(&["check", "--config", &file, "--skip-node-files"]);
+    let file = one_backend_config(&lab, "c.yaml", "health:\n  fall: 1000000\n");
+    let o = check_away(&file, &[]);
     assert_eq!(o.status.code(), Some(3), "{}", stderr(&o));
     assert!(
         stderr(&o).contains("c.yaml:6: health.fall: 1000000 is more than the maximum of 10"),
@@ -379,22 +388,48 @@ fn check_refuses_counts_or_grace_periods_beyond_their_bounds() {
     );
     assert!(o.stdout.is_empty(), "no budget of years printed");
 
-    let file = lab.write(
-        "ok.yaml",
-        "backends:\n  - address: 10.0.1.10:6443\ntls:\n  ca: /etc/kubernetes/pki/ca.crt\n",
-    );
-    let o = readyprism(&[
-        "check",
-        "--config",
-        &file,
-        "--skip-node-files",
-        "--node-grace",
-        "18446744073709551615s",
-    ]);
+    let file = one_backend_config(&lab, "ok.yaml", "");
+    let o = check_away(&file, &["--node-grace", "18446744073709551615s"]);
     assert_eq!(o.status.code(), Some(2), "a usage error: {}", stderr(&o));
     assert!(
         stderr(&o).contains("is more than the maximum of 60m"),
         "{}",
         stderr(&o)
     );
+}
+
+#[test]
+fn the_fleet_sample_in_the_commands_page_is_what_check_prints() {
+    let page = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/docs/commands.md"))
+        .expect("docs/commands.md");
+    let section = &page[page.find("### The load of a fleet").expect("the section")..];
+    // The page's config, then its sample: the first two fenced blocks of the section.
+    let blocks: Vec<&str> = section.split("```").collect();
+    let config = blocks[1].strip_prefix("yaml\n").expect("a yaml block");
+    let shown: Vec<&str> = blocks[3].trim_matches('\n').lines().collect();
+    let lab = Lab::new();
+    let file = lab.write("fleet.yaml", config);
+    let o = check_away(&file, &["--fleet-size", "100000"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let out = String::from_utf8_lossy(&o.stdout);
+    let printed: Vec<&str> = out
+        .lines()
+        .skip_while(|l| !l.starts_with("# Control-plane load"))
+        .take_while(|l| l.starts_with("# Control-plane load") || l.starts_with("#   "))
+        .collect();
+    assert_eq!(
+        shown,
+        printed,
+        "docs/commands.md's fleet sample is out of date; `check` prints:\n{}",
+        printed.join("\n")
+    );
+}
+
+#[test]
+fn check_refuses_a_fleet_of_no_nodes() {
+    let lab = Lab::new();
+    let file = one_backend_config(&lab, "c.yaml", "");
+    let o = check_away(&file, &["--fleet-size", "0"]);
+    assert!(!o.status.success());
+    assert!(stderr(&o).contains("--fleet-size"), "{}", stderr(&o));
 }
