@@ -5,6 +5,24 @@ use super::stuck::SAMPLE_EVERY;
 use super::*;
 use crate::stall::Stall;
 
+/// The counters of a direction to the backend, over `moved` and `total`.
+fn to_backend<'a>(moved: &'a Moved, total: &'a Totals) -> Counters<'a> {
+    Counters {
+        moved,
+        total,
+        way: Way::ToBackend,
+    }
+}
+
+/// One poll of `h` moving `from` → `to` (not the last direction), ready or not.
+async fn poll_once(
+    h: &mut Half,
+    (from, to): (&TcpStream, &TcpStream),
+    counters: &Counters<'_>,
+) -> Poll<Result<(), Failed>> {
+    std::future::poll_fn(|cx| Poll::Ready(h.poll(cx, from, to, counters, false))).await
+}
+
 #[test]
 fn a_full_read_moves_up_a_tier_up_to_the_top() {
     let cases = [
@@ -92,14 +110,9 @@ async fn a_small_read_the_peer_cannot_take_yet_waits_in_a_buffer_to_arrive_in_or
     src.write_all(b"0123456789").await.expect("write");
     from.readable().await.expect("readable");
     let (moved, total) = (Moved::default(), Totals::default());
-    let counters = Counters {
-        moved: &moved,
-        total: &total,
-        way: Way::ToBackend,
-    };
+    let counters = to_backend(&moved, &total);
     let mut h = Half::default();
-    let first =
-        std::future::poll_fn(|cx| Poll::Ready(h.poll(cx, &from, &to, &counters, false))).await;
+    let first = poll_once(&mut h, (&from, &to), &counters).await;
     assert!(first.is_pending());
     assert_eq!(h.held(), 10, "read, not written, and kept");
     assert!(matches!(&h.store, Store::Buffer(b) if b.len() == TIERS[0]));
@@ -146,11 +159,7 @@ fn progress_clears_a_stopped_reader_verdict() {
     }
     assert!(h.stopped_reading());
     let (moved, total) = (Moved::default(), Totals::default());
-    let counters = Counters {
-        moved: &moved,
-        total: &total,
-        way: Way::ToBackend,
-    };
+    let counters = to_backend(&moved, &total);
     h.wrote(1, &counters);
     assert!(!h.stopped_reading(), "it read again");
     for _ in 0..SAMPLE_EVERY - 1 {
@@ -231,18 +240,14 @@ async fn only_bytes_with_a_fin_right_behind_wait_to_share_its_segment() {
     to.set_nodelay(true)
         .expect("TCP_NODELAY, as both legs have");
     let (moved, total) = (Moved::default(), Totals::default());
-    let counters = Counters {
-        moved: &moved,
-        total: &total,
-        way: Way::ToBackend,
-    };
+    let counters = to_backend(&moved, &total);
     let mut h = Half::default();
 
     // Bytes with no FIN behind them are not held back.
     src.write_all(b"ping").await.expect("write");
     from.readable().await.expect("readable");
     let (before, _) = segments(&sink, &to);
-    let r = std::future::poll_fn(|cx| Poll::Ready(h.poll(cx, &from, &to, &counters, false))).await;
+    let r = poll_once(&mut h, (&from, &to), &counters).await;
     assert!(r.is_pending(), "the direction goes on");
     assert_eq!(segments(&to, &sink).1, 0, "nothing held back");
     let mut ping = [0u8; 4];
@@ -267,7 +272,7 @@ async fn only_bytes_with_a_fin_right_behind_wait_to_share_its_segment() {
         tokio::task::yield_now().await;
     }
     let (before, _) = segments(&sink, &to);
-    let r = std::future::poll_fn(|cx| Poll::Ready(h.poll(cx, &from, &to, &counters, false))).await;
+    let r = poll_once(&mut h, (&from, &to), &counters).await;
     assert!(matches!(r, Poll::Ready(Ok(()))), "the EOF is relayed");
     let mut rest = Vec::new();
     sink.read_to_end(&mut rest).await.expect("read to EOF");
