@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use crate::backend::{BackendId, Snapshot};
+use crate::backend::{Backend, BackendId, Snapshot};
 use crate::verdict::{Health, Reach, State};
 
 /// While no backend is ready, the reasons are logged again this often. Five minutes: well inside
@@ -85,57 +85,49 @@ pub fn next_reminder(announced: bool, last: Option<Instant>) -> Option<Instant> 
 /// `10.0.1.10:6443: etcd, shutdown; 10.0.2.10:6443: no answer`, at most [`REMINDER_BACKENDS`] of
 /// them (then `and N more`). `none named` for an answer that named no check.
 pub fn checks(snap: &Snapshot) -> String {
-    let mut parts: Vec<String> = snap
-        .backends
-        .iter()
-        .take(REMINDER_BACKENDS)
-        .map(|b| {
-            let checks = match &b.health.last_failure {
-                None => "none failing".to_string(),
-                Some(_) if !b.health.reach.is_some_and(Reach::is_answered) => {
-                    "no answer".to_string()
-                }
-                Some(f) if f.checks.is_empty() => "none named".to_string(),
-                Some(f) => f.checks.to_string(),
-            };
-            format!("{}: {checks}", b.spec.id)
-        })
-        .collect();
-    if snap.backends.len() > REMINDER_BACKENDS {
-        parts.push(format!(
-            "and {} more",
-            snap.backends.len() - REMINDER_BACKENDS
-        ));
-    }
-    parts.join("; ")
+    per_backend(snap, |b| {
+        let checks = match &b.health.last_failure {
+            None => "none failing".to_string(),
+            Some(_) if !b.health.reach.is_some_and(Reach::is_answered) => "no answer".to_string(),
+            Some(f) if f.checks.is_empty() => "none named".to_string(),
+            Some(f) => f.checks.to_string(),
+        };
+        format!("{}: {checks}", b.spec.id)
+    })
 }
 
 /// Each backend's reason as one line: `10.0.1.10:6443 unready: readyz 500: etcd failed;
 /// 10.0.2.10:6443 unready: dial: timeout after 1s`, at most [`REMINDER_BACKENDS`] of them (then
 /// `and N more`), each reason on one line and cut at [`REMINDER_REASON`] characters.
 pub fn reasons(snap: &Snapshot) -> String {
+    per_backend(snap, |b| {
+        let reason = b.health.last_error().unwrap_or("no failure yet");
+        let one_line: String = reason
+            .split('\n')
+            .map(str::trim)
+            .collect::<Vec<_>>()
+            .join("; ");
+        let cut: String = if one_line.chars().count() > REMINDER_REASON {
+            one_line
+                .chars()
+                .take(REMINDER_REASON - 1)
+                .chain(['…'])
+                .collect()
+        } else {
+            one_line
+        };
+        format!("{} {}: {cut}", b.spec.id, b.health.state.as_str())
+    })
+}
+
+/// `part` of each of the first [`REMINDER_BACKENDS`] backends, then `and N more` for the rest,
+/// joined by `; `.
+fn per_backend(snap: &Snapshot, part: impl Fn(&Backend) -> String) -> String {
     let mut parts: Vec<String> = snap
         .backends
         .iter()
         .take(REMINDER_BACKENDS)
-        .map(|b| {
-            let reason = b.health.last_error().unwrap_or("no failure yet");
-            let one_line: String = reason
-                .split('\n')
-                .map(str::trim)
-                .collect::<Vec<_>>()
-                .join("; ");
-            let cut: String = if one_line.chars().count() > REMINDER_REASON {
-                one_line
-                    .chars()
-                    .take(REMINDER_REASON - 1)
-                    .chain(['…'])
-                    .collect()
-            } else {
-                one_line
-            };
-            format!("{} {}: {cut}", b.spec.id, b.health.state.as_str())
-        })
+        .map(part)
         .collect();
     if snap.backends.len() > REMINDER_BACKENDS {
         parts.push(format!(
