@@ -102,13 +102,24 @@ impl Drain {
 
     /// How many connections on `a` still relay (each echoes a line).
     fn alive(&mut self) -> usize {
-        self.rt.block_on(async {
-            let mut n = 0;
-            for c in &mut self.on_a {
-                n += usize::from(echoes(c).await);
-            }
-            n
-        })
+        self.rt.block_on(echoing(&mut self.on_a))
+    }
+
+    /// Past a's hand-off window: not all `n` of a's connections were closed for the hand-off
+    /// (all would mean it went on `went_on`), and those left still relay; `prefix` starts each
+    /// message. Returns how many it closed.
+    fn assert_the_rest_stayed(&mut self, n: usize, prefix: &str, went_on: &str) -> usize {
+        let closed = self.p.closes(&addr(&self.a), "handoff") as usize;
+        assert!(
+            closed < n,
+            "{prefix}all {n} closed: the hand-off went on {went_on}"
+        );
+        assert_eq!(
+            self.alive(),
+            n - closed,
+            "{prefix}the connections not closed still relay"
+        );
+        closed
     }
 
     /// Makes `a` hold its answers, sends a request on the (one) connection on `a`, and returns
@@ -338,16 +349,7 @@ fn a_handoff_ends_when_the_backend_answers_ready_again(rise: u32) {
     std::thread::sleep((begun + WINDOW).saturating_duration_since(Instant::now()));
     let cut = d.p.closes(&a, "turned_unready");
     assert_eq!(cut, 0, "rise {rise}: the rest of the hand-off cut at once");
-    let closed = d.p.closes(&a, "handoff") as usize;
-    assert!(
-        closed < N,
-        "rise {rise}: all {N} closed: the hand-off went on after a answered ready"
-    );
-    assert_eq!(
-        d.alive(),
-        N - closed,
-        "rise {rise}: the connections not closed still relay"
-    );
+    d.assert_the_rest_stayed(N, &format!("rise {rise}: "), "after a answered ready");
     let called_off =
         d.p.wait_log(CALLED_OFF, |v| v["fields"]["backend"] == a.as_str());
     assert_eq!(
@@ -380,16 +382,7 @@ fn a_handoff_waits_while_every_backend_drains_and_goes_on_once_one_is_ready() {
     // A negative needs a window: every turn of a's hand-off is past.
     std::thread::sleep((begun + WINDOW).saturating_duration_since(Instant::now()));
     let a = addr(&d.a);
-    let closed = d.p.closes(&a, "handoff") as usize;
-    assert!(
-        closed < N,
-        "all {N} closed: the hand-off went on with no backend ready to go to"
-    );
-    assert_eq!(
-        d.alive(),
-        N - closed,
-        "the connections not closed still relay"
-    );
+    d.assert_the_rest_stayed(N, "", "with no backend ready to go to");
     // b is back: a's hand-off goes on, to b.
     d.b.control.readyz_answer.store(None);
     let ends = d.ends();

@@ -53,6 +53,15 @@ pub async fn echoes(c: &mut BufReader<TcpStream>) -> bool {
     read.is_ok() && &back == b"ping"
 }
 
+/// How many of `streams` still relay, each asked for an echo in turn ([`echoes`]).
+pub async fn echoing(streams: &mut [BufReader<TcpStream>]) -> usize {
+    let mut n = 0;
+    for c in streams {
+        n += usize::from(echoes(c).await);
+    }
+    n
+}
+
 /// GET `path` from the admin server; returns (status code, body).
 pub async fn admin_get(admin: SocketAddr, path: &str) -> (u16, String) {
     let a = readyprism::cli::http::get(&admin.to_string(), path)
