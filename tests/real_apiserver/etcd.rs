@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use crate::support::patience;
+use crate::support::{on_own_thread, patience};
 
 /// The running members; killed on drop.
 pub struct Etcd {
@@ -128,21 +128,11 @@ impl Etcd {
     /// thread of its own, so it may be called from inside a runtime too.
     fn read(&self, i: usize) -> bool {
         let url = self.url(i);
-        std::thread::scope(|s| {
-            s.spawn(|| {
-                let rt = tokio::runtime::Builder::new_current_thread()
-                    .enable_all()
-                    .build()
-                    .expect("runtime");
-                rt.block_on(async {
-                    let read = readyprism::sim::etcd::linearizable_read(&url);
-                    tokio::time::timeout(Duration::from_secs(1), read)
-                        .await
-                        .is_ok_and(|r| r.is_ok())
-                })
-            })
-            .join()
-            .expect("read thread")
+        on_own_thread(|| async {
+            let read = readyprism::sim::etcd::linearizable_read(&url);
+            tokio::time::timeout(Duration::from_secs(1), read)
+                .await
+                .is_ok_and(|r| r.is_ok())
         })
     }
 }

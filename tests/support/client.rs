@@ -2,6 +2,7 @@
 //! greeting, read to EOF) and GETs from the admin server, async or from blocking code. It does not
 //! start fakes or balancers (`lab.rs`).
 
+use std::future::Future;
 use std::net::SocketAddr;
 
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
@@ -73,16 +74,23 @@ pub async fn admin_get(admin: SocketAddr, path: &str) -> (u16, String) {
 /// [`admin_get`] for synchronous code (polls of a child process); code 0 if unreachable. Runs on
 /// a thread of its own, so it may be called from inside a runtime too.
 pub fn blocking_get(admin: SocketAddr, path: &str) -> (u16, String) {
+    let admin = admin.to_string();
+    on_own_thread(|| readyprism::cli::http::get(&admin, path))
+        .map_or((0, String::new()), |a| (a.status, a.body))
+}
+
+/// Runs the future `make` returns to its end on a runtime of its own on a thread of its own:
+/// blocking code can wait for it even when it is called from inside a runtime.
+pub fn on_own_thread<T: Send, F: Future<Output = T>>(make: impl FnOnce() -> F + Send) -> T {
     std::thread::scope(|s| {
         s.spawn(|| {
             let rt = tokio::runtime::Builder::new_current_thread()
                 .enable_all()
                 .build()
                 .expect("runtime");
-            rt.block_on(readyprism::cli::http::get(&admin.to_string(), path))
-                .map_or((0, String::new()), |a| (a.status, a.body))
+            rt.block_on(make())
         })
         .join()
-        .expect("GET thread")
+        .expect("the thread of its own")
     })
 }

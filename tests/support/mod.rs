@@ -23,7 +23,9 @@ mod lab;
 mod metrics;
 mod wait;
 
-pub use client::{admin_get, blocking_get, echoes, echoing, landed, raw, read_to_end};
+pub use client::{
+    admin_get, blocking_get, echoes, echoing, landed, on_own_thread, raw, read_to_end,
+};
 pub use lab::{Lab, SLOW_PROBES};
 pub use metrics::{
     backend_metric, dial_failures, failed_checks, metric, state_changes, unready_closes,
