@@ -28,7 +28,7 @@ use tokio::time::Instant;
 
 use crate::support::real::real_bin;
 use etcd::{loopback_prefix, Etcd};
-use kube::{ApiserverFiles, KubeApiserver};
+use kube::{ApiserverFiles, KubeApiserver, Launch};
 use probe::{Outcome, Prober, Seen};
 use sim::SimApiserver;
 
@@ -93,16 +93,20 @@ impl Rig {
     async fn pair(&self, tag: &str, real: &[&str], sim: &[&str]) -> (KubeApiserver, SimApiserver) {
         let url = self.etcd.url(0);
         let dir = self.dir.path();
-        let mut k = KubeApiserver::start(
-            &self.apiserver_bin,
+        let real = Launch {
             dir,
             tag,
-            &self.files,
-            self.real_addr,
-            &url,
-            real,
-        );
-        let s = SimApiserver::start(dir, tag, &self.files, self.sim_addr, &url, sim);
+            files: &self.files,
+            addr: self.real_addr,
+            etcd_url: &url,
+            extra: real,
+        };
+        let mut k = KubeApiserver::start(&self.apiserver_bin, &real);
+        let s = SimApiserver::start(&Launch {
+            addr: self.sim_addr,
+            extra: sim,
+            ..real
+        });
         for addr in [self.real_addr, self.sim_addr] {
             let limits = (Duration::from_secs(10), Duration::from_secs(240));
             if let Err(e) = self.settle(addr, limits.0, limits.1, &mut k).await {

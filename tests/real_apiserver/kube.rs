@@ -30,6 +30,18 @@ impl Drop for KubeApiserver {
 
 /// The files every apiserver of a test shares: serving certificate and key (for the test's
 /// loopback addresses), client CA, service-account key pair.
+/// Where and how an apiserver, real or simulated, runs: the directory of its files and log, the
+/// tag in its log's name, its certificates, its address, its etcd member and `extra` flags.
+#[derive(Clone, Copy)]
+pub struct Launch<'a> {
+    pub dir: &'a Path,
+    pub tag: &'a str,
+    pub files: &'a ApiserverFiles,
+    pub addr: SocketAddr,
+    pub etcd_url: &'a str,
+    pub extra: &'a [&'a str],
+}
+
 pub struct ApiserverFiles {
     pub cert: String,
     pub key: String,
@@ -88,25 +100,25 @@ pub fn flags(
 }
 
 impl KubeApiserver {
-    /// Starts `bin` on `addr` (its IP must be one of the certificate's) against `etcd_url`, with
-    /// `extra` flags; does not wait for it to be ready (the caller probes `/readyz`).
-    pub fn start(
-        bin: &Path,
-        dir: &Path,
-        tag: &str,
-        files: &ApiserverFiles,
-        addr: SocketAddr,
-        etcd_url: &str,
-        extra: &[&str],
-    ) -> KubeApiserver {
-        let log = dir.join(format!("kube-apiserver-{tag}.log"));
+    /// Starts `bin` as `launch` says (the address's IP must be one of the certificate's); does
+    /// not wait for it to be ready (the caller probes `/readyz`).
+    pub fn start(bin: &Path, launch: &Launch) -> KubeApiserver {
+        let log = launch
+            .dir
+            .join(format!("kube-apiserver-{}.log", launch.tag));
         let out = std::fs::File::create(&log).expect("log");
         let child = Command::new(bin)
             // The endpoint reconciler refuses a loopback address to advertise: one from TEST-NET-1
             // (RFC 5737, never routed) goes into the `kubernetes` Endpoints, while it listens on
             // the test's loopback address.
-            .args(flags(files, addr, etcd_url, "192.0.2.10", dir))
-            .args(extra)
+            .args(flags(
+                launch.files,
+                launch.addr,
+                launch.etcd_url,
+                "192.0.2.10",
+                launch.dir,
+            ))
+            .args(launch.extra)
             .stdin(Stdio::null())
             .stdout(out.try_clone().expect("log"))
             .stderr(out)

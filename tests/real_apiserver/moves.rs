@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use super::kube::KubeApiserver;
+use super::kube::{KubeApiserver, Launch};
 use super::peers::{lease_command, ok_requests, Logged};
 use super::{write_record, Rig, ONE_AT_A_TIME};
 use crate::support::real::real_bin;
@@ -98,16 +98,17 @@ async fn client_go_through_readyprism_when_its_apiserver_restarts() {
     let mut record = Vec::new();
     for (i, (name, flags)) in variants.into_iter().enumerate() {
         let dir = rig.dir.path();
-        let start = |tag: &str, addr, member: usize, flags: &[&str]| {
-            KubeApiserver::start(
-                &rig.apiserver_bin,
+        let start = |tag: &str, addr, member: usize, extra: &[&str]| {
+            let etcd_url = rig.etcd.url(member);
+            let launch = Launch {
                 dir,
                 tag,
-                &rig.files,
+                files: &rig.files,
                 addr,
-                &rig.etcd.url(member),
-                flags,
-            )
+                etcd_url: &etcd_url,
+                extra,
+            };
+            KubeApiserver::start(&rig.apiserver_bin, &launch)
         };
         let mut local = start(&format!("moves-{i}-local"), rig.real_addr, 0, flags);
         let mut far = start(&format!("moves-{i}-far"), rig.second_addr, 1, flags);

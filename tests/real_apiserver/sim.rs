@@ -3,12 +3,10 @@
 //!
 //! Blocking code on OS threads, not driven by tokio's clock.
 
-use std::net::SocketAddr;
-use std::path::Path;
 use std::process::{Child, Command, Stdio};
 
 use super::etcd::signal;
-use super::kube::ApiserverFiles;
+use super::kube::Launch;
 
 /// A running simulated apiserver; killed on drop. Its log is `dir/sim-<tag>.log`.
 pub struct SimApiserver {
@@ -23,24 +21,28 @@ impl Drop for SimApiserver {
 }
 
 impl SimApiserver {
-    /// Starts one on `addr` whose `/readyz` reads `etcd_url`, with `extra` flags
-    /// (`--shutdown-delay 5s`); does not wait (the caller probes `/readyz`).
-    pub fn start(
-        dir: &Path,
-        tag: &str,
-        files: &ApiserverFiles,
-        addr: SocketAddr,
-        etcd_url: &str,
-        extra: &[&str],
-    ) -> SimApiserver {
-        let log = std::fs::File::create(dir.join(format!("sim-{tag}.log"))).expect("log");
+    /// Starts one as `launch` says, its `/readyz` reading the etcd member (extra flags such as
+    /// `--shutdown-delay 5s`); does not wait (the caller probes `/readyz`).
+    pub fn start(launch: &Launch) -> SimApiserver {
+        let log =
+            std::fs::File::create(launch.dir.join(format!("sim-{}.log", launch.tag))).expect("log");
         let child = Command::new(env!("CARGO_BIN_EXE_readyprism"))
-            .args(["--log-format", "json", "sim-apiserver", "--name", tag])
-            .args(["--listen", &addr.to_string()])
-            .args(["--cert", &files.cert, "--key", &files.key])
-            .args(["--client-ca", &files.client_ca, "--require-client-cert"])
-            .args(["--etcd", etcd_url])
-            .args(extra)
+            .args([
+                "--log-format",
+                "json",
+                "sim-apiserver",
+                "--name",
+                launch.tag,
+            ])
+            .args(["--listen", &launch.addr.to_string()])
+            .args(["--cert", &launch.files.cert, "--key", &launch.files.key])
+            .args([
+                "--client-ca",
+                &launch.files.client_ca,
+                "--require-client-cert",
+            ])
+            .args(["--etcd", launch.etcd_url])
+            .args(launch.extra)
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(log)
