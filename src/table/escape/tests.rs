@@ -212,6 +212,21 @@ fn id(i: usize) -> BackendId {
     BackendId::new(&format!("10.0.0.{i}:6443"))
 }
 
+/// Backends by `states` ([`snap`]), the first fallen at `ms`: both confirms asked (its own and
+/// its route's, the second backend).
+fn fallen(states: &str, ms: u64) -> (Clock, Escapes, Snapshot) {
+    let c = Clock::new();
+    let mut e = Escapes::default();
+    let s = snap(states);
+    e.fell(&id(0), c.fall(ms));
+    assert_eq!(
+        e.review(&s, c.at(ms)).ask,
+        vec![0, 1],
+        "both asked at the fall"
+    );
+    (c, e, s)
+}
+
 #[test]
 fn nothing_ready_or_a_recovered_backend_waits_no_more() {
     let c = Clock::new();
@@ -272,12 +287,8 @@ fn every_fall_asks_the_route_and_the_fallen_backend_itself() {
 
 #[test]
 fn an_outstanding_own_answer_is_awaited_one_round_trip_of_the_route() {
-    let c = Clock::new();
+    let (c, mut e, s) = fallen("UR", 10);
     let at = |ms| c.at(ms);
-    let mut e = Escapes::default();
-    let s = snap("UR");
-    e.fell(&id(0), c.fall(10));
-    assert_eq!(e.review(&s, at(10)).ask, vec![0, 1]);
     e.passed(&id(1), c.pass(10 + 1, 31)); // a 20 ms round trip
     assert_eq!(
         e.review(&s, at(31)),
@@ -300,12 +311,8 @@ fn an_outstanding_own_answer_is_awaited_one_round_trip_of_the_route() {
 
 #[test]
 fn a_fallen_backend_that_passes_its_own_confirm_keeps_its_connections_while_it_rises() {
-    let c = Clock::new();
+    let (c, mut e, s) = fallen("UR", 10);
     let at = |ms| c.at(ms);
-    let mut e = Escapes::default();
-    let s = snap("UR");
-    e.fell(&id(0), c.fall(10));
-    assert_eq!(e.review(&s, at(10)).ask, vec![0, 1]);
     e.passed(&id(0), c.pass(11, 13)); // the blink ended as it fell
     e.passed(&id(1), c.pass(11, 14));
     assert_eq!(e.review(&s, at(14)), Review::default(), "it rises");
@@ -325,12 +332,8 @@ fn a_fallen_backend_that_passes_its_own_confirm_keeps_its_connections_while_it_r
 
 #[test]
 fn a_failure_of_its_own_older_than_the_routes_pass_is_not_news() {
-    let c = Clock::new();
+    let (c, mut e, s) = fallen("URU", 10);
     let at = |ms| c.at(ms);
-    let mut e = Escapes::default();
-    let s = snap("URU");
-    e.fell(&id(0), c.fall(10));
-    assert_eq!(e.review(&s, at(10)).ask, vec![0, 1]);
     e.failed(&id(0), at(20)); // its own confirm failed, in the blink
     e.passed(&id(1), c.pass(4_000, 4_100)); // the route passed seconds later: the blink may be over
     assert_eq!(
@@ -375,12 +378,8 @@ fn a_failure_of_its_own_older_than_the_routes_pass_is_not_news() {
 fn once_the_route_failed_since_the_fall_only_a_newer_failure_of_its_own_moves_it() {
     // The herd's blink at fleet scale: the fallen backend and its route both fail their confirms
     // in the blink; the route passes its next check one fast interval later, the blink over.
-    let c = Clock::new();
+    let (c, mut e, s) = fallen("UR", 10);
     let at = |ms| c.at(ms);
-    let mut e = Escapes::default();
-    let s = snap("UR");
-    e.fell(&id(0), c.fall(10));
-    assert_eq!(e.review(&s, at(10)).ask, vec![0, 1]);
     e.failed(&id(0), at(12)); // its own confirm, in the blink
     e.failed(&id(1), at(12)); // the route's confirm, in the blink: this node saw the event
     assert_eq!(e.review(&s, at(15)), Review::default(), "no route yet");
