@@ -288,8 +288,13 @@ mod tests {
 
     #[test]
     fn every_read_error_names_the_file_in_one_wording() {
-        let exe = std::env::current_exe().expect("the test binary");
-        let stamp = Stamp::now(&exe).expect("a regular file's stamp");
+        // A file of this test's own: the test binary may be replaced by a build meanwhile.
+        let dir = std::env::temp_dir().join(format!("readyprism-stamp-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("mkdir");
+        let file = dir.join("regular");
+        std::fs::write(&file, "x").expect("write");
+        let stamp = Stamp::now(&file).expect("a regular file's stamp");
+        std::fs::remove_dir_all(&dir).expect("rm");
         let eacces = std::io::Error::from_raw_os_error(libc::EACCES);
         for (e, said) in [
             (ReadError::TooLarge { stamp }, "larger than 1 MiB"),
