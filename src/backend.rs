@@ -176,7 +176,10 @@ impl BackendLive {
     /// Counts one relayed connection for as long as the returned handle lives (also on panic).
     /// The handle is the connection's reference to its backend: no second pointer is kept.
     pub fn count_active(self: &Arc<Self>) -> Active {
-        self.active.fetch_add(1, Ordering::Relaxed);
+        if self.active.fetch_add(1, Ordering::Relaxed) == 0 {
+            // Its first connection: a backend probed at the remote cadence is wanted again.
+            self.inbox.tell(News::Wanted);
+        }
         self.counters.connections.fetch_add(1, Ordering::Relaxed);
         Active(self.clone())
     }

@@ -89,6 +89,10 @@ enum Command {
         /// 50s from Kubernetes 1.32) that the NotReady budget is compared with.
         #[arg(long, value_parser = node_grace, default_value_t = readyprism::config::DurationValue(readyprism::cli::check::budget::DEFAULT_NODE_GRACE))]
         node_grace: readyprism::config::DurationValue,
+        /// Also print the control plane's load (probes, TLS handshakes and discovery GETs a
+        /// second, per apiserver) from this many nodes running this config.
+        #[arg(long, value_parser = clap::value_parser!(u64).range(1..=10_000_000))]
+        fleet_size: Option<u64>,
     },
     /// Show a running balancer's backends, or those a status file holds (exit 0: one is ready,
     /// 1: none is, 2: unreachable or unreadable).
@@ -220,19 +224,21 @@ fn dispatch(command: Command) -> Result<ExitCode, Failure> {
             args,
             skip_node_files,
             node_grace,
+            fleet_size,
         } => {
             let node = if skip_node_files {
                 Node::Elsewhere
             } else {
                 Node::Here
             };
-            let checked = check::check(&args.source(), node, node_grace.0).map_err(|e| {
-                if e.is_rejection() {
-                    Failure::Rejected(e.into())
-                } else {
-                    Failure::Runtime(e.into())
-                }
-            })?;
+            let checked =
+                check::check(&args.source(), node, node_grace.0, fleet_size).map_err(|e| {
+                    if e.is_rejection() {
+                        Failure::Rejected(e.into())
+                    } else {
+                        Failure::Runtime(e.into())
+                    }
+                })?;
             print!("{}", checked.report);
             for warning in checked.warnings {
                 eprintln!("readyprism check: WARN: {warning}");

@@ -10,6 +10,7 @@ mod admin_page;
 mod alerts;
 mod architecture;
 mod blink;
+mod cadence;
 mod check_paths;
 mod cli;
 mod client_cert;

@@ -23,6 +23,10 @@ pub enum News {
     Connected,
     /// The table asks for a confirm probe; asks before the monitor looks are one.
     ConfirmAsked,
+    /// The backend is wanted at the steady `interval` again (it may carry a connection or be
+    /// picked): a remote cadence ([`Inbox::set_remote`]) ends at once. Costs one relaxed load
+    /// unless the cadence was remote.
+    Wanted,
 }
 
 /// One backend's inbox.
@@ -38,6 +42,10 @@ pub struct Inbox {
     confirm: AtomicBool,
     /// Confirm probes made (`readyprism_confirm_probes_total`).
     confirms_made: AtomicU64,
+    /// Set by the table writer while the backend may be probed at `health.remote_interval`.
+    remote: AtomicBool,
+    /// The remote cadence ended and the monitor has not looked yet.
+    wanted: AtomicBool,
     wake: Notify,
 }
 
@@ -55,6 +63,11 @@ impl Inbox {
                 self.suspect.load(Ordering::Relaxed) && !self.connected.swap(true, Ordering::AcqRel)
             }
             News::ConfirmAsked => !self.confirm.swap(true, Ordering::AcqRel),
+            News::Wanted => {
+                self.remote.load(Ordering::Relaxed)
+                    && self.remote.swap(false, Ordering::AcqRel)
+                    && !self.wanted.swap(true, Ordering::AcqRel)
+            }
         };
         if wake {
             self.wake.notify_one();
@@ -69,14 +82,31 @@ impl Inbox {
         }
     }
 
-    /// Waits until the inbox holds a failure or a connected dial not yet taken, or (with
-    /// `confirm`) a confirm ask.
-    pub async fn wait(&self, confirm: bool) {
+    /// The writer's side: whether the backend may be probed at the remote cadence from now on.
+    /// Ending it wakes the monitor ([`News::Wanted`]).
+    pub fn set_remote(&self, remote: bool) {
+        if remote {
+            self.remote.store(true, Ordering::Release);
+        } else {
+            self.tell(News::Wanted);
+        }
+    }
+
+    /// Whether the backend may be probed at the remote cadence now.
+    pub fn is_remote(&self) -> bool {
+        self.remote.load(Ordering::Acquire)
+    }
+
+    /// Waits until the inbox holds a failure or a connected dial not yet taken, or (`between`
+    /// probes) a confirm ask or the end of a remote cadence.
+    pub async fn wait(&self, between: bool) {
         loop {
             let woken = self.wake.notified();
             if self.failed.load(Ordering::Acquire) > 0
                 || self.connected.load(Ordering::Acquire)
-                || (confirm && self.confirm.load(Ordering::Acquire))
+                || (between
+                    && (self.confirm.load(Ordering::Acquire)
+                        || self.wanted.load(Ordering::Acquire)))
             {
                 return;
             }
@@ -99,6 +129,11 @@ impl Inbox {
     /// Whether a confirm probe was asked for since the last call.
     pub fn take_confirm(&self) -> bool {
         self.confirm.swap(false, Ordering::AcqRel)
+    }
+
+    /// Whether the remote cadence ended since the last call.
+    pub fn take_wanted(&self) -> bool {
+        self.wanted.swap(false, Ordering::AcqRel)
     }
 
     /// Counts a confirm probe made.

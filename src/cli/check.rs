@@ -7,6 +7,7 @@
 //! path unfit (`atomic_write::preflight`) or the budget's arithmetic (`budget`).
 
 pub mod budget;
+pub mod fleet;
 pub mod handoff;
 
 use std::time::Duration;
@@ -51,8 +52,14 @@ impl CheckError {
     }
 }
 
-/// Checks the config from `source` for `node`, with the budget measured against `node_grace`.
-pub fn check(source: &Source, node: Node, node_grace: Duration) -> Result<Checked, CheckError> {
+/// Checks the config from `source` for `node`, with the budget measured against `node_grace`,
+/// and with `fleet_size`, the control plane's load from that many nodes ([`fleet`]).
+pub fn check(
+    source: &Source,
+    node: Node,
+    node_grace: Duration,
+    fleet_size: Option<u64>,
+) -> Result<Checked, CheckError> {
     let config = source.load_for(node)?.config;
     let here = matches!(node, Node::Here);
     if here {
@@ -62,6 +69,9 @@ pub fn check(source: &Source, node: Node, node_grace: Duration) -> Result<Checke
     let mut report = config.to_yaml()?;
     report.push_str(&budget.render(node_grace));
     report.push_str(&handoff::render(&config.health, &config.routing));
+    if let Some(nodes) = fleet_size {
+        report.push_str(&fleet::render(&config, nodes));
+    }
     if here {
         let zone = match (config.routing.zone.clone(), &config.zone_ambiguous) {
             (Some(z), _) => format!("{} (from {})", z.name, z.source),

@@ -92,6 +92,10 @@ pub struct HealthConfig {
     pub timeout: Duration,
     /// Time between probes while a state change is pending.
     pub fast_interval: Duration,
+    /// Time between probes of a ready backend in another zone that carries none of this node's
+    /// connections while a backend of the node's own zone is ready (±10 % jitter): no pick would
+    /// choose it (`table::cadence`). `interval` by default: off.
+    pub remote_interval: Duration,
     /// Consecutive passes to turn unready → ready.
     pub rise: u32,
     /// Consecutive failures to turn ready → unready.
@@ -233,6 +237,7 @@ impl Config {
                 interval: d(self.health.interval),
                 timeout: d(self.health.timeout),
                 fast_interval: d(self.health.fast_interval),
+                remote_interval: d(self.health.remote_interval),
                 rise: Some(self.health.rise),
                 fall: Some(self.health.fall),
             }),

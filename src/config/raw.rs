@@ -70,6 +70,8 @@ pub struct RawHealth {
     pub interval: Option<DurationValue>,
     pub timeout: Option<DurationValue>,
     pub fast_interval: Option<DurationValue>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub remote_interval: Option<DurationValue>,
     pub rise: Option<u32>,
     pub fall: Option<u32>,
 }

@@ -21,6 +21,10 @@ fn defaults_are_filled_in() {
     assert_eq!(c.health.interval, Duration::from_secs(5));
     assert_eq!(c.health.timeout, Duration::from_secs(3));
     assert_eq!(c.health.fast_interval, Duration::from_secs(1));
+    assert_eq!(
+        c.health.remote_interval, c.health.interval,
+        "the remote cadence off"
+    );
     assert_eq!((c.health.rise, c.health.fall), (2, 2));
     assert_eq!(c.health.path, "/readyz");
     assert_eq!(c.routing.connect_timeout, Duration::from_secs(1));
@@ -126,6 +130,8 @@ fn errors_name_where_they_are() {
         ("admin: \"0.0.0.0:7446\"\nbackends:\n  - address: a:1\ntls:\n  ca: /ca\n", vec!["node.yaml:1:", "admin", "not a loopback address", "allow_remote_admin"]),
         ("backends:\n  - address: a:1\ntls:\n  ca: /ca\nhealth:\n  interval: 2s\n  timeout: 1s\n  fast_interval: 3s\n", vec!["node.yaml:8:", "health.fast_interval", "must not exceed health.interval"]),
         ("backends:\n  - address: a:1\ntls:\n  ca: /ca\nhealth:\n  fall: 0\n", vec!["node.yaml:6:", "health.fall", "at least 1"]),
+        ("backends:\n  - address: a:1\ntls:\n  ca: /ca\nhealth:\n  interval: 5s\n  remote_interval: 4s\n", vec!["node.yaml:7:", "health.remote_interval", "4s must not be less than health.interval (5s)"]),
+        ("backends:\n  - address: a:1\ntls:\n  ca: /ca\nhealth:\n  remote_interval: 11m\n", vec!["node.yaml:6:", "health.remote_interval", "maximum of 10m"]),
         ("backends:\n  - address: \"[fd00::zz]:6443\"\ntls:\n  ca: /ca\n", vec!["node.yaml:2:", "backends[0].address", "not an IPv6 address"]),
         ("backends:\n  - address: a:1\ntls:\n  ca: /ca\nhealth:\n  interval: 5\n", vec!["node.yaml:6:", "health.interval", "invalid duration"]),
         ("backends:\n  - address: a:1\ntls:\n  ca: /ca\nhealth:\n  interval: 5 s\n", vec!["node.yaml:6:", "health.interval", "invalid duration"]),

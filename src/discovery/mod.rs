@@ -1,5 +1,6 @@
 //! Discovery: the backend list follows the cluster. A poll task asks, every `discovery.interval`
-//! (±10 %), the `default/kubernetes` Endpoints object from the backend a new client connection
+//! at this node's own phase of it (`phase`: a fleet's nodes poll spread out), the
+//! `default/kubernetes` Endpoints object from the backend a new client connection
 //! would get — a ready one, or while none is and connections fail open, the first they fail open
 //! to (its answer may add backends, never remove one) — through the balancer's own pick and dial
 //! path, with the kubelet's certificate, and sends the discovered list to the main loop when it
@@ -17,6 +18,7 @@ pub mod answer;
 pub mod cache;
 mod list;
 pub mod membership;
+pub mod phase;
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -42,8 +44,8 @@ use membership::{Member, Membership};
 /// The object polled: every apiserver of the cluster, as the apiservers themselves keep it.
 pub const PATH: &str = "/api/v1/namespaces/default/endpoints/kubernetes";
 
-/// Each poll's interval varies by up to this many percent either way, so that a cluster's nodes
-/// do not poll the apiservers in lockstep.
+/// The wait for a first ready backend (at most one interval) varies by up to this many percent
+/// either way; the polls after the first keep the node's phase (`phase`).
 const POLL_JITTER_PERCENT: u32 = 10;
 
 /// What one poll came to; counted by [`Poll::label`] in `readyprism_discovery_polls_total`.
@@ -143,6 +145,7 @@ impl Poller {
     /// cancelled. A bad spell is said once (WARN) and its end once (INFO).
     pub async fn run(mut self, cancel: CancellationToken) {
         let mut jitter = Jitter::seeded("discovery", POLL_JITTER_PERCENT);
+        let phase = phase::of(&phase::identity());
         let mut rr = 0usize;
         let mut bad_spell = false;
         // The cache write after the last change failed: tried again at each poll until it works.
@@ -157,7 +160,6 @@ impl Poller {
             }
         }
         loop {
-            let started = Instant::now();
             let (poll, asked) = tokio::select! {
                 _ = cancel.cancelled() => return,
                 p = self.poll(rr) => p,
@@ -189,7 +191,11 @@ impl Poller {
                     return;
                 }
             }
-            next = started + jitter.around(self.interval);
+            // At this node's phase of the interval on the wall clock: a fleet polls spread out.
+            let wall = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .unwrap_or_default();
+            next = Instant::now() + phase::delay(wall, self.interval, phase);
             tokio::select! {
                 _ = cancel.cancelled() => return,
                 _ = tokio::time::sleep_until(next) => {}

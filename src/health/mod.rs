@@ -37,6 +37,9 @@ enum Heard<T> {
     Failed(Step),
     /// The table asked for a confirm probe (heeded only while waiting for the next probe).
     Confirm,
+    /// The remote cadence ended: the backend is wanted at `interval` again (heeded only while
+    /// waiting for the next probe).
+    Wanted,
     /// The table is gone or the monitor cancelled.
     Stop,
 }
@@ -142,7 +145,7 @@ impl Monitor {
             match self.heed(&mut probing, r, cancel, false).await {
                 Heard::Done(outcome) => return Some((outcome, fresh)),
                 Heard::Failed(_) => fresh = true,
-                Heard::Confirm => {}
+                Heard::Confirm | Heard::Wanted => {}
                 Heard::Stop => return None,
             }
         }
@@ -199,10 +202,16 @@ impl Monitor {
         r: &mut Running,
         cancel: &CancellationToken,
     ) -> bool {
+        // A ready backend of another zone that no pick would choose waits longer (`cadence`).
+        let steady = if self.live.inbox.is_remote() {
+            self.health.remote_interval
+        } else {
+            self.health.interval
+        };
         let mut due = Due {
             last: started,
             pending,
-            interval: r.jitter.around(self.health.interval),
+            interval: r.jitter.around(steady),
             fast_interval: self.health.fast_interval,
             passive_failure: None,
         };
@@ -221,6 +230,11 @@ impl Monitor {
                         return true;
                     }
                     // One per interval: the scheduled probe confirms.
+                }
+                Heard::Wanted => {
+                    // Counted from the previous probe's start: at once if that is over.
+                    due.interval = r.jitter.around(self.health.interval);
+                    sleep.as_mut().reset(next_probe_due(&due));
                 }
                 Heard::Failed(step) => {
                     probe.reset();
@@ -276,6 +290,9 @@ impl Monitor {
             }
             if confirm && inbox.take_confirm() {
                 return Heard::Confirm;
+            }
+            if confirm && inbox.take_wanted() {
+                return Heard::Wanted;
             }
         }
     }
@@ -368,26 +385,24 @@ fn log_change(spec: &BackendSpec, from: State, to: State, health: &Health) {
         .unwrap_or_default();
     let ready = to == State::Ready;
     let (backend, from, to) = (spec.id.as_str(), from.as_str(), to.as_str());
+    // One line, at INFO when it turns ready and WARN otherwise (a level is a macro's constant).
+    macro_rules! changed {
+        ($level:ident) => {
+            tracing::$level!(
+                backend,
+                zone,
+                from,
+                to,
+                reason,
+                checks,
+                "backend state changed"
+            )
+        };
+    }
     if ready {
-        tracing::info!(
-            backend,
-            zone,
-            from,
-            to,
-            reason,
-            checks,
-            "backend state changed"
-        );
+        changed!(info);
     } else {
-        tracing::warn!(
-            backend,
-            zone,
-            from,
-            to,
-            reason,
-            checks,
-            "backend state changed"
-        );
+        changed!(warn);
     }
 }
 

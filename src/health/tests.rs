@@ -73,13 +73,10 @@ impl Probe for Scripted {
 fn monitor(tx: mpsc::Sender<TableCmd>) -> Monitor {
     let spec = crate::testing::fixtures::spec("a:1", None);
     Monitor {
+        // The remote cadence at 15 s, used only once the test says the backend may wait.
         health: HealthConfig {
-            path: "/readyz".into(),
-            interval: Duration::from_secs(5),
-            timeout: Duration::from_secs(3),
-            fast_interval: Duration::from_secs(1),
-            rise: 2,
-            fall: 2,
+            remote_interval: Duration::from_secs(15),
+            ..crate::testing::fixtures::health_config()
         },
         live: Arc::new(BackendLive::default()),
         spec,
@@ -392,19 +389,47 @@ async fn a_burst_of_passive_failures_makes_at_most_one_early_probe_a_second() {
     handle.await.expect("task ends on cancel");
 }
 
+/// The fall was called off (still ready) if a dial connected between its two failures, else it
+/// fell.
+fn assert_called_off_only_if_connected(h: &Health, connected_between: bool) {
+    let want = if connected_between {
+        State::Ready
+    } else {
+        State::Unready
+    };
+    assert_eq!(h.state, want, "connected between: {connected_between}");
+}
+
+/// A monitor (fall 2) whose probe passes once, then fails (`unreached`: its dial got no
+/// connection; else an HTTP 500), then passes; started and ready after its first probe.
+async fn pass_then_fail(
+    unreached: bool,
+) -> (
+    Arc<BackendLive>,
+    mpsc::Receiver<TableCmd>,
+    CancellationToken,
+    tokio::task::JoinHandle<()>,
+) {
+    let (tx, mut rx) = mpsc::channel(64);
+    let task = monitor(tx);
+    let live = task.live.clone();
+    let calls = Arc::new(Mutex::new(Vec::new()));
+    let probe = Scripted {
+        unreached,
+        ..Scripted::new(&calls, &[true, false])
+    };
+    let cancel = CancellationToken::new();
+    let handle = tokio::spawn(task.run(probe, cancel.clone()));
+    assert_eq!(next_health(&mut rx).await.state, State::Ready);
+    (live, rx, cancel, handle)
+}
+
 #[tokio::test(start_paused = true)]
 async fn a_client_dial_that_connects_calls_off_a_fall_that_failed_dials_started() {
     // fall 2. A failed dial (a lost SYN on a lossy link, or a black hole), then the early probe
     // fails too: without a connected dial between them that is the fall.
     for connected_between in [true, false] {
-        let (tx, mut rx) = mpsc::channel(64);
-        let task = monitor(tx);
-        let live = task.live.clone();
-        let calls = Arc::new(Mutex::new(Vec::new()));
-        let probe = Scripted::new(&calls, &[true, false]);
-        let cancel = CancellationToken::new();
-        let handle = tokio::spawn(task.run(probe, cancel.clone()));
-        assert_eq!(next_health(&mut rx).await.state, State::Ready);
+        let (live, mut rx, cancel, handle) = pass_then_fail(false).await;
         tokio::time::sleep(Duration::from_secs(2)).await;
         live.inbox
             .tell(News::DialFailed("dial: timeout after 1s".into()));
@@ -414,12 +439,7 @@ async fn a_client_dial_that_connects_calls_off_a_fall_that_failed_dials_started(
         }
         let h = next_health(&mut rx).await;
         assert_eq!(h.last_error(), Some("HTTP 500"), "the early probe");
-        let want = if connected_between {
-            State::Ready
-        } else {
-            State::Unready
-        };
-        assert_eq!(h.state, want, "connected between: {connected_between}");
+        assert_called_off_only_if_connected(&h, connected_between);
         cancel.cancel();
         handle.await.expect("task ends on cancel");
     }
@@ -431,15 +451,7 @@ async fn a_probe_whose_dial_got_no_connection_leaves_a_fall_that_a_connecting_di
     // client's), then a client dial fails: without a dial that connected between them that is
     // the fall; with one, the probe's failure is refuted and the client's counts alone.
     for connected_between in [true, false] {
-        let (tx, mut rx) = mpsc::channel(64);
-        let task = monitor(tx);
-        let live = task.live.clone();
-        let calls = Arc::new(Mutex::new(Vec::new()));
-        let mut probe = Scripted::new(&calls, &[true, false]);
-        probe.unreached = true;
-        let cancel = CancellationToken::new();
-        let handle = tokio::spawn(task.run(probe, cancel.clone()));
-        assert_eq!(next_health(&mut rx).await.state, State::Ready);
+        let (live, mut rx, cancel, handle) = pass_then_fail(true).await;
         let h = next_health(&mut rx).await;
         assert_eq!(
             (h.state, h.last_error()),
@@ -457,22 +469,82 @@ async fn a_probe_whose_dial_got_no_connection_leaves_a_fall_that_a_connecting_di
             Some("dial: timeout after 1s"),
             "the client's"
         );
-        let want = if connected_between {
-            State::Ready
-        } else {
-            State::Unready
-        };
-        assert_eq!(h.state, want, "connected between: {connected_between}");
+        assert_called_off_only_if_connected(&h, connected_between);
         cancel.cancel();
         handle.await.expect("task ends on cancel");
     }
 }
 
-/// Waits (on the paused clock) until the probe has been called `n` times.
+/// Waits (on the paused clock, at most 10 minutes of it) until the probe has been called `n`
+/// times.
 async fn poll_calls(calls: &Arc<Mutex<Vec<Instant>>>, n: usize) {
+    let deadline = Instant::now() + Duration::from_secs(600);
     while calls.lock().expect("calls").len() < n {
+        assert!(
+            Instant::now() < deadline,
+            "probe {n} never came in 10 minutes: {:?}",
+            calls.lock().expect("calls")
+        );
         tokio::time::sleep(Duration::from_millis(1)).await;
     }
+}
+
+/// The time between probes `i - 1` and `i`.
+fn gap(calls: &Arc<Mutex<Vec<Instant>>>, i: usize) -> Duration {
+    let c = calls.lock().expect("calls");
+    c[i] - c[i - 1]
+}
+
+/// Probe `i` (from 0) started at `at`, to the paused clock's millisecond.
+fn assert_probed_at(calls: &Arc<Mutex<Vec<Instant>>>, i: usize, at: Instant, what: &str) {
+    let probed = calls.lock().expect("calls")[i];
+    let late = probed.saturating_duration_since(at);
+    assert!(
+        probed >= at && late <= Duration::from_millis(1),
+        "{what}: probe {i} {late:?} late"
+    );
+}
+
+/// The gap before probe `i` is `around` ±10 % (the jitter).
+fn assert_gap_around(calls: &Arc<Mutex<Vec<Instant>>>, i: usize, around: Duration, what: &str) {
+    let g = gap(calls, i);
+    let slack = around / 10 + Duration::from_millis(1);
+    assert!(g + slack >= around && g <= around + slack, "{what}: {g:?}");
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_remote_cadence_waits_its_interval_and_ends_at_once_when_wanted() {
+    let (live, calls, _rx, cancel, handle) = ready_monitor(2, Duration::from_millis(10)).await;
+    live.inbox.set_remote(true);
+    // The wait under way when the writer said so keeps `interval`; the next one is remote.
+    poll_calls(&calls, 3).await;
+    assert_gap_around(&calls, 2, Duration::from_secs(15), "remote_interval");
+    // 7 s into the next remote wait, the writer ends it: over `interval` since the probe began,
+    // so the next probe is at once, and the one after it at `interval`.
+    tokio::time::sleep(Duration::from_secs(7)).await;
+    let wanted = Instant::now();
+    live.inbox.set_remote(false);
+    poll_calls(&calls, 5).await;
+    assert_probed_at(&calls, 3, wanted, "wanted again");
+    assert_gap_around(&calls, 4, Duration::from_secs(5), "interval again");
+    cancel.cancel();
+    handle.await.expect("task ends on cancel");
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_first_connection_ends_a_remote_cadence() {
+    let (live, calls, _rx, cancel, handle) = ready_monitor(2, Duration::from_millis(10)).await;
+    live.inbox.set_remote(true);
+    poll_calls(&calls, 2).await; // the remote wait begins
+    tokio::time::sleep(Duration::from_secs(6)).await;
+    let connected = Instant::now();
+    let guard = live.count_active();
+    poll_calls(&calls, 3).await;
+    assert_probed_at(&calls, 2, connected, "its first connection");
+    assert!(!live.inbox.is_remote(), "at `interval` from now on");
+    drop(guard);
+    cancel.cancel();
+    handle.await.expect("task ends on cancel");
 }
 
 #[test]

@@ -19,6 +19,7 @@
 //! (`health/`) or connection handling (`proxy`).
 
 mod bump;
+pub mod cadence;
 pub mod cause;
 mod configure;
 pub mod escape;
@@ -165,6 +166,11 @@ impl Table {
                     }
                 }
                 Effect::Confirm(live) => live.inbox.tell(News::ConfirmAsked),
+                Effect::Cadence(told) => {
+                    for (live, remote) in told {
+                        live.inbox.set_remote(remote);
+                    }
+                }
                 Effect::Recent(turned) => self.recent.push(turned),
                 // The reloader may have given up waiting; nothing to undo.
                 Effect::Done(done) => drop(done.send(())),

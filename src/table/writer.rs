@@ -57,6 +57,9 @@ pub enum Effect {
     },
     /// Ask the backend's monitor for a confirm probe.
     Confirm(Arc<BackendLive>),
+    /// Tell each backend's monitor whether it may probe at the remote cadence
+    /// ([`super::cadence`]).
+    Cadence(Vec<(Arc<BackendLive>, bool)>),
     /// Keep these state transitions for the admin page.
     Recent(Vec<recent::Transition>),
     /// Tell the reloader its snapshot is published.
@@ -309,6 +312,9 @@ impl Writer {
     ) {
         self.snap = Arc::new(next);
         fx.push(Effect::Publish(self.snap.clone()));
+        let remote = super::cadence::remote(&self.snap);
+        let lives = self.snap.backends.iter().map(|b| b.live.clone());
+        fx.push(Effect::Cadence(lives.zip(remote).collect()));
         fx.extend(
             bumps
                 .into_iter()

@@ -8,6 +8,7 @@ use std::time::Duration;
 use crate::backend::{
     Backend, BackendId, BackendLive, BackendSource, BackendSpec, Routing, Snapshot,
 };
+use crate::config::HealthConfig;
 use crate::verdict::{CheckFailure, FailingChecks, Health, Reach, State};
 
 /// The spec of the backend at `address` (`host:port`, an IPv6 host in brackets) in `zone`: from
@@ -100,5 +101,18 @@ pub fn snapshot(letters: &str) -> Snapshot {
         generation: 1,
         routing: Routing::default(),
         backends,
+    }
+}
+
+/// The `health:` block with every setting at its default (`docs/config.md`).
+pub fn health_config() -> HealthConfig {
+    HealthConfig {
+        path: "/readyz".into(),
+        interval: Duration::from_secs(5),
+        timeout: Duration::from_secs(3),
+        fast_interval: Duration::from_secs(1),
+        remote_interval: Duration::from_secs(5),
+        rise: 2,
+        fall: 2,
     }
 }

@@ -244,12 +244,11 @@ mod tests {
     fn health(interval: u64, timeout: u64, fast_interval: u64, fall: u32) -> HealthConfig {
         let ms = Duration::from_millis;
         HealthConfig {
-            path: "/readyz".into(),
             interval: ms(interval),
             timeout: ms(timeout),
             fast_interval: ms(fast_interval),
-            rise: 2,
             fall,
+            ..crate::testing::fixtures::health_config()
         }
     }
 

@@ -61,14 +61,7 @@ mod tests {
 
     /// The default health settings, `handoff_window` in seconds.
     fn config(handoff: u64) -> (HealthConfig, Routing) {
-        let health = HealthConfig {
-            path: "/readyz".into(),
-            interval: Duration::from_secs(5),
-            timeout: Duration::from_secs(3),
-            fast_interval: Duration::from_secs(1),
-            rise: 2,
-            fall: 2,
-        };
+        let health = crate::testing::fixtures::health_config();
         let routing = Routing {
             handoff_window: Duration::from_secs(handoff),
             ..Routing::default()

@@ -16,6 +16,13 @@ const TIMEOUT: (Duration, Duration) = (Duration::from_secs(3), Duration::from_se
 /// `health.fast_interval`: 1 s, at most 10 minutes (and at most the interval).
 const FAST_INTERVAL: (Duration, Duration) = (Duration::from_secs(1), Duration::from_secs(600));
 
+/// `health.remote_interval`: `interval` by default (the remote cadence off), at least the
+/// interval and at most 10 minutes (the interval's maximum). Off by default: in the partition
+/// lab's scenario 2 a remote apiserver that died unseen in the same event as the home one is
+/// picked after the home one falls, and new connections pay a dial timeout until it falls too
+/// (docs/config.md "Probe cadence").
+const REMOTE_INTERVAL_MAX: Duration = INTERVAL.1;
+
 /// `health.rise` and `health.fall`: at most 10 checks in a row. Ten failed checks at the longest
 /// interval already leave a dead backend in the pick for over an hour.
 const MAX_COUNT: u32 = 10;
@@ -68,6 +75,7 @@ impl Resolver<'_> {
                 ),
             ));
         }
+        let remote_interval = self.remote_interval(raw.remote_interval, interval)?;
         let count = |field: &str, key: &str, v: Option<u32>| match v {
             Some(0) => Err(self.invalid(self.key(key), field, "must be at least 1")),
             Some(n) if n > MAX_COUNT => Err(self.invalid(
@@ -82,8 +90,34 @@ impl Resolver<'_> {
             interval,
             timeout,
             fast_interval,
+            remote_interval,
             rise: count("health.rise", "rise", raw.rise)?,
             fall: count("health.fall", "fall", raw.fall)?,
         })
+    }
+
+    /// `health.remote_interval`, from `interval` up to 10 minutes; by default `interval`.
+    fn remote_interval(
+        &self,
+        raw: Option<DurationValue>,
+        interval: Duration,
+    ) -> Result<Duration, ConfigError> {
+        let remote = self.positive(
+            "health.remote_interval",
+            raw,
+            (interval, REMOTE_INTERVAL_MAX),
+        )?;
+        if remote < interval {
+            return Err(self.invalid(
+                self.key("remote_interval"),
+                "health.remote_interval",
+                format!(
+                    "{} must not be less than health.interval ({})",
+                    DurationValue(remote),
+                    DurationValue(interval)
+                ),
+            ));
+        }
+        Ok(remote)
     }
 }

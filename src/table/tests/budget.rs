@@ -22,12 +22,12 @@ const MS: Duration = Duration::from_millis(1);
 #[test]
 fn a_backend_going_silent_at_the_worst_moment_is_held_to_the_budget() {
     let health = HealthConfig {
-        path: "/readyz".into(),
         interval: INTERVAL,
         timeout: TIMEOUT,
         fast_interval: FAST_INTERVAL,
         rise: RISE,
         fall: FALL,
+        ..crate::testing::fixtures::health_config()
     };
     let budget = Budget::of(&health, &Routing::in_zone("dc-b"));
     let mut h = Step::new(

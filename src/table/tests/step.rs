@@ -14,7 +14,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use crate::backend::{BackendId, BackendLive, BackendSpec, Routing};
+use crate::backend::{BackendId, BackendLive, BackendSpec, News, Routing};
 use crate::eviction::turn::Closing;
 use crate::eviction::{CloseReason, EvictionWatch, Stop};
 use crate::health::rise_fall::{Outcome, RiseFall};
@@ -25,6 +25,8 @@ use crate::verdict::{FailClass, FailingChecks, Health, Reach, State};
 
 /// The daemon's health defaults (docs/config.md).
 pub const INTERVAL: Duration = Duration::from_secs(5);
+/// The daemon's default `remote_interval`: `INTERVAL` (the remote cadence off).
+pub const REMOTE_INTERVAL: Duration = INTERVAL;
 /// The daemon's default `fast_interval`.
 pub const FAST_INTERVAL: Duration = Duration::from_secs(1);
 /// The daemon's default probe timeout.
@@ -84,8 +86,13 @@ impl Truth {
 struct Monitor {
     id: BackendId,
     truth: Truth,
-    /// Its probe interval (the daemon draws it around `INTERVAL`; here it is fixed).
+    /// Its probe interval (the daemon draws it around `INTERVAL`; here it is fixed); while the
+    /// writer says it may wait ([`super::super::cadence`]), `REMOTE_INTERVAL`.
     interval: Duration,
+    /// Its live state, whose inbox the writer tells the cadence.
+    live: Arc<BackendLive>,
+    /// When its latest probe started.
+    last: Instant,
     machine: RiseFall,
     /// When the next scheduled probe starts.
     next: Instant,
@@ -156,12 +163,16 @@ impl Step {
             done,
         };
         table.apply(writer.handle(cmd, t0));
-        let monitors = specs
+        let snap = table.load();
+        let monitors = snap
+            .backends
             .iter()
-            .map(|s| Monitor {
-                id: s.id.clone(),
+            .map(|b| Monitor {
+                id: b.spec.id.clone(),
                 truth: Truth::Ready,
                 interval: INTERVAL,
+                live: b.live.clone(),
+                last: t0,
                 machine: RiseFall::new(RISE, FALL, Health::UNKNOWN),
                 next: t0,
                 flight: None,
@@ -213,7 +224,10 @@ impl Step {
                 .eviction
                 .watch_from(b.evict_epoch)
                 .expect("not evicted");
-            b.live.active.fetch_add(1, Ordering::Relaxed);
+            // As `BackendLive::count_active`: a first connection ends a remote cadence.
+            if b.live.active.fetch_add(1, Ordering::Relaxed) == 0 {
+                b.live.inbox.tell(News::Wanted);
+            }
             self.conns.push(Conn {
                 seq: self.next_seq,
                 live: b.live.clone(),
@@ -222,6 +236,17 @@ impl Step {
                 closing: None,
             });
             self.next_seq += 1;
+        }
+        self.heed_wanted();
+    }
+
+    /// A monitor whose remote cadence ended probes at its interval from its latest probe's
+    /// start, as `Monitor::wait` does.
+    fn heed_wanted(&mut self) {
+        for mon in &mut self.monitors {
+            if mon.live.inbox.take_wanted() {
+                mon.next = mon.next.min(mon.last + mon.interval);
+            }
         }
     }
 
@@ -300,10 +325,15 @@ impl Step {
             if let Some((_, to)) = step.changed {
                 self.changes.push((mon.id.to_string(), to, now - self.t0));
             }
+            let steady = if mon.live.inbox.is_remote() {
+                REMOTE_INTERVAL
+            } else {
+                mon.interval
+            };
             mon.next = next_probe_due(&Due {
                 last: started,
                 pending: step.pending,
-                interval: mon.interval,
+                interval: steady,
                 fast_interval: FAST_INTERVAL,
                 passive_failure: None,
             });
@@ -325,6 +355,7 @@ impl Step {
             mon.next = now;
         }
         if mon.next <= now {
+            mon.last = now;
             let (takes, outcome) = mon.truth.answer();
             mon.flight = Some((now, now + takes, outcome));
         }
@@ -360,6 +391,7 @@ impl Step {
             }
         }
         self.table.apply(fx);
+        self.heed_wanted();
         let (now, handoff) = (self.now, self.writer.snapshot().routing.handoff_window);
         for c in &mut self.conns {
             let eviction = &c.live.eviction;
