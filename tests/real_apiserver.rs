@@ -280,6 +280,10 @@ fn no_quorum_figures(
     }
 }
 
+/// The cluster-wide blink of the quorum test: long enough for a fresh etcd check to time out
+/// inside it (1 s of limiter, 2 s of read, 3 s to spare for the one-a-second probes).
+const BLINK: Duration = Duration::from_secs(6);
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_sim_apiserver_answers_readyz_as_the_real_one_when_etcd_loses_quorum_and_blinks() {
     let _one = ONE_AT_A_TIME.lock().await;
@@ -298,10 +302,15 @@ async fn the_sim_apiserver_answers_readyz_as_the_real_one_when_etcd_loses_quorum
     rig.etcd.resume(&[1, 2]);
     both_green(&real, &sim, Duration::from_secs(40)).await;
     tokio::time::sleep(Duration::from_secs(3)).await;
-    // Every member stopped for 3 s: a cluster-wide blink.
+    // Every member stopped: a cluster-wide blink, 6 s so that both apiservers must fail a probe
+    // in it. Each runs its etcd checks at most once a second and answers from the last result in
+    // between, and a check waits up to 2 s for its read: in a 3 s blink whether any probe fails
+    // depends on where the limiter's second falls (CI saw the real one pass a 3 s blink its
+    // simulation failed). From 1 s after the stop to 2 s before the resume, every check is fresh
+    // and times out while etcd is down, in both.
     let blink = t0.elapsed().as_secs_f64();
     rig.etcd.stop(&[0, 1, 2]);
-    tokio::time::sleep(Duration::from_secs(3)).await;
+    tokio::time::sleep(BLINK).await;
     let blink_end = t0.elapsed().as_secs_f64();
     rig.etcd.resume(&[0, 1, 2]);
     tokio::time::sleep(Duration::from_secs(2)).await;
