@@ -35,6 +35,9 @@ pub const TIMEOUT: Duration = Duration::from_secs(3);
 pub const RISE: u32 = 2;
 /// The daemon's default `fall`.
 pub const FALL: u32 = 2;
+/// More events than any scripted run has (a probe per backend per second for an hour is 10,800):
+/// past it, an event is due again at the same instant without end, and the run fails.
+const MAX_STEPS: u32 = 100_000;
 /// How long an answering apiserver takes to answer `/readyz`.
 const ANSWER: Duration = Duration::from_millis(10);
 
@@ -266,7 +269,14 @@ impl Step {
     /// Runs every event up to `at` (from the start), in time order, and stops the clock there.
     pub fn run_to(&mut self, at: Duration) {
         let end = self.t0 + at;
+        let mut steps = 0u32;
         while let Some(next) = self.next_event().filter(|&t| t <= end) {
+            steps += 1;
+            assert!(
+                steps <= MAX_STEPS,
+                "over {MAX_STEPS} events before {at:?}: an event that never passes, at {:?}",
+                next - self.t0
+            );
             self.now = self.now.max(next);
             self.step();
         }
