@@ -10,15 +10,20 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use rustls_pki_types::ServerName;
+use tokio::time::Instant;
 
 pub use crate::eviction::Eviction;
 pub use inbox::{Inbox, News};
 pub use learned_window::LearnedWindow;
-pub use routing::{NodeZone, Routing, ZoneSource, DEFAULT_DEAD_PATH_TIMEOUT};
+pub use reentry::Reentry;
+pub use routing::{
+    NodeZone, Routing, ZoneSource, DEFAULT_DEAD_PATH_TIMEOUT, DEFAULT_REENTRY_WINDOW,
+};
 
 mod inbox;
 mod learned_window;
 pub mod probe_counts;
+mod reentry;
 mod routing;
 
 pub use probe_counts::ProbeCounts;
@@ -143,6 +148,9 @@ pub struct BackendLive {
     pub dial_memory: crate::dial::Memory,
     /// Its shutdown window as its monitor learned it, which a hand-off to it fits into.
     pub shutdown_window: LearnedWindow,
+    /// Its latest re-entry window, which paces this node's new connections to it after it
+    /// turned ready again.
+    pub reentry: Reentry,
 }
 
 /// The proxy's per-backend counts: plain atomics (the relay path touches nothing else), read by
@@ -238,9 +246,17 @@ impl Snapshot {
         self.backends.iter().position(|b| b.spec.id == *id)
     }
 
-    /// The picker's input: a plain copy of what it needs, with active counts read now.
+    /// The picker's input: a plain copy of what it needs, with active counts read now; no
+    /// re-entry paced (for the decisions that are not a new connection's).
     pub fn candidates(&self) -> Vec<Candidate> {
+        self.candidates_at(None)
+    }
+
+    /// [`Snapshot::candidates`] for a new connection at `now`: ready backends in a re-entry
+    /// window that paces them now are marked so.
+    fn candidates_at(&self, now: Option<Instant>) -> Vec<Candidate> {
         let zone = self.routing.zone_name();
+        let len = self.routing.reentry_window;
         self.backends
             .iter()
             .map(|b| Candidate {
@@ -249,6 +265,8 @@ impl Snapshot {
                 local: zone.is_some() && b.spec.zone.as_deref() == zone,
                 latency: b.health.latency,
                 active: b.live.active.load(Ordering::Relaxed),
+                paced: b.health.state == State::Ready
+                    && now.is_some_and(|now| b.live.reentry.paces(len, now)),
             })
             .collect()
     }
@@ -260,8 +278,13 @@ impl Snapshot {
 
     /// A new connection's whole dial order: [`Snapshot::pick`], and the backends it goes on to
     /// when every ready one fails to dial (failing open), worked out only if it comes to that.
-    pub fn order(&self, rr: usize) -> Order {
-        Order::new(self.candidates(), self.routing.when_none_ready, rr)
+    /// Ready backends whose re-entry paces them at `now` are ranked after the others.
+    pub fn order(&self, rr: usize, now: Instant) -> Order {
+        Order::new(
+            self.candidates_at(Some(now)),
+            self.routing.when_none_ready,
+            rr,
+        )
     }
 }
 

@@ -40,7 +40,7 @@
 //! the import that breaks it, and a module missing from the list:
 //!
 //! ```text
-//! layer 0: accept eviction jitter signals stall verdict visible watched_file
+//! layer 0: accept eviction jitter pacing signals stall verdict visible watched_file
 //! layer 1: atomic_write dial pick relay
 //! layer 2: backend
 //! layer 3: config metrics
@@ -75,6 +75,7 @@ pub mod health;
 pub(crate) mod https;
 pub(crate) mod jitter;
 pub(crate) mod metrics;
+pub mod pacing;
 pub mod pick;
 pub(crate) mod proxy;
 pub(crate) mod relay;

@@ -42,6 +42,8 @@ pub struct Candidate {
     pub latency: Option<Duration>,
     /// Connections currently relayed to it.
     pub active: usize,
+    /// Its re-entry is paced now ([`crate::pacing`]): ranked after the ready backends that are not.
+    pub paced: bool,
 }
 
 /// The picker's answer: indices into the candidate slice, best first.
@@ -81,7 +83,7 @@ impl Pick {
 ///
 /// let ms = |n| Some(Duration::from_millis(n));
 /// let reach = Some(Reach::answered(200, Duration::ZERO));
-/// let c = |state, local, latency| Candidate { state, reach, local, latency, active: 0 };
+/// let c = |state, local, latency| Candidate { state, reach, local, latency, active: 0, paced: false };
 /// let local_no_quorum = c(State::Unready, true, ms(0));
 /// let remote_near = c(State::Ready, false, ms(23));
 /// let remote_far = c(State::Ready, false, ms(43));
@@ -93,7 +95,9 @@ pub fn pick(cands: &[Candidate], when_none_ready: WhenNoneReady, rr: usize) -> P
         .filter(|&i| cands[i].state == State::Ready)
         .collect();
     if !ready.is_empty() {
-        return Pick::Ready(order(cands, ready, rr));
+        let mut o = order(cands, ready, rr);
+        o.sort_by_key(|&i| cands[i].paced); // stable: each part keeps its order
+        return Pick::Ready(o);
     }
     let out = not_ready(cands, when_none_ready, rr);
     if out.is_empty() {
@@ -112,7 +116,7 @@ pub fn pick(cands: &[Candidate], when_none_ready: WhenNoneReady, rr: usize) -> P
 /// use readyprism::verdict::{Reach, State};
 /// use readyprism::pick::{fallback, Candidate, WhenNoneReady};
 ///
-/// let c = |state, reach| Candidate { state, reach: Some(reach), local: false, latency: None, active: 0 };
+/// let c = |state, reach| Candidate { state, reach: Some(reach), local: false, latency: None, active: 0, paced: false };
 /// let answered = Reach::answered(500, Duration::ZERO);
 /// let cands = [c(State::Ready, answered), c(State::Unready, Reach::Unreached), c(State::Unready, answered)];
 /// assert_eq!(fallback(&cands, WhenNoneReady::FailOpen, 0), vec![2, 1]);
@@ -153,6 +157,31 @@ impl Order {
         &self.pick
     }
 
+    /// The ready backend that would have come first had its re-entry not been paced, when the
+    /// pick goes to one that is not: the connection was sent elsewhere because of it.
+    ///
+    /// ```
+    /// use readyprism::verdict::{Reach, State};
+    /// use readyprism::pick::{Candidate, Order, WhenNoneReady};
+    ///
+    /// let reach = Some(Reach::answered(200, std::time::Duration::ZERO));
+    /// let c = |local, paced| Candidate { state: State::Ready, reach, local, latency: None, active: 0, paced };
+    /// let o = Order::new(vec![c(false, false), c(true, true)], WhenNoneReady::FailOpen, 0);
+    /// assert_eq!(o.pick().order(), &[0, 1]);
+    /// assert_eq!(o.deferred(), Some(1));
+    /// ```
+    pub fn deferred(&self) -> Option<usize> {
+        let Pick::Ready(o) = &self.pick else {
+            return None;
+        };
+        let first = *o.first()?;
+        if self.cands[first].paced || !o.iter().any(|&i| self.cands[i].paced) {
+            return None;
+        }
+        let unpaced = order(&self.cands, o.clone(), self.rr);
+        unpaced.first().copied().filter(|&i| self.cands[i].paced)
+    }
+
     /// Where to go once [`Order::pick`]'s order is exhausted: the [`fallback`] after a ready
     /// pick, nowhere after any other (not-ready backends were in the pick already).
     ///
@@ -161,7 +190,7 @@ impl Order {
     /// use readyprism::pick::{Candidate, Order, WhenNoneReady};
     ///
     /// let reach = Some(Reach::answered(200, std::time::Duration::ZERO));
-    /// let c = |state| Candidate { state, reach, local: false, latency: None, active: 0 };
+    /// let c = |state| Candidate { state, reach, local: false, latency: None, active: 0, paced: false };
     /// let some_ready = Order::new(vec![c(State::Ready), c(State::Unready)], WhenNoneReady::FailOpen, 0);
     /// assert_eq!(some_ready.fallback(), vec![1]);
     /// let none_ready = Order::new(vec![c(State::Unready)], WhenNoneReady::FailOpen, 0);
@@ -265,6 +294,7 @@ mod tests {
             local,
             latency: ms.map(Duration::from_millis),
             active,
+            paced: false,
         }
     }
 
@@ -331,6 +361,35 @@ mod tests {
             ),
             ("empty refuses", vec![], FailOpen, Pick::Refuse),
             (
+                "a paced local backend after the ready remote ones, before the failing ones",
+                vec![
+                    Candidate {
+                        paced: true,
+                        ..c(true, true, Some(1), 0)
+                    },
+                    c(true, false, Some(43), 0),
+                    c(false, false, Some(2), 0),
+                    c(true, false, Some(23), 0),
+                ],
+                FailOpen,
+                Pick::Ready(vec![3, 1, 0]),
+            ),
+            (
+                "every ready backend paced: still the ready order",
+                vec![
+                    Candidate {
+                        paced: true,
+                        ..c(true, false, Some(43), 0)
+                    },
+                    Candidate {
+                        paced: true,
+                        ..c(true, true, Some(40), 0)
+                    },
+                ],
+                FailOpen,
+                Pick::Ready(vec![1, 0]),
+            ),
+            (
                 "unchecked before known failing when failing open",
                 vec![
                     c(false, true, Some(1), 0),
@@ -378,6 +437,31 @@ mod tests {
         for (name, cands, policy, want) in cases {
             assert_eq!(pick(&cands, policy, 0), want, "{name}");
         }
+    }
+
+    #[test]
+    fn a_connection_is_deferred_only_by_a_paced_backend_it_would_have_gone_to() {
+        let paced = |local, ms| Candidate {
+            paced: true,
+            ..c(true, local, Some(ms), 0)
+        };
+        let order = |cands: Vec<Candidate>| Order::new(cands, WhenNoneReady::FailOpen, 0);
+        // Local and paced: the remote one gets the connection because of it.
+        assert_eq!(
+            order(vec![c(true, false, Some(40), 0), paced(true, 1)]).deferred(),
+            Some(1)
+        );
+        // Paced but behind a faster unpaced one anyway: nobody was deferred.
+        assert_eq!(
+            order(vec![c(true, true, Some(1), 0), paced(true, 40)]).deferred(),
+            None
+        );
+        // Every ready backend paced: the connection waits instead.
+        assert_eq!(
+            order(vec![paced(true, 1), paced(false, 9)]).deferred(),
+            None
+        );
+        assert_eq!(order(vec![c(true, true, Some(1), 0)]).deferred(), None);
     }
 
     #[test]

@@ -47,6 +47,7 @@ fn candidate() -> impl Strategy<Value = Candidate> {
             local,
             latency: us.map(Duration::from_micros),
             active,
+            paced: false,
         })
 }
 
@@ -87,6 +88,27 @@ proptest! {
         for part in [State::Ready, State::Unknown] {
             let locals: Vec<bool> = order.iter().filter(|&&i| cands[i].state == part).map(|&i| cands[i].local).collect();
             prop_assert!(locals.windows(2).all(|w| w[0] || !w[1]), "{part:?}: {locals:?}");
+        }
+    }
+
+    #[test]
+    fn pacing_only_moves_paced_ready_backends_behind_the_others(
+        cands in proptest::collection::vec(candidate(), 0..12),
+        paced in proptest::collection::vec(any::<bool>(), 12),
+        policy in policy(), rr in 0usize..100
+    ) {
+        let unpaced = pick(&cands, policy, rr);
+        let marked: Vec<Candidate> = cands.iter().zip(&paced).map(|(c, &p)| Candidate { paced: p, ..*c }).collect();
+        let got = pick(&marked, policy, rr);
+        match (&unpaced, &got) {
+            (Pick::Ready(before), Pick::Ready(after)) => {
+                // The order without pacing, split stably: the unpaced ready ones, then the paced.
+                let (mut want, behind): (Vec<usize>, Vec<usize>) = before.iter().partition(|&&i| !paced[i]);
+                want.extend(behind);
+                prop_assert_eq!(after, &want);
+            }
+            // Pacing marks only matter among ready backends.
+            _ => prop_assert_eq!(&unpaced, &got),
         }
     }
 

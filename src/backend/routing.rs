@@ -32,7 +32,13 @@ pub struct Routing {
     /// The health checks' steady interval: after a spell with no backend ready, connections on a
     /// backend still unready (and not rising) this long after the first turned ready are moved.
     pub probe_interval: Duration,
+    /// A backend that turns ready again takes this node's new connections paced over this
+    /// window ([`crate::pacing`]); zero: not paced.
+    pub reentry_window: Duration,
 }
+
+/// `reentry_window` unless the config says otherwise. Why 5 s: `docs/config.md`, "Paced re-entry".
+pub const DEFAULT_REENTRY_WINDOW: Duration = Duration::from_secs(5);
 
 /// `dead_path_timeout` unless the config says otherwise. Why 10 s: `docs/config.md`, "Dead paths".
 pub const DEFAULT_DEAD_PATH_TIMEOUT: Duration = Duration::from_secs(10);
@@ -117,6 +123,7 @@ impl Default for Routing {
             dead_path_timeout: Some(DEFAULT_DEAD_PATH_TIMEOUT),
             handoff_window: Duration::from_secs(5),
             probe_interval: Duration::from_secs(5),
+            reentry_window: DEFAULT_REENTRY_WINDOW,
         }
     }
 }

@@ -264,6 +264,7 @@ impl Config {
                 self.routing.dead_path_timeout.unwrap_or_default(),
             )),
             handoff_window: d(self.routing.handoff_window),
+            reentry_window: d(self.routing.reentry_window),
             discovery: Some(self.discovery.to_raw()),
             allow_remote_admin: self.allow_remote_admin.then_some(true),
             status_file: Some(

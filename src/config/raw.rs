@@ -32,6 +32,7 @@ pub struct RawConfig {
     pub failback_after: Option<DurationValue>,
     pub dead_path_timeout: Option<DurationValue>,
     pub handoff_window: Option<DurationValue>,
+    pub reentry_window: Option<DurationValue>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub discovery: Option<RawDiscovery>,
     #[serde(skip_serializing_if = "Option::is_none")]

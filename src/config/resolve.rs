@@ -31,6 +31,11 @@ const FAILBACK_AFTER: (Duration, Duration) = (Duration::from_secs(60), Duration:
 /// `handoff_window`: 5 s, at most 10 minutes; 0 s closes a draining backend's connections at
 /// once. Must be shorter than the apiservers' `--shutdown-delay-duration` (not known here).
 const HANDOFF_WINDOW: (Duration, Duration) = (Duration::from_secs(5), Duration::from_secs(600));
+/// `reentry_window`: 5 s, at most 10 minutes; 0 s paces nothing.
+const REENTRY_WINDOW: (Duration, Duration) = (
+    crate::backend::DEFAULT_REENTRY_WINDOW,
+    Duration::from_secs(600),
+);
 /// `shutdown_grace`: 5 s, at most 10 minutes (a drain longer than that is a liability).
 const SHUTDOWN_GRACE: (Duration, Duration) = (Duration::from_secs(5), Duration::from_secs(600));
 
@@ -147,6 +152,8 @@ impl Resolver<'_> {
             self.duration("failback_after", raw.failback_after, FAILBACK_AFTER, true)?;
         let handoff_window =
             self.duration("handoff_window", raw.handoff_window, HANDOFF_WINDOW, true)?;
+        let reentry_window =
+            self.duration("reentry_window", raw.reentry_window, REENTRY_WINDOW, true)?;
         let discovery = self.discovery(raw.discovery)?;
         let status_file_set = raw.status_file.is_some();
         let status_file = self.status_file(raw.status_file)?;
@@ -162,6 +169,7 @@ impl Resolver<'_> {
             dead_path_timeout: self.dead_path_timeout(raw.dead_path_timeout)?,
             handoff_window,
             probe_interval: health.interval,
+            reentry_window,
             ..Routing::default()
         };
         routing.zone = zone;

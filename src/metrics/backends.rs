@@ -89,7 +89,7 @@ type NoExemplar = prometheus_client::encoding::NoLabelSet;
 type Read = fn(&Backend) -> u64;
 
 /// The per-backend counters with only a `backend` label: name, help, and how to read it.
-const COUNTERS: [(&str, &str, Read); 6] = [
+const COUNTERS: [(&str, &str, Read); 7] = [
     (
         "connections",
         "Client connections relayed to the backend",
@@ -114,6 +114,11 @@ const COUNTERS: [(&str, &str, Read); 6] = [
         "confirm_probes",
         "Probes made at once to confirm the backend as the escape route of an unready backend's connections (at most one per probe interval)",
         |b| b.live.inbox.confirms_made(),
+    ),
+    (
+        "reentry_deferred",
+        "New client connections sent to another ready backend because this one had just turned ready again and its re-entry from this node was paced (reentry_window)",
+        |b| b.live.reentry.deferred(),
     ),
     (
         "backend_closed_without_shutdown_window",

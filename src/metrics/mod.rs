@@ -67,6 +67,11 @@ pub struct Metrics {
     pub rejected_all_dials_failed: Counter,
     /// Client connections relayed to a backend known to fail its checks (failing open).
     pub failed_open: Counter,
+    /// Client connections that waited for a re-entry token because every ready backend's
+    /// re-entry was paced ([`crate::pacing`]).
+    pub reentry_waits: Counter,
+    /// Seconds those connections waited, in all.
+    pub reentry_wait_seconds: Counter<f64, std::sync::atomic::AtomicU64>,
     /// Admin connections closed at the connection cap to let a newcomer in.
     pub admin_shed: Counter,
     reloads: Family<ResultLabel, Counter>,
@@ -97,6 +102,8 @@ impl Metrics {
                 reason: "all_dials_failed",
             }),
             failed_open: Counter::default(),
+            reentry_waits: Counter::default(),
+            reentry_wait_seconds: Counter::default(),
             admin_shed: Counter::default(),
             reloads: Family::default(),
             discovery_polls: Family::default(),
@@ -123,6 +130,10 @@ impl Metrics {
                 rejected;
             "connections_failed_open", "Client connections relayed to a backend failing its checks because none was ready",
                 m.failed_open.clone();
+            "reentry_waits", "Client connections that waited for a re-entry token because every ready backend had just turned ready again and was paced (reentry_window); at most the window each",
+                m.reentry_waits.clone();
+            "reentry_wait_seconds", "Seconds client connections waited for a re-entry token, in all",
+                m.reentry_wait_seconds.clone();
             "admin_connections_shed", "Admin connections closed at the connection cap to let a newcomer in (the one longest without a request)",
                 m.admin_shed.clone();
             "config_reloads", "Config reloads by result",

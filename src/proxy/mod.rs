@@ -7,6 +7,7 @@
 //! errors end in its own task. Does not own the order (`pick`), the byte pump (`relay`), the
 //! dial (`dial`) or the eviction protocol (`eviction`).
 
+mod paced;
 mod quiet;
 mod race;
 mod record;
@@ -20,6 +21,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::net::{TcpListener, TcpStream};
+use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
@@ -149,8 +151,15 @@ impl Proxy {
         record.number(seq);
         // A second plan only if the first lost targets to an eviction while we dialed: the new
         // snapshot then has the backends that replaced them.
-        for _ in 0..2 {
-            let plan = self.plan(seq);
+        for again in [false, true] {
+            let plan = if again {
+                self.plan(seq)
+            } else {
+                match self.paced_plan(seq).await {
+                    Some(plan) => plan,
+                    None => return Err(End::Shutdown),
+                }
+            };
             if plan.order.pick().order().is_empty() {
                 self.metrics.rejected_no_backend.inc();
                 return Err(End::NoReadyBackend);
@@ -188,9 +197,31 @@ impl Proxy {
     fn plan(&self, seq: usize) -> Picked {
         let snap = self.table.load();
         Picked {
-            order: snap.order(seq),
+            order: snap.order(seq, Instant::now()),
             snap,
         }
+    }
+
+    /// A new connection's first plan. When every ready backend's re-entry is paced, the plan
+    /// made after waiting for the soonest token: at most the re-entry window, once per
+    /// connection, counted. `None` if shutdown cuts the wait.
+    async fn paced_plan(&self, seq: usize) -> Option<Picked> {
+        let plan = self.plan(seq);
+        let began = Instant::now();
+        let Some(at) = plan.paced_until(began) else {
+            plan.count_deferred();
+            return Some(plan);
+        };
+        drop(plan);
+        self.metrics.reentry_waits.inc();
+        tokio::select! {
+            _ = self.cut.cancelled() => return None,
+            () = tokio::time::sleep_until(at) => {}
+        }
+        self.metrics
+            .reentry_wait_seconds
+            .inc_by(began.elapsed().as_secs_f64());
+        Some(self.plan(seq))
     }
 
     /// Dials the targets in order until one connects, before any byte is relayed: the picker's
@@ -217,6 +248,7 @@ impl Proxy {
                 continue;
             };
             record.dialing();
+            plan.take_token(index, Instant::now());
             let tally = Tally::default();
             let dial = crate::dial::connect(
                 &t.spec.host,

@@ -171,6 +171,7 @@ impl Table {
                         live.inbox.set_remote(remote);
                     }
                 }
+                Effect::Reentry(live, at) => live.reentry.open(at),
                 Effect::Recent(turned) => self.recent.push(turned),
                 // The reloader may have given up waiting; nothing to undo.
                 Effect::Done(done) => drop(done.send(())),

@@ -77,6 +77,12 @@ impl Change {
         self.after.state == State::Unready && self.was(State::Unready)
     }
 
+    /// Turned ready from unready: its re-entry is paced ([`crate::pacing`]). Not from unknown:
+    /// a backend seen for the first time (start-up, discovery) has no herd waiting for it.
+    pub fn returned(&self) -> bool {
+        self.after.state == State::Ready && self.was(State::Unready)
+    }
+
     /// As the previous snapshot showed it, `test` held.
     fn was_seen(&self, test: fn(Seen) -> bool) -> bool {
         self.before.is_some_and(test)

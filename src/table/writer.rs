@@ -60,6 +60,9 @@ pub enum Effect {
     /// Tell each backend's monitor whether it may probe at the remote cadence
     /// ([`super::cadence`]).
     Cadence(Vec<(Arc<BackendLive>, bool)>),
+    /// Open the backend's re-entry window at this instant: it turned ready from unready
+    /// ([`crate::pacing`]).
+    Reentry(Arc<BackendLive>, Instant),
     /// Keep these state transitions for the admin page.
     Recent(Vec<recent::Transition>),
     /// Tell the reloader its snapshot is published.
@@ -259,7 +262,7 @@ impl Writer {
         now: Instant,
         fx: &mut Effects,
     ) {
-        let applied = self.apply(old, next, fx);
+        let applied = self.apply(old, next, now, fx);
         self.silence.observe(&self.snap, now);
         let (began, call_off) = (&applied.handed_off, &applied.call_off);
         self.handoffs.apply(&self.snap, began, call_off, now, fx);
@@ -404,7 +407,13 @@ impl Writer {
 
     /// Decides what `next` means compared with `old`, then applies it: stamp evicted backends
     /// with their next epoch, set gauges, log the alarm, publish, and only then bump.
-    fn apply(&mut self, old: &Snapshot, mut next: Snapshot, fx: &mut Effects) -> Applied {
+    fn apply(
+        &mut self,
+        old: &Snapshot,
+        mut next: Snapshot,
+        now: Instant,
+        fx: &mut Effects,
+    ) -> Applied {
         next.generation = old.generation + 1;
         let changes: Vec<Change> = next
             .backends
@@ -479,6 +488,12 @@ impl Writer {
                 .map(|&(i, _)| i)),
             call_off: ids(&mut decision.call_off.iter().copied()),
         };
+        // Before the publish that shows them ready, so no new connection sees them unpaced.
+        for (b, c) in next.backends.iter().zip(&changes) {
+            if c.returned() && !next.routing.reentry_window.is_zero() {
+                fx.push(Effect::Reentry(b.live.clone(), now));
+            }
+        }
         self.publish(next, bumps, fx);
         fx.push(Effect::Recent(turned));
         applied

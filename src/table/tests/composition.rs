@@ -427,3 +427,88 @@ fn a_backend_falling_silent_while_others_answer_moves_at_once() {
         h.bumps
     );
 }
+
+/// `backends` with `reentry_window` as given; `back` falls unready at 1 s and answers ready
+/// again from 12 s: stepped to the moment it turns ready.
+fn back_from_unready(backends: &[(&str, &str)], back: &str, window: Duration) -> Step {
+    let mut h = Step::new("dc-b", backends, |r| r.reentry_window = window);
+    h.run_to(s(1.0));
+    h.set(back, Truth::Unready);
+    h.run_to(s(12.0));
+    assert_eq!(h.state(back), State::Unready);
+    h.set(back, Truth::Ready);
+    let mut at = s(12.0);
+    while h.state(back) != State::Ready {
+        at += s(0.01);
+        assert!(at < s(30.0), "{back} never turned ready");
+        h.run_to(at);
+    }
+    h
+}
+
+/// The node's own apiserver comes back from unready: new connections from this node go on to
+/// the remote one until the node's gate in the re-entry window, then home again; a backend seen
+/// ready for the first time (start-up) is not paced. (The gate's phase is drawn per backend:
+/// in (0, 1) but for a 2^-53 chance.)
+#[test]
+fn a_backend_back_from_unready_is_paced_until_the_nodes_gate() {
+    let window = s(5.0);
+    let mut start = Step::new("dc-b", &[(DC_A, "dc-a"), (DC_B, "dc-b")], |r| {
+        r.reentry_window = window
+    });
+    start.run_to(s(1.0));
+    assert_eq!(
+        start.first_pick(),
+        (DC_B.to_string(), false),
+        "start-up is not paced"
+    );
+    let mut h = back_from_unready(&[(DC_A, "dc-a"), (DC_B, "dc-b")], DC_B, window);
+    let back = h.elapsed();
+    let gate = back + window.mul_f64(h.phase(DC_B));
+    assert_eq!(
+        h.first_pick(),
+        (DC_A.to_string(), false),
+        "paced: to the remote one"
+    );
+    h.run_to(back + (gate - back) / 2);
+    assert_eq!(
+        h.first_pick(),
+        (DC_A.to_string(), false),
+        "still before the gate"
+    );
+    h.run_to(gate);
+    assert_eq!(
+        h.first_pick(),
+        (DC_B.to_string(), false),
+        "home from the gate on"
+    );
+}
+
+/// Every ready backend just back (a spell with none ready ends): a new connection waits for
+/// the soonest gate, never past the window.
+#[test]
+fn after_a_spell_with_none_ready_the_first_connections_wait_at_most_the_window() {
+    let window = s(5.0);
+    let mut h = back_from_unready(&[(DC_B, "dc-b")], DC_B, window);
+    let back = h.elapsed();
+    let gate = back + window.mul_f64(h.phase(DC_B));
+    assert!(gate <= back + window);
+    assert_eq!(
+        h.first_pick(),
+        (DC_B.to_string(), true),
+        "waits at {back:?}"
+    );
+    h.run_to(gate);
+    assert_eq!(
+        h.first_pick(),
+        (DC_B.to_string(), false),
+        "goes at the gate, {gate:?}"
+    );
+}
+
+/// `reentry_window: 0s` paces nothing.
+#[test]
+fn a_zero_window_paces_nothing() {
+    let h = back_from_unready(&[(DC_A, "dc-a"), (DC_B, "dc-b")], DC_B, Duration::ZERO);
+    assert_eq!(h.first_pick(), (DC_B.to_string(), false));
+}
