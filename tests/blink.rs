@@ -17,7 +17,10 @@ use crate::support::*;
 
 /// Probes every second; a rise takes two more at one second each, so a backend that recovers
 /// with another is still rising (or ready) one interval after the other turned ready.
-const HEALTH: &str = "health: { interval: 1s, timeout: 800ms, fast_interval: 1s, rise: 3 }\n";
+/// Not paced on re-entry (`reentry_window: 0s`): these tests place connections by zone order
+/// right after a backend turns ready (pacing: `tests/reentry.rs`).
+const HEALTH: &str =
+    "health: { interval: 1s, timeout: 800ms, fast_interval: 1s, rise: 3 }\nreentry_window: 0s\n";
 
 /// Two ready apiservers, `a` in this node's zone and `b` not, with a connection on each.
 struct Blink {

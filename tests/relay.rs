@@ -62,7 +62,8 @@ fn a_backend_that_resets_its_connection_has_the_client_reset_too_not_ended() {
 #[tokio::test]
 async fn connections_to_a_backend_are_closed_within_a_second_of_it_turning_unready() {
     let lab = Lab::new();
-    let (local, _remote, app) = lab.local_and_remote("").await;
+    // Not paced when local is back (pacing: `tests/reentry.rs`).
+    let (local, _remote, app) = lab.local_and_remote("reentry_window: 0s\n").await;
     let proxy = app.listen_addrs()[0];
     let mut on_local = Vec::new();
     for _ in 0..5 {

@@ -38,7 +38,8 @@ async fn a_learned_shutdown_window_shortens_the_next_hand_off_to_that_apiserver(
     let yaml = lab.yaml(
         "dc-a",
         &[(addr(&a), "dc-a"), (addr(&b), "dc-b")],
-        "handoff_window: 10m\n",
+        // Not paced when `a` is back (pacing: `tests/reentry.rs`).
+        "handoff_window: 10m\nreentry_window: 0s\n",
     );
     let app = lab.start(&yaml).await;
     wait_states(&app, &[State::Ready, State::Ready]).await;

@@ -36,6 +36,7 @@ mod picking;
 mod properties;
 mod real_apiserver;
 mod records;
+mod reentry;
 mod relay;
 mod shutdown_window;
 mod sim_shutdown;

@@ -143,6 +143,10 @@ pub struct BackendStatus {
     /// Omitted until one was learned.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub shutdown_window_s: Option<f64>,
+    /// Back from unready, this node's new connections to it are paced (`reentry_window`): the
+    /// seconds until it takes the next one. Omitted when not paced.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reentry_paced_for_s: Option<f64>,
 }
 
 fn is_zero(n: &u32) -> bool {
@@ -204,6 +208,7 @@ impl StatusDoc {
         config: Option<ConfigStatus>,
     ) -> StatusDoc {
         let pick = snap.pick(0);
+        let now = tokio::time::Instant::now();
         let failing = |i: &usize| snap.backends[*i].health.state == State::Unready;
         let mode = match &pick {
             Pick::Ready(_) => Mode::Normal,
@@ -248,6 +253,12 @@ impl StatusDoc {
                     .shutdown_window
                     .get()
                     .map(|w| (w.as_secs_f64() * 10.0).round() / 10.0),
+                reentry_paced_for_s: b
+                    .live
+                    .reentry
+                    .admits_at(snap.routing.reentry_window, now)
+                    .filter(|_| b.health.state == State::Ready)
+                    .map(|at| ((at - now).as_secs_f64() * 1000.0).round() / 1000.0),
             })
             .collect();
         StatusDoc {
@@ -347,6 +358,7 @@ impl BackendStatus {
             failing_checks: Vec::new(),
             failing_checks_more: 0,
             shutdown_window_s: None,
+            reentry_paced_for_s: None,
         }
     }
 }

@@ -23,12 +23,31 @@ pub struct Reentry {
     deferred: AtomicU64,
 }
 
+/// Pins every backend's phase to one fraction in [0, 1): for labs and tests that must know
+/// where the gate falls (a herd bench gives its nodes phases spread evenly).
+pub const PHASE_ENV: &str = "READYPRISM_REENTRY_PHASE";
+
 impl Default for Reentry {
+    /// A phase drawn afresh (per node and backend), unless [`PHASE_ENV`] pins it.
     fn default() -> Self {
         use std::hash::BuildHasher;
-        let bits = std::collections::hash_map::RandomState::new().hash_one("reentry");
-        Reentry::with_phase(crate::jitter::unit(crate::jitter::mix(bits)))
+        let drawn = || {
+            let bits = std::collections::hash_map::RandomState::new().hash_one("reentry");
+            crate::jitter::unit(crate::jitter::mix(bits))
+        };
+        Reentry::with_phase(pinned_phase().unwrap_or_else(drawn))
     }
+}
+
+/// [`PHASE_ENV`] as read once, if it holds a fraction in [0, 1).
+fn pinned_phase() -> Option<f64> {
+    static PINNED: std::sync::OnceLock<Option<f64>> = std::sync::OnceLock::new();
+    *PINNED.get_or_init(|| {
+        std::env::var(PHASE_ENV)
+            .ok()
+            .and_then(|v| v.parse::<f64>().ok())
+            .filter(|p| (0.0..1.0).contains(p))
+    })
 }
 
 impl Reentry {

@@ -30,8 +30,17 @@ impl Proc {
         Proc::start_under(&[], config)
     }
 
+    /// Like [`Proc::start`], with `env` set for the process.
+    pub fn start_with_env(config: &std::path::Path, env: &[(&str, &str)]) -> Proc {
+        Proc::spawn(&[], config, env)
+    }
+
     /// Like [`Proc::start`], run under a wrapper command (e.g. `prlimit --nofile=64 --`).
     pub fn start_under(wrapper: &[&str], config: &std::path::Path) -> Proc {
+        Proc::spawn(wrapper, config, &[])
+    }
+
+    fn spawn(wrapper: &[&str], config: &std::path::Path, env: &[(&str, &str)]) -> Proc {
         let bin = env!("CARGO_BIN_EXE_readyprism");
         let mut command = match wrapper.split_first() {
             Some((program, args)) => {
@@ -52,6 +61,7 @@ impl Proc {
             ])
             .arg(config)
             .env_remove("READYPRISM_ZONE")
+            .envs(env.iter().copied())
             // A group of its own, which drop kills whole: under a wrapper the child is the
             // wrapper, and killing it alone leaves readyprism running (strace detaches it).
             .process_group(0)
