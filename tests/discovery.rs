@@ -64,13 +64,13 @@ fn wait_listed(
 /// A connection through the balancer that landed on `name` (new connections share the zone).
 fn held_on(
     rt: &tokio::runtime::Runtime,
-    p: &Proc,
+    p: &impl Balancer,
     name: &str,
 ) -> tokio::io::BufReader<tokio::net::TcpStream> {
     rt.block_on(eventually(
         "a connection lands on the discovered backend",
         || async {
-            raw(p.listen)
+            raw(p.listen())
                 .await
                 .filter(|(_, n)| n == name)
                 .map(|(s, _)| s)
@@ -81,8 +81,8 @@ fn held_on(
 /// A static backend `a` and a discovered one `b`, both listed by every answer, the balancer
 /// running on `file` with `b` listed and ready. Bind every field (`_lab`, not `_`): one left
 /// unbound is dropped at once. Bindings drop in reverse order: the balancer first.
-struct Discovered {
-    p: Proc,
+struct Discovered<P> {
+    p: P,
     a: FakeApiserver,
     b: FakeApiserver,
     file: std::path::PathBuf,
@@ -90,14 +90,13 @@ struct Discovered {
     rt: tokio::runtime::Runtime,
 }
 
-fn discovered() -> Discovered {
+fn discovered<P: Balancer>(start: impl FnOnce(&std::path::Path) -> P) -> Discovered<P> {
     let rt = tokio::runtime::Runtime::new().expect("runtime");
     let lab = Lab::new();
     let (a, file) = lab.fake_and_config(&rt, "discovery.yaml", DISCOVERY);
     let b = rt.block_on(lab.fake("b"));
     serve(&[&a, &b], &[&a, &b]);
-    // A process: one test reloads it with a hang-up.
-    let p = Proc::start(&file);
+    let p = start(&file);
     wait_listed(&rt, &p, &b, BackendSource::Discovered);
     Discovered {
         p,
@@ -118,7 +117,7 @@ fn a_discovered_backend_is_listed_until_three_good_answers_without_it() {
         b,
         file: _file,
         p,
-    } = discovered();
+    } = discovered(Running::start);
     let doc = status(&p);
     assert_eq!(
         doc.backends.len(),
@@ -197,7 +196,7 @@ fn a_discovered_backend_is_listed_until_three_good_answers_without_it() {
 }
 
 /// The `/metrics` lines that name `f` (as a label value).
-fn series_naming(p: &Proc, f: &FakeApiserver) -> Vec<String> {
+fn series_naming(p: &impl Balancer, f: &FakeApiserver) -> Vec<String> {
     let needle = format!("\"{}\"", addr(f));
     blocking_get(p.admin(), "/metrics")
         .1
@@ -216,7 +215,7 @@ fn a_backend_discovery_removes_leaves_no_series_in_metrics() {
         b,
         file: _file,
         p,
-    } = discovered();
+    } = discovered(Running::start);
     let mut held = held_on(&rt, &p, "b");
     // Probed, ready and carrying a connection: every per-backend family names it.
     let named = series_naming(&p, &b);
@@ -375,7 +374,7 @@ fn a_reload_keeps_discovered_backends_with_their_connections() {
         b,
         file,
         p,
-    } = discovered();
+    } = discovered(Proc::start); // A process: reloaded with a hang-up.
     let mut held = held_on(&rt, &p, "b");
     let edited = std::fs::read_to_string(&file).expect("read") + "shutdown_grace: 2s\n";
     std::fs::write(&file, edited).expect("write");

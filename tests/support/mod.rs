@@ -88,6 +88,8 @@ pub fn stderr(o: &std::process::Output) -> String {
 pub trait Balancer {
     /// The bound admin listener.
     fn admin(&self) -> std::net::SocketAddr;
+    /// The first bound client listener.
+    fn listen(&self) -> std::net::SocketAddr;
     /// Every JSON log line so far.
     fn logs(&self) -> Vec<serde_json::Value>;
     /// Waits for a log line with `message` for which `pred` holds; returns it.
@@ -101,6 +103,9 @@ pub trait Balancer {
 impl Balancer for Running {
     fn admin(&self) -> std::net::SocketAddr {
         self.admin
+    }
+    fn listen(&self) -> std::net::SocketAddr {
+        self.listen
     }
     fn logs(&self) -> Vec<serde_json::Value> {
         Running::logs(self)
@@ -117,6 +122,9 @@ impl Balancer for Running {
 impl Balancer for process::Proc {
     fn admin(&self) -> std::net::SocketAddr {
         self.admin
+    }
+    fn listen(&self) -> std::net::SocketAddr {
+        self.listen
     }
     fn logs(&self) -> Vec<serde_json::Value> {
         process::Proc::logs(self)
