@@ -344,27 +344,27 @@ fn an_unready_backend_failing_for_another_reason_is_logged_once() {
     drop(p);
 }
 
-/// The binary run with no status file from `node.yaml` in `lab`: its runtime and fake apiserver
-/// (kept for the test's length), its config file, and the process.
-fn running_without_a_status_file(
+/// The balancer started by `start` with no status file from `node.yaml` in `lab`: its runtime
+/// and fake apiserver (kept for the test's length), its config file, and the balancer.
+fn running_without_a_status_file<P>(
     lab: &Lab,
+    start: impl FnOnce(&Path) -> P,
 ) -> (
     tokio::runtime::Runtime,
     FakeApiserver,
     std::path::PathBuf,
-    Proc,
+    P,
 ) {
     let rt = tokio::runtime::Runtime::new().expect("runtime");
     let (a, config) = lab.fake_and_config(&rt, "node.yaml", "status_file: \"\"\n");
-    // A process: one test reloads it with a hang-up.
-    let p = Proc::start(&config);
+    let p = start(&config);
     (rt, a, config, p)
 }
 
 #[test]
 fn the_admin_port_shows_the_running_config() {
     let lab = Lab::new();
-    let (_rt, _a, _, p) = running_without_a_status_file(&lab);
+    let (_rt, _a, _, p) = running_without_a_status_file(&lab, Running::start);
     let (code, yaml) = blocking_get(p.admin, "/config");
     assert_eq!(code, 200);
     assert!(
@@ -382,7 +382,8 @@ fn the_admin_port_shows_the_running_config() {
 #[test]
 fn a_rejected_reload_shows_in_status_with_its_error() {
     let lab = Lab::new();
-    let (_rt, _a, config, p) = running_without_a_status_file(&lab);
+    // A process: the reload is a hang-up.
+    let (_rt, _a, config, p) = running_without_a_status_file(&lab, Proc::start);
     // A rejected reload shows in /status with its error; the running config stays.
     let good = std::fs::read_to_string(&config).expect("read");
     std::fs::write(&config, format!("{good}health: {{ rise: 0 }}\n")).expect("write");
