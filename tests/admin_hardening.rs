@@ -1,4 +1,4 @@
-//! The admin port and `readyprism status` against hostile input, on the real binary: a backend
+//! The admin port and `readyprism status` against hostile input, on the app run from its config file: a backend
 //! whose `/readyz` body drives terminals, an endpoint that sends absurd or oversized answers, and a
 //! local process that floods the admin port with stalled connections.
 #![allow(clippy::disallowed_types)] // OS threads and child processes, not tokio's clock
@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 
 use readyprism::admin::{HEADER_READ_TIMEOUT, MAX_CONNECTIONS};
 
-use crate::support::process::Proc;
+use crate::support::Running;
 use crate::support::*;
 
 /// `readyprism status --admin ADDR [EXTRA]`: exit code, stdout as bytes, stderr.
@@ -56,7 +56,7 @@ fn status_shows_a_hostile_readyz_body_as_visible_escapes() {
     a.control
         .readyz_answer
         .store(Some(Arc::new((500, body.to_string()))));
-    let p = Proc::start(&file);
+    let p = Running::start(&file);
     rt.block_on(poll("the hostile body is the last error", || {
         let (_, doc) = blocking_get(p.admin, "/status");
         doc.contains("owned")
@@ -198,7 +198,7 @@ fn the_admin_405_names_the_methods_it_serves() {
     let rt = tokio::runtime::Runtime::new().expect("runtime");
     let lab = Lab::new();
     let (_a, file) = lab.fake_and_config(&rt, "allow.yaml", "");
-    let p = Proc::start(&file);
+    let p = Running::start(&file);
     let mut s = TcpStream::connect(p.admin).expect("connect");
     s.write_all(b"POST /livez HTTP/1.0\r\nHost: x\r\ncontent-length: 0\r\n\r\n")
         .expect("send");
@@ -279,7 +279,7 @@ fn stalled_admin_connections_reopened_forever_cannot_starve_livez_or_readyz() {
     let rt = tokio::runtime::Runtime::new().expect("runtime");
     let lab = Lab::new();
     let (_a, file) = lab.fake_and_config(&rt, "flood.yaml", "");
-    let p = Proc::start(&file);
+    let p = Running::start(&file);
     p.wait_log("backend state changed", |v| v["fields"]["to"] == "ready");
     let began = Instant::now();
     let flood = Flood::start(p.admin, 2 * MAX_CONNECTIONS);

@@ -1,15 +1,15 @@
-//! The admin port answers only requests that name it, on the real binary: a `Host` of another
+//! The admin port answers only requests that name it, on the app run from its config file: a `Host` of another
 //! DNS name (a web page rebound to 127.0.0.1, reaching the admin port through an operator's
 //! browser on an `ssh -L` tunnel) cannot read `/status`, `/config`, `/metrics` or the page, while
 //! loopback names and addresses, `readyprism status` and kubelet's probes keep working.
 //!
-//! Blocking code on OS threads beside the child process: std's `Instant` is right here.
+//! Blocking code on OS threads beside the app's own thread: std's `Instant` is right here.
 #![allow(clippy::disallowed_types)]
 
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
 
-use crate::support::process::Proc;
+use crate::support::Running;
 use crate::support::*;
 
 /// A GET of `path` with `Host: host` on a fresh admin connection: status code and body.
@@ -40,7 +40,7 @@ fn the_admin_port_answers_only_requests_naming_it() {
     let rt = tokio::runtime::Runtime::new().expect("runtime");
     let lab = Lab::new();
     let (_a, file) = lab.fake_and_config(&rt, "host.yaml", "");
-    let p = Proc::start(&file);
+    let p = Running::start(&file);
     p.wait_log("backend state changed", |v| v["fields"]["to"] == "ready");
     let port = p.admin.port();
     for path in ["/status", "/config", "/metrics", "/"] {

@@ -1,4 +1,4 @@
-//! The admin page for people (`GET /`), on the real binary: what a backend's `/readyz` body says
+//! The admin page for people (`GET /`), on the app run from its config file: what a backend's `/readyz` body says
 //! is shown as text, never as markup; and a real browser (Debian's headless Chromium) renders a
 //! page that names every backend and its state, with a screenshot kept under `target/`.
 #![allow(clippy::disallowed_types)] // OS threads and child processes, not tokio's clock
@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::Arc;
 
-use crate::support::process::Proc;
+use crate::support::Running;
 use crate::support::*;
 
 /// The `/readyz` body of the unready backend: markup that would run if the page did not escape it.
@@ -21,7 +21,7 @@ fn admin_page_shows_a_script_in_a_readyz_reason_as_text() {
     a.control
         .readyz_answer
         .store(Some(Arc::new((500, SCRIPT_BODY.to_string()))));
-    let p = Proc::start(&file);
+    let p = Running::start(&file);
     rt.block_on(poll("the script body is the last error", || {
         let (_, doc) = blocking_get(p.admin, "/status");
         doc.contains("owned")
@@ -124,7 +124,7 @@ fn a_real_browser_shows_every_backend_with_its_state() {
             "",
         ),
     );
-    let p = Proc::start(Path::new(&file));
+    let p = Running::start(Path::new(&file));
     rt.block_on(poll("one backend ready, the other unready", || {
         let (_, doc) = blocking_get(p.admin, "/status");
         doc.contains("\"state\":\"ready\"") && doc.contains("\"state\":\"unready\"")

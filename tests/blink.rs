@@ -1,9 +1,9 @@
-//! A cluster-wide blink on the real binary: every apiserver fails `/readyz` together (an etcd
+//! A cluster-wide blink on the app run from its config file: every apiserver fails `/readyz` together (an etcd
 //! leader election, a control-plane roll). Nothing is closed, the event is logged once with each
 //! backend's failing checks and exported; when the apiservers recover, the connections that
 //! failed open to one stay there while it rises.
 //!
-//! Blocking code on OS threads beside the child process: std's `Instant` is right here.
+//! Blocking code on OS threads beside the app's own thread: std's `Instant` is right here.
 #![allow(clippy::disallowed_types)]
 
 use readyprism::sim::apiserver::FakeApiserver;
@@ -12,7 +12,7 @@ use tokio::io::BufReader;
 use tokio::net::TcpStream;
 use tokio::runtime::Runtime;
 
-use crate::support::process::Proc;
+use crate::support::Running;
 use crate::support::*;
 
 /// Probes every second; a rise takes two more at one second each, so a backend that recovers
@@ -28,7 +28,7 @@ struct Blink {
     rt: Runtime,
     a: FakeApiserver,
     b: FakeApiserver,
-    p: Proc,
+    p: Running,
     on_a: BufReader<TcpStream>,
     on_b: BufReader<TcpStream>,
 }
@@ -41,7 +41,7 @@ impl Blink {
         let file = lab.two_zone_config("blink.yaml", (&a, &b), HEALTH);
         // `a` unready at first, so the first connection goes to `b` and stays there.
         a.control.set_ready(false);
-        let p = Proc::start(&file);
+        let p = Running::start(&file);
         rt.block_on(poll("a unready, b ready", || {
             p.states() == [Unready, Ready]
         }));
@@ -174,7 +174,7 @@ fn connections_failed_open_to_a_backend_down_long_before_the_blink_move_when_ano
     let health = "health: { interval: 2s, timeout: 800ms, fast_interval: 300ms, rise: 2 }\n";
     let file = lab.two_zone_config("blink.yaml", (&x, &y), health);
     x.control.set_ready(false);
-    let p = Proc::start(&file);
+    let p = Running::start(&file);
     rt.block_on(poll("x unready, y ready", || {
         p.states() == [Unready, Ready]
     }));

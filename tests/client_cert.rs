@@ -1,11 +1,11 @@
-//! Our own client certificate, named as ours on the real binary: an expired or soon-expiring one
+//! Our own client certificate, named as ours on the app run from its config file: an expired or soon-expiring one
 //! is a WARN at start-up and at rotation, `/status` and `readyprism status` say when it expires,
 //! an apiserver refusing it reads as a refusal of ours, and a wrong server name names both sides.
 
 use readyprism::sim::pki::Issued;
 use readyprism::verdict::State;
 
-use crate::support::process::Proc;
+use crate::support::Running;
 use crate::support::*;
 
 const EXPIRED: &str = "our client certificate has expired: the apiservers will refuse it; is kubelet's certificate rotation working?";
@@ -17,13 +17,13 @@ fn write_client(lab: &Lab, cert: &Issued) {
         .expect("write client cert");
 }
 
-fn status(p: &Proc) -> serde_json::Value {
+fn status(p: &Running) -> serde_json::Value {
     serde_json::from_str(&blocking_get(p.admin, "/status").1).expect("status JSON")
 }
 
 /// Waits until `/status` satisfies `pred`; returns it.
 fn wait_status(
-    p: &Proc,
+    p: &Running,
     what: &str,
     pred: impl Fn(&serde_json::Value) -> bool,
 ) -> serde_json::Value {
@@ -51,7 +51,7 @@ fn counted_as_ours(metrics: &str, a: &readyprism::sim::apiserver::FakeApiserver)
 }
 
 /// `readyprism status`'s table for the balancer `p`, once its summary line ends with `said`.
-fn status_summary_says(p: &Proc, said: &str) -> String {
+fn status_summary_says(p: &Running, said: &str) -> String {
     let out = readyprism(&["status", "--admin", &p.admin.to_string()]);
     let table = String::from_utf8_lossy(&out.stdout).into_owned();
     let summary = table.lines().next().unwrap_or_default();
@@ -79,7 +79,7 @@ fn an_expired_client_certificate_is_named_as_ours_everywhere_it_shows() {
     let a = rt.block_on(async { readyprism::testing::fake_serving("a", strict) });
     let file = lab.path("expired.yaml");
     std::fs::write(&file, lab.yaml("dc-a", &[(addr(&a), "dc-a")], "")).expect("write");
-    let p = Proc::start(&file);
+    let p = Running::start(&file);
 
     let warned = p.wait_log(EXPIRED, |_| true);
     assert_eq!(warned["level"], "WARN");
@@ -108,7 +108,7 @@ fn a_soon_expiring_client_certificate_after_a_rotation_is_warned_about() {
     let rt = tokio::runtime::Runtime::new().expect("runtime");
     let lab = Lab::new();
     let (_a, file) = lab.fake_and_config(&rt, "soon.yaml", "");
-    let p = Proc::start(&file);
+    let p = Running::start(&file);
     p.wait_log("backend state changed", |v| v["fields"]["to"] == "ready");
     // The lab's certificate is valid for centuries: no warning, and `/status` says so.
     let doc = status(&p);

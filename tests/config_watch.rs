@@ -1,8 +1,8 @@
-//! The config file watch on the real binary: every edit applied while the file is readable
+//! The config file watch on the app run from its config file (the binary where a test needs the process): every edit applied while the file is readable
 //! (after a failed read, during start-up, with the mtime kept), retried when it names a file that
 //! comes later, and nothing at the path (a FIFO, a directory, 2 MiB) ever stalls or reloads.
 //!
-//! Blocking code on OS threads beside the child process: std's `Instant` is right here.
+//! Blocking code on OS threads beside the app's thread or child process: std's `Instant` is right here.
 #![allow(clippy::disallowed_types)]
 
 use std::path::Path;
@@ -16,21 +16,21 @@ use crate::support::*;
 const CANNOT_USE: &str = "the config file cannot be used; the running config stays";
 const REJECTED: &str = "config reload rejected; the running config stays";
 
-fn backends(p: &Proc) -> Vec<(String, Option<String>)> {
+fn backends(p: &impl Balancer) -> Vec<(String, Option<String>)> {
     let doc: readyprism::admin::StatusDoc =
-        serde_json::from_str(&blocking_get(p.admin, "/status").1).expect("status");
+        serde_json::from_str(&blocking_get(p.admin(), "/status").1).expect("status");
     doc.backends
         .into_iter()
         .map(|b| (b.address, b.zone))
         .collect()
 }
 
-fn addresses(p: &Proc) -> Vec<String> {
+fn addresses(p: &impl Balancer) -> Vec<String> {
     backends(p).into_iter().map(|(a, _)| a).collect()
 }
 
-fn reloads(p: &Proc, result: &str) -> Option<f64> {
-    let t = blocking_get(p.admin, "/metrics").1;
+fn reloads(p: &impl Balancer, result: &str) -> Option<f64> {
+    let t = blocking_get(p.admin(), "/metrics").1;
     metric(
         &t,
         "readyprism_config_reloads_total",
@@ -38,7 +38,7 @@ fn reloads(p: &Proc, result: &str) -> Option<f64> {
     )
 }
 
-fn count_logs(p: &Proc, message: &str) -> usize {
+fn count_logs(p: &impl Balancer, message: &str) -> usize {
     p.logs()
         .iter()
         .filter(|v| v["fields"]["message"] == message)
@@ -89,6 +89,7 @@ fn an_edit_whose_read_fails_is_applied_once_the_file_can_be_read() {
     let (a, b) = (rt.block_on(lab.fake("a")), rt.block_on(lab.fake("b")));
     let file = lab.path("emfile.yaml");
     std::fs::write(&file, lab.yaml("dc-a", &[(addr(&a), "dc-a")], SLOW_PROBES)).expect("write");
+    // A process: its descriptor limit is lowered with prlimit.
     let p = Proc::start(&file);
     let pid = pid_of(&file).expect("pid").to_string();
     let soft = run(
@@ -193,6 +194,7 @@ fn an_edit_during_start_up_is_applied() {
             "inject=openat:signal=SIGSTOP:when=1",
             "--",
         ];
+        // A process: strace stops its threads at their first open of the CA.
         let p = Proc::start_under(&strace, &file);
         // Resumed until the end: every thread's first open of the CA stops it (strace counts per
         // thread), and the certificate watcher reads it on a blocking-pool thread of its own.
@@ -208,7 +210,7 @@ fn a_fifo_at_the_config_path_is_warned_about_without_stopping_the_proxy_or_admin
     let rt = tokio::runtime::Runtime::new().expect("runtime");
     let lab = Lab::new();
     let (a, file) = lab.fake_and_config(&rt, "fifo.yaml", "");
-    let p = Proc::start(&file);
+    let p = Running::start(&file);
     let fifo = lab.path("fifo.yaml.fifo");
     run("mkfifo", &[&fifo.display().to_string()]);
     std::fs::rename(&fifo, &file).expect("rename");
@@ -247,7 +249,7 @@ fn a_config_over_1_mib_is_refused_whenever_it_is_read() {
             "{command}"
         );
     }
-    let p = Proc::start(&file);
+    let p = Running::start(&file);
     rename_in(&file, &big, false);
     let rejected = p.wait_log(REJECTED, |_| true);
     let err = rejected["fields"]["error"].as_str().unwrap_or_default();
@@ -269,7 +271,7 @@ fn a_same_size_edit_that_keeps_the_mtime_is_applied() {
     set_mtime(&file, mtime);
     // The watch reads the file on its first tick, as the run starts; its stamp is trusted at
     // once, the mtime being an hour old.
-    let p = Proc::start(&file);
+    let p = Running::start(&file);
     let edited = lab.yaml("dc-a", &[(addr(&a), "dc-b")], "");
     assert_eq!(
         edited.len(),
@@ -291,7 +293,7 @@ fn a_slow_in_place_write_is_applied_whole_never_as_a_rejection() {
     let (a, b) = (rt.block_on(lab.fake("a")), rt.block_on(lab.fake("b")));
     let file = lab.path("slow.yaml");
     std::fs::write(&file, lab.yaml("dc-a", &[(addr(&a), "dc-a")], "")).expect("write");
-    let p = Proc::start(&file);
+    let p = Running::start(&file);
     let next = lab.yaml("dc-a", &[(addr(&a), "dc-a"), (addr(&b), "dc-b")], "");
     // A writer that truncates, writes a head, and finishes more than a watch tick later: the
     // scenario is the pause, so it is a fixed one (nothing is being waited for).
@@ -320,7 +322,7 @@ fn a_rejected_config_is_retried_until_the_ca_it_names_appears_counted_once() {
     let (a, b) = (rt.block_on(lab.fake("a")), rt.block_on(lab.fake("b")));
     let file = lab.path("retry.yaml");
     std::fs::write(&file, lab.yaml("dc-a", &[(addr(&a), "dc-a")], "")).expect("write");
-    let p = Proc::start(&file);
+    let p = Running::start(&file);
     let ca = lab.path("ca.crt").display().to_string();
     let later_ca = lab.path("later-ca.crt").display().to_string();
     let next = lab
@@ -349,7 +351,7 @@ fn a_directory_at_the_config_path_is_warned_about_reloading_nothing() {
     let rt = tokio::runtime::Runtime::new().expect("runtime");
     let lab = Lab::new();
     let (a, file) = lab.fake_and_config(&rt, "dir.yaml", "");
-    let p = Proc::start(&file);
+    let p = Running::start(&file);
     std::fs::remove_file(&file).expect("rm");
     std::fs::create_dir(&file).expect("mkdir");
     let warned = p.wait_log(CANNOT_USE, |_| true);

@@ -1,10 +1,10 @@
-//! Discovery on the real binary: the `default/kubernetes` Endpoints object adds a backend (probed,
+//! Discovery on the app run from its config file (the binary where a test needs the process): the `default/kubernetes` Endpoints object adds a backend (probed,
 //! taking connections) and removes it after three good answers without it (its connection closed,
 //! reason removed); every bad answer leaves the list alone and is counted; the cache carries the
 //! list across a restart with every static backend down; a reload keeps discovered backends; a
 //! static backend is never removed. And in process: an `App` left to run applies the lists itself.
 //!
-//! Blocking code on OS threads beside the child process: std's `Instant` is right here.
+//! Blocking code on OS threads beside the app's thread or child process: std's `Instant` is right here.
 #![allow(clippy::disallowed_types)]
 
 use std::net::SocketAddr;
@@ -24,19 +24,19 @@ use crate::support::*;
 const DISCOVERY: &str =
     "zones: { dc-a: [\"127.0.0.0/8\"] }\ndiscovery:\n  endpoints: true\n  interval: 1s\n";
 
-fn status(p: &Proc) -> StatusDoc {
-    serde_json::from_str(&blocking_get(p.admin, "/status").1).expect("status")
+fn status(p: &impl Balancer) -> StatusDoc {
+    serde_json::from_str(&blocking_get(p.admin(), "/status").1).expect("status")
 }
 
-fn backend(p: &Proc, f: &FakeApiserver) -> Option<BackendStatus> {
+fn backend(p: &impl Balancer, f: &FakeApiserver) -> Option<BackendStatus> {
     status(p)
         .backends
         .into_iter()
         .find(|b| b.address == addr(f))
 }
 
-fn polls(p: &Proc, result: &str) -> u64 {
-    let t = blocking_get(p.admin, "/metrics").1;
+fn polls(p: &impl Balancer, result: &str) -> u64 {
+    let t = blocking_get(p.admin(), "/metrics").1;
     let labels = format!("result=\"{result}\"");
     metric(&t, "readyprism_discovery_polls_total", &labels).unwrap_or(-1.0) as u64
 }
@@ -50,7 +50,12 @@ fn serve(fakes: &[&FakeApiserver], listed: &[&FakeApiserver]) {
 }
 
 /// Waits until `f` is listed, ready, with `source`.
-fn wait_listed(rt: &tokio::runtime::Runtime, p: &Proc, f: &FakeApiserver, source: BackendSource) {
+fn wait_listed(
+    rt: &tokio::runtime::Runtime,
+    p: &impl Balancer,
+    f: &FakeApiserver,
+    source: BackendSource,
+) {
     rt.block_on(poll("the backend listed and ready", || {
         backend(p, f).is_some_and(|b| b.source == source && b.state == State::Ready)
     }));
@@ -59,13 +64,13 @@ fn wait_listed(rt: &tokio::runtime::Runtime, p: &Proc, f: &FakeApiserver, source
 /// A connection through the balancer that landed on `name` (new connections share the zone).
 fn held_on(
     rt: &tokio::runtime::Runtime,
-    p: &Proc,
+    p: &impl Balancer,
     name: &str,
 ) -> tokio::io::BufReader<tokio::net::TcpStream> {
     rt.block_on(eventually(
         "a connection lands on the discovered backend",
         || async {
-            raw(p.listen)
+            raw(p.listen())
                 .await
                 .filter(|(_, n)| n == name)
                 .map(|(s, _)| s)
@@ -76,8 +81,8 @@ fn held_on(
 /// A static backend `a` and a discovered one `b`, both listed by every answer, the balancer
 /// running on `file` with `b` listed and ready. Bind every field (`_lab`, not `_`): one left
 /// unbound is dropped at once. Bindings drop in reverse order: the balancer first.
-struct Discovered {
-    p: Proc,
+struct Discovered<P> {
+    p: P,
     a: FakeApiserver,
     b: FakeApiserver,
     file: std::path::PathBuf,
@@ -85,13 +90,13 @@ struct Discovered {
     rt: tokio::runtime::Runtime,
 }
 
-fn discovered() -> Discovered {
+fn discovered<P: Balancer>(start: impl FnOnce(&std::path::Path) -> P) -> Discovered<P> {
     let rt = tokio::runtime::Runtime::new().expect("runtime");
     let lab = Lab::new();
     let (a, file) = lab.fake_and_config(&rt, "discovery.yaml", DISCOVERY);
     let b = rt.block_on(lab.fake("b"));
     serve(&[&a, &b], &[&a, &b]);
-    let p = Proc::start(&file);
+    let p = start(&file);
     wait_listed(&rt, &p, &b, BackendSource::Discovered);
     Discovered {
         p,
@@ -112,7 +117,7 @@ fn a_discovered_backend_is_listed_until_three_good_answers_without_it() {
         b,
         file: _file,
         p,
-    } = discovered();
+    } = discovered(Running::start);
     let doc = status(&p);
     assert_eq!(
         doc.backends.len(),
@@ -144,7 +149,7 @@ fn a_discovered_backend_is_listed_until_three_good_answers_without_it() {
         table.lines().nth(1).is_some_and(|h| h.contains("SOURCE")),
         "{table}"
     );
-    let text = blocking_get(p.admin, "/metrics").1;
+    let text = blocking_get(p.admin(), "/metrics").1;
     assert_eq!(
         metric(&text, "readyprism_backends", "source=\"discovered\""),
         Some(1.0)
@@ -191,9 +196,9 @@ fn a_discovered_backend_is_listed_until_three_good_answers_without_it() {
 }
 
 /// The `/metrics` lines that name `f` (as a label value).
-fn series_naming(p: &Proc, f: &FakeApiserver) -> Vec<String> {
+fn series_naming(p: &impl Balancer, f: &FakeApiserver) -> Vec<String> {
     let needle = format!("\"{}\"", addr(f));
-    blocking_get(p.admin, "/metrics")
+    blocking_get(p.admin(), "/metrics")
         .1
         .lines()
         .filter(|l| !l.starts_with('#') && l.contains(&needle))
@@ -210,7 +215,7 @@ fn a_backend_discovery_removes_leaves_no_series_in_metrics() {
         b,
         file: _file,
         p,
-    } = discovered();
+    } = discovered(Running::start);
     let mut held = held_on(&rt, &p, "b");
     // Probed, ready and carrying a connection: every per-backend family names it.
     let named = series_naming(&p, &b);
@@ -250,9 +255,9 @@ fn every_bad_answer_is_counted_leaving_the_list_alone() {
     let (a, file) = lab.fake_and_config(&rt, "bad-answers.yaml", DISCOVERY);
     let b = rt.block_on(lab.fake("b"));
     serve(&[&a, &b], &[&a, &b]);
-    let p = Proc::start(&file);
+    let p = Running::start(&file);
     // Every result is exported from start-up (the first poll may already have been made).
-    let text = blocking_get(p.admin, "/metrics").1;
+    let text = blocking_get(p.admin(), "/metrics").1;
     for result in readyprism::discovery::Poll::labels() {
         let labels = format!("result=\"{result}\"");
         let n = metric(&text, "readyprism_discovery_polls_total", &labels);
@@ -369,7 +374,7 @@ fn a_reload_keeps_discovered_backends_with_their_connections() {
         b,
         file,
         p,
-    } = discovered();
+    } = discovered(Proc::start); // A process: reloaded with a hang-up.
     let mut held = held_on(&rt, &p, "b");
     let edited = std::fs::read_to_string(&file).expect("read") + "shutdown_grace: 2s\n";
     std::fs::write(&file, edited).expect("write");
@@ -400,7 +405,7 @@ fn a_static_backend_is_never_removed_even_when_no_answer_lists_it() {
     let b = rt.block_on(lab.fake("b"));
     let file = lab.two_zone_config("seeds.yaml", (&a, &c), DISCOVERY);
     serve(&[&a, &b, &c], &[&a, &b]);
-    let p = Proc::start(&file);
+    let p = Running::start(&file);
     wait_listed(&rt, &p, &b, BackendSource::Discovered);
     let after = polls(&p, "unchanged");
     rt.block_on(poll("four more good answers without c", || {
@@ -424,7 +429,7 @@ fn with_no_backend_ready_discovery_asks_an_unready_one_which_adds_but_never_remo
     let b = rt.block_on(lab.fake("b"));
     a.control.set_ready(false);
     serve(&[&a, &b], &[&a, &b]);
-    let p = Proc::start(&file);
+    let p = Running::start(&file);
     wait_listed(&rt, &p, &b, BackendSource::Discovered);
     assert_eq!(rt.block_on(landed(p.listen)), "b", "clients get through");
 

@@ -1,4 +1,4 @@
-//! Discovery and its cache on the real binary, as a clumsy operator or an attacker would meet
+//! Discovery and its cache on the app run from its config file, as a clumsy operator or an attacker would meet
 //! them: an answer or a cache listing the balancer's own address is refused (it would
 //! relay to itself); a cache listing an address twice (or a static one) gives one backend each, probed; a cache of
 //! 5,000 entries gives at most 64 and the static backend is ready at once; the cache is private
@@ -8,7 +8,7 @@
 //! error names the cache; a cache directory the balancer may not write (SELinux enforcing on a
 //! system extension) is warned about once while discovery and relaying go on.
 //!
-//! Blocking code on OS threads beside the child process: std's `Instant` is right here.
+//! Blocking code on OS threads beside the app's own thread: std's `Instant` is right here.
 #![allow(clippy::disallowed_types)]
 
 use std::net::SocketAddr;
@@ -18,8 +18,8 @@ use readyprism::admin::status::{BackendSource, StatusDoc};
 use readyprism::sim::apiserver::FakeApiserver;
 use readyprism::verdict::State;
 
-use crate::support::process::Proc;
 use crate::support::unwritable::Unwritable;
+use crate::support::Running;
 use crate::support::*;
 
 /// Discovery every second, the cache at `cache`.
@@ -30,7 +30,7 @@ fn discovery(cache: &Path) -> String {
     )
 }
 
-fn status(p: &Proc) -> StatusDoc {
+fn status(p: &Running) -> StatusDoc {
     serde_json::from_str(&blocking_get(p.admin, "/status").1).expect("status")
 }
 
@@ -79,7 +79,7 @@ fn a_cache_listing_an_address_twice_gives_one_probed_backend_each() {
             .set_endpoints_answer(503, "etcd leader changed".into());
     }
     write_cache(&cache, &[addr(&b), addr(&b), addr(&a), addr(&a)]);
-    let p = Proc::start(&file);
+    let p = Running::start(&file);
     rt.block_on(poll("both backends ready", || {
         let s = status(&p);
         s.backends.iter().all(|x| x.state == State::Ready) && s.backends.len() >= 2
@@ -128,7 +128,7 @@ fn a_cache_of_5000_entries_gives_at_most_64_backends_beside_a_ready_static_one()
         .map(|i| SocketAddr::from(([127, 0, 0, 1], 20000 + i)).to_string())
         .collect();
     write_cache(&cache, &many);
-    let p = Proc::start(&file);
+    let p = Running::start(&file);
     rt.block_on(poll("the static backend ready", || {
         status(&p)
             .backends
@@ -145,12 +145,12 @@ fn a_cache_of_5000_entries_gives_at_most_64_backends_beside_a_ready_static_one()
 
 /// A static `a`, the balancer running, `before` run on it, then `b` listed by every answer: the
 /// cache is written once `b` is discovered.
-fn discover_b(c: &Cached, before: impl FnOnce(&Proc)) -> (FakeApiserver, Proc) {
+fn discover_b(c: &Cached, before: impl FnOnce(&Running)) -> (FakeApiserver, Running) {
     let b = c.rt.block_on(c.lab.fake("b"));
     for f in [&c.a, &b] {
         f.control.set_endpoints(&[c.a.addr]);
     }
-    let p = Proc::start(&c.file);
+    let p = Running::start(&c.file);
     before(&p);
     let listed = [c.a.addr, b.addr];
     for f in [&c.a, &b] {
@@ -230,7 +230,7 @@ fn a_failed_cache_write_names_the_cache_then_is_tried_again() {
 }
 
 /// `readyprism_discovery_polls_total{result="unchanged"}` of the running balancer.
-fn unchanged_polls(p: &Proc) -> f64 {
+fn unchanged_polls(p: &Running) -> f64 {
     let text = blocking_get(p.admin, "/metrics").1;
     metric(
         &text,
@@ -283,7 +283,7 @@ fn an_answer_or_a_cache_listing_the_balancers_own_listener_is_refused() {
         cache,
         file,
     } = cached();
-    let first = Proc::start(&file);
+    let first = Running::start(&file);
     let own = first.listen;
     a.control.set_endpoints(&[a.addr, own]);
     let warned = first.wait_log(
@@ -307,7 +307,7 @@ fn an_answer_or_a_cache_listing_the_balancers_own_listener_is_refused() {
     write_cache(&cache, &[own.to_string()]);
     a.control
         .set_endpoints_answer(503, "etcd leader changed".into());
-    let p = Proc::start(&file);
+    let p = Running::start(&file);
     assert_eq!(p.listen, own);
     p.wait_log(
         "the discovery cache lists this balancer's own address; refused (it would relay to itself)",

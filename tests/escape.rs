@@ -1,11 +1,11 @@
-//! Confirming the escape route on the real binary: a backend that turned unready keeps its
+//! Confirming the escape route on the app run from its config file: a backend that turned unready keeps its
 //! connections until the backend they would go to has passed a probe since its fall, and its own
 //! confirm, asked with the route's, still fails. Probes come every 30 s in most tests here, so the
 //! only probe of the route is the confirm the table asks for: a failed one closes nothing, a
 //! passed one closes as soon as the fallen backend's own confirm fails. A blink seen by the fallen
 //! backend's probes alone closes nothing: its own confirm passes.
 //!
-//! Blocking code on OS threads beside the child process: std's `Instant` is right here.
+//! Blocking code on OS threads beside the app's own thread: std's `Instant` is right here.
 #![allow(clippy::disallowed_types)]
 
 use std::sync::atomic::Ordering::SeqCst;
@@ -17,7 +17,7 @@ use tokio::io::BufReader;
 use tokio::net::TcpStream;
 use tokio::runtime::Runtime;
 
-use crate::support::process::Proc;
+use crate::support::Running;
 use crate::support::*;
 
 /// Both ready, probed as `health` says: `local` (this node's zone) and `remote`, a balancer, and
@@ -27,7 +27,7 @@ struct Route {
     rt: Runtime,
     local: FakeApiserver,
     remote: FakeApiserver,
-    p: Proc,
+    p: Running,
     on_local: BufReader<TcpStream>,
 }
 
@@ -51,7 +51,7 @@ impl Route {
             (local, lab.fake("remote").await)
         });
         let file = lab.two_zone_config("escape.yaml", (&local, &remote), health);
-        let p = Proc::start(&file);
+        let p = Running::start(&file);
         rt.block_on(poll("both ready", || p.states() == [Ready, Ready]));
         let (on_local, name) = rt.block_on(raw(p.listen)).expect("relayed");
         assert_eq!(name, "local", "zone order");

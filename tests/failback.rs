@@ -1,8 +1,8 @@
-//! Failback on the real binary, as a flapping home apiserver meets it: a failback under way is
+//! Failback on the app run from its config file (the binary where a test needs the process), as a flapping home apiserver meets it: a failback under way is
 //! called off once this node's zone has no ready backend left, and the streams it has not closed
 //! yet stay on the far backend instead of re-dialling it.
 //!
-//! Blocking code on OS threads beside the child process: std's `Instant` is right here.
+//! Blocking code on OS threads beside the app's thread or child process: std's `Instant` is right here.
 #![allow(clippy::disallowed_types)]
 
 use std::time::Instant;
@@ -18,28 +18,29 @@ use crate::support::*;
 /// spread has closed only a few of them by the time the home backend is unready again.
 const STREAMS: usize = 30;
 
-fn states(p: &Proc) -> Vec<State> {
-    let doc: StatusDoc = serde_json::from_str(&blocking_get(p.admin, "/status").1).expect("status");
+fn states(p: &impl Balancer) -> Vec<State> {
+    let doc: StatusDoc =
+        serde_json::from_str(&blocking_get(p.admin(), "/status").1).expect("status");
     doc.backends.iter().map(|b| b.state).collect()
 }
 
 /// Connections to `f` closed for `reason`, from `/metrics`.
-fn closes(p: &Proc, f: &FakeApiserver, reason: &str) -> usize {
+fn closes(p: &impl Balancer, f: &FakeApiserver, reason: &str) -> usize {
     let labels = format!("backend=\"{}\",reason=\"{reason}\"", addr(f));
-    let text = blocking_get(p.admin, "/metrics").1;
+    let text = blocking_get(p.admin(), "/metrics").1;
     metric(&text, "readyprism_connections_closed_total", &labels).unwrap_or(0.0) as usize
 }
 
 /// A balancer in dc-a whose local backend is unready, with [`STREAMS`] streams on the far one.
-struct Far {
+struct Far<P> {
     file: std::path::PathBuf,
     local: FakeApiserver,
     remote: FakeApiserver,
-    p: Proc,
+    p: P,
     streams: Vec<tokio::io::BufReader<tokio::net::TcpStream>>,
 }
 
-impl Far {
+impl<P: Balancer> Far<P> {
     /// Turns the local apiserver ready and waits until the failback has closed its first
     /// stream; its closes spread over the failback window from then on. Returns when it began.
     fn begin_failback(&self, rt: &tokio::runtime::Runtime) -> Instant {
@@ -76,18 +77,22 @@ fn past_the_spread(begun: Instant) {
     std::thread::sleep(spread_over.saturating_duration_since(Instant::now()));
 }
 
-fn far_streams(lab: &Lab, rt: &tokio::runtime::Runtime) -> Far {
+fn far_streams<P: Balancer>(
+    lab: &Lab,
+    rt: &tokio::runtime::Runtime,
+    start: impl FnOnce(&std::path::Path) -> P,
+) -> Far<P> {
     let (local, remote) =
         rt.block_on(async { (lab.fake("local").await, lab.fake("remote").await) });
     local.control.set_ready(false);
     let file = lab.two_zone_config("failback.yaml", (&local, &remote), "failback_after: 1s\n");
-    let p = Proc::start(&file);
+    let p = start(&file);
     rt.block_on(poll("local unready, remote ready", || {
         states(&p) == [Unready, Ready]
     }));
     let mut streams = Vec::new();
     for _ in 0..STREAMS {
-        let (c, name) = rt.block_on(raw(p.listen)).expect("relayed");
+        let (c, name) = rt.block_on(raw(p.listen())).expect("relayed");
         assert_eq!(name, "remote", "the only ready backend");
         streams.push(c);
     }
@@ -104,7 +109,7 @@ fn far_streams(lab: &Lab, rt: &tokio::runtime::Runtime) -> Far {
 fn a_failback_under_way_is_called_off_when_the_home_backend_turns_unready_again() {
     let lab = Lab::new();
     let rt = tokio::runtime::Runtime::new().expect("runtime");
-    let mut far = far_streams(&lab, &rt);
+    let mut far = far_streams(&lab, &rt, Running::start);
     let (p, remote) = (&far.p, &far.remote);
 
     // The local apiserver is back: a second after it turned ready, the failback begins, its
@@ -141,7 +146,7 @@ fn a_failback_under_way_is_called_off_when_the_home_backend_turns_unready_again(
 fn a_far_backend_turning_unready_during_its_failback_has_its_remaining_streams_closed_at_once() {
     let lab = Lab::new();
     let rt = tokio::runtime::Runtime::new().expect("runtime");
-    let far = far_streams(&lab, &rt);
+    let far = far_streams(&lab, &rt, Running::start);
     let (p, remote) = (&far.p, &far.remote);
 
     // The failback begins, its closes spread over the failback window ...
@@ -167,7 +172,8 @@ fn a_far_backend_turning_unready_during_its_failback_has_its_remaining_streams_c
 fn a_failback_under_way_is_called_off_for_a_backend_the_node_renumbers_into() {
     let lab = Lab::new();
     let rt = tokio::runtime::Runtime::new().expect("runtime");
-    let mut far = far_streams(&lab, &rt);
+    // A process: the node's move is a reload by hang-up.
+    let mut far = far_streams(&lab, &rt, Proc::start);
 
     // The failback begins, its closes spread over the failback window ...
     let begun = far.begin_failback(&rt);

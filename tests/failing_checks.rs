@@ -1,4 +1,4 @@
-//! The named checks of a failed `/readyz` wherever an operator looks, on the real binary: the
+//! The named checks of a failed `/readyz` wherever an operator looks, on the app run from its config file: the
 //! reason and `failing_checks` in `/status`, the `readyprism status` table, the
 //! `readyprism_backend_failing_check` series, the transition log line; a check named twice is
 //! one check (one series: a series twice is an invalid exposition).
@@ -8,7 +8,7 @@ use std::sync::Arc;
 
 use readyprism::sim::apiserver::FakeApiserver;
 
-use crate::support::process::Proc;
+use crate::support::Running;
 use crate::support::*;
 
 /// A balancer process in front of one fake `a` whose `etcd` check fails, waited until `a` is
@@ -17,7 +17,7 @@ struct Failing {
     rt: tokio::runtime::Runtime,
     _lab: Lab,
     a: FakeApiserver,
-    p: Proc,
+    p: Running,
 }
 
 impl Failing {
@@ -26,7 +26,7 @@ impl Failing {
         let lab = Lab::new();
         let (a, file) = lab.fake_and_config(&rt, "checks.yaml", "");
         a.control.set_check("etcd", false);
-        let p = Proc::start(&file);
+        let p = Running::start(&file);
         let f = Failing {
             rt,
             _lab: lab,

@@ -1,11 +1,11 @@
-//! A planned hand-off on the real binary: an apiserver whose only failing check is `shutdown`
+//! A planned hand-off on the app run from its config file: an apiserver whose only failing check is `shutdown`
 //! (kube-apiserver's graceful shutdown, still serving) takes no new connections after one probe,
 //! and its connections are closed each at a random point of `handoff_window` (reason `handoff`),
 //! one with a request outstanding then once it is answered (by the window's end at the latest);
 //! if it stops answering before the window ends, the rest are closed at once. `shutdown` failing
 //! beside another check (`poststarthook/rbac/bootstrap-roles`) is no hand-off: a fall as any other.
 //!
-//! Blocking code on OS threads beside the child process: std's `Instant` is right here.
+//! Blocking code on OS threads beside the app's own thread: std's `Instant` is right here.
 #![allow(clippy::disallowed_types)]
 
 use std::sync::Arc;
@@ -17,7 +17,7 @@ use tokio::io::{AsyncWriteExt, BufReader};
 use tokio::net::TcpStream;
 use tokio::runtime::Runtime;
 
-use crate::support::process::Proc;
+use crate::support::Running;
 use crate::support::*;
 
 /// kube-apiserver's `/readyz` while it shuts down gracefully.
@@ -43,7 +43,7 @@ struct Drain {
     rt: Runtime,
     a: FakeApiserver,
     b: FakeApiserver,
-    p: Proc,
+    p: Running,
     on_a: Vec<BufReader<TcpStream>>,
 }
 
@@ -61,7 +61,7 @@ impl Drain {
         let extra = format!("{health}handoff_window: {window}\n");
         let yaml = lab.yaml("dc-a", &[(addr(&a), "dc-a"), (addr(&b), "dc-b")], &extra);
         std::fs::write(&file, yaml).expect("write config");
-        let p = Proc::start(&file);
+        let p = Running::start(&file);
         rt.block_on(poll("both ready", || p.states() == [Ready, Ready]));
         let on_a = (0..n)
             .map(|_| {

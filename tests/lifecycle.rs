@@ -364,13 +364,13 @@ fn the_config_file_is_reloaded_on_change_without_a_signal() {
     let (a, b) = (rt.block_on(lab.fake("a")), rt.block_on(lab.fake("b")));
     let file = lab.path("watched.yaml");
     std::fs::write(&file, lab.yaml("dc-a", &[(addr(&a), "dc-a")], "")).expect("write");
-    let p = Proc::start(&file);
-    let backends = |p: &Proc| -> Vec<String> {
+    let p = Running::start(&file);
+    let backends = |p: &Running| -> Vec<String> {
         let doc: readyprism::admin::StatusDoc =
             serde_json::from_str(&blocking_get(p.admin, "/status").1).expect("status");
         doc.backends.into_iter().map(|b| b.address).collect()
     };
-    let reloads = |p: &Proc, result: &str| {
+    let reloads = |p: &Running, result: &str| {
         let t = blocking_get(p.admin, "/metrics").1;
         metric(
             &t,

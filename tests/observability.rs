@@ -7,7 +7,6 @@ use readyprism::sim::apiserver::FakeApiserver;
 use readyprism::verdict::State::{Ready, Unready};
 use tokio::io::AsyncWriteExt;
 
-use crate::support::process::Proc;
 use crate::support::*;
 
 fn m(text: &str, name: &str, labels: &str) -> f64 {
@@ -266,12 +265,12 @@ async fn a_refused_dial_to_a_backend_still_marked_ready_is_counted() {
     two.app.shutdown().await;
 }
 
-/// The real binary in front of one fake `a`, ready (its start-up change logged).
+/// The app, run from its config file, in front of one fake `a`, ready (its start-up change logged).
 struct Logging {
     _rt: tokio::runtime::Runtime,
     _lab: Lab,
     a: FakeApiserver,
-    p: Proc,
+    p: Running,
 }
 
 impl Logging {
@@ -279,7 +278,7 @@ impl Logging {
         let rt = tokio::runtime::Runtime::new().expect("runtime");
         let lab = Lab::new();
         let (a, file) = lab.fake_and_config(&rt, "run.yaml", "");
-        let p = Proc::start(&file);
+        let p = Running::start(&file);
         let logging = Logging {
             _rt: rt,
             _lab: lab,
@@ -365,7 +364,7 @@ fn a_fast_unready_local_apiserver_at_start_up_is_no_no_ready_alarm() {
         ),
     )
     .expect("write");
-    let p = Proc::start(&file);
+    let p = Running::start(&file);
     p.wait_log("backend state changed", |v| {
         v["fields"]["backend"] == addr(&remote) && v["fields"]["to"] == "ready"
     });
@@ -423,7 +422,7 @@ fn the_started_line_names_version_with_commit() {
     let rt = tokio::runtime::Runtime::new().expect("runtime");
     let lab = Lab::new();
     let (_a, file) = lab.fake_and_config(&rt, "run.yaml", "");
-    let p = Proc::start(&file);
+    let p = Running::start(&file);
     let started = p.wait_log("readyprism started", |_| true);
     assert_eq!(started["fields"]["version"], env!("CARGO_PKG_VERSION"));
     let commit = started["fields"]["commit"].as_str().unwrap_or_default();
@@ -449,7 +448,7 @@ fn a_client_key_readable_by_others_is_warned_about_at_start() {
     let warning = "the client key is readable by group or others; it should be 0600";
     for (mode, warned) in [(0o644, true), (0o600, false)] {
         std::fs::set_permissions(&key, std::fs::Permissions::from_mode(mode)).expect("chmod");
-        let p = Proc::start(&file);
+        let p = Running::start(&file);
         let said = p
             .logs()
             .iter()

@@ -1,9 +1,9 @@
-//! This balancer's own addresses are never its backends, on the real binary, in each form that
+//! This balancer's own addresses are never its backends, on the app run from its config file, in each form that
 //! once got through: the v4-mapped IPv6 form of a loopback listener, the node's own address
 //! behind a wildcard listener, and the admin port. A static backend there is refused by `check`
 //! (file, field, line); a discovery answer listing one never makes it a backend.
 //!
-//! Blocking code on OS threads beside the child process: std's `Instant` is right here.
+//! Blocking code on OS threads beside the app's own thread: std's `Instant` is right here.
 #![allow(clippy::disallowed_types)]
 
 use std::net::{IpAddr, SocketAddr};
@@ -11,7 +11,7 @@ use std::net::{IpAddr, SocketAddr};
 use readyprism::admin::status::StatusDoc;
 use readyprism::sim::apiserver::FakeApiserver;
 
-use crate::support::process::Proc;
+use crate::support::Running;
 use crate::support::*;
 
 /// The refusal `check` gives a static backend at one of this balancer's own addresses.
@@ -38,7 +38,7 @@ fn check_refuses(lab: &Lab, name: &str, listen: &str, backend: &str, what: &str)
     assert!(err.contains(&want), "{err:?} lacks {want:?}");
 }
 
-fn status(p: &Proc) -> StatusDoc {
+fn status(p: &Running) -> StatusDoc {
     serde_json::from_str(&blocking_get(p.admin, "/status").1).expect("status")
 }
 
@@ -47,7 +47,7 @@ fn status(p: &Proc) -> StatusDoc {
 struct Discovering {
     a: FakeApiserver,
     b: FakeApiserver,
-    p: Proc,
+    p: Running,
     _lab: Lab,
     rt: tokio::runtime::Runtime,
 }
@@ -64,7 +64,7 @@ fn discovering(listen: &str) -> Discovering {
     );
     std::fs::write(&file, moved).expect("write");
     let b = rt.block_on(lab.fake("b"));
-    let p = Proc::start(&file);
+    let p = Running::start(&file);
     Discovering {
         a,
         b,

@@ -1,4 +1,4 @@
-//! One record per connection, read from the real binary's JSON log: its stable fields, who ended
+//! One record per connection, read from the balancer's JSON log: its stable fields, who ended
 //! it and why, and the level (DEBUG for an ordinary end, INFO for evictions and failures); and
 //! the line that announces a removed backend's closes, with its reason and how many it closes.
 
@@ -9,9 +9,9 @@ use crate::support::*;
 
 /// The `connection ended` record whose `reason` is `reason`.
 /// Waits until `/status` shows two backends ready.
-async fn both_ready(p: &Proc) {
+async fn both_ready(p: &impl Balancer) {
     poll("both ready", || {
-        blocking_get(p.admin, "/status")
+        blocking_get(p.admin(), "/status")
             .1
             .matches("\"ready\"")
             .count()
@@ -20,7 +20,7 @@ async fn both_ready(p: &Proc) {
     .await
 }
 
-fn record(p: &Proc, reason: &str) -> serde_json::Value {
+fn record(p: &impl Balancer, reason: &str) -> serde_json::Value {
     p.wait_log("connection ended", |v| v["fields"]["reason"] == reason)
 }
 
@@ -37,7 +37,7 @@ fn every_connection_ends_with_one_record_naming_its_ender_with_a_reason() {
         "",
     );
     std::fs::write(&file, yaml).expect("write config");
-    let p = Proc::start(&file);
+    let p = Running::start(&file);
     rt.block_on(both_ready(&p));
 
     // An ordinary end: the client sends 5 bytes and closes; the fake echoes them and says bye.
@@ -103,7 +103,7 @@ fn a_connection_no_backend_accepted_is_a_failure_record_at_info() {
     let (_hold, refusing) = refusing_addr();
     let file = lab.path("refused.yaml");
     std::fs::write(&file, lab.yaml("dc-a", &[(refusing.clone(), "dc-a")], "")).expect("write");
-    let p = Proc::start(&file);
+    let p = Running::start(&file);
     let rt = tokio::runtime::Runtime::new().expect("runtime");
     // Failing open (or starting): the only backend is dialed, refuses, and the client is closed.
     assert!(
@@ -138,6 +138,7 @@ fn a_backend_removed_by_a_reload_logs_one_close_line_naming_reason_removed_with_
     let file = lab.path("removal.yaml");
     let both = [(addr(&a), "dc-a"), (addr(&b), "dc-a")];
     std::fs::write(&file, lab.yaml("dc-a", &both, "")).expect("write config");
+    // A process: the reload is a hang-up.
     let p = Proc::start(&file);
     rt.block_on(both_ready(&p));
     // Held connections, wherever the picker puts them; the first one's backend is removed.

@@ -25,7 +25,7 @@ fn a_backend_that_resets_its_connection_has_the_client_reset_too_not_ended() {
     let rt = tokio::runtime::Runtime::new().expect("runtime");
     let lab = Lab::new();
     let (a, file) = lab.fake_and_config(&rt, "reset.yaml", "");
-    let p = process::Proc::start(&file);
+    let p = Running::start(&file);
     rt.block_on(poll("ready", || {
         blocking_get(p.admin, "/status").1.contains("\"ready\"")
     }));
@@ -254,6 +254,7 @@ fn bulk_through_the_binary_is_spliced_through_pipes_released_once_idle() {
     // see `descriptors`.)
     let quiet = "health: { interval: 10m, timeout: 5s, fast_interval: 150ms, rise: 1 }\n";
     std::fs::write(&file, lab.yaml("dc-a", &[(addr(&a), "dc-a")], quiet)).expect("write");
+    // A process: its descriptors are counted in /proc.
     let p = process::Proc::start(&file);
     rt.block_on(poll("ready", || {
         blocking_get(p.admin, "/status").1.contains("\"ready\"")

@@ -1,4 +1,4 @@
-//! A backend that is alive but stops reading (its receive window closes) on the real binary: TCP's
+//! A backend that is alive but stops reading (its receive window closes) on the app run from its config file: TCP's
 //! user timeout ends the leg as for a dead path, but the record says `stalled_reader` and the
 //! backend's health does not count it (it stays ready, no failed check).
 
@@ -25,7 +25,7 @@ fn a_backend_that_stops_reading_is_cut_as_a_stalled_reader_not_a_failed_check() 
     let health = "health: { interval: 2s, timeout: 1500ms, fast_interval: 150ms, fall: 1 }\n";
     let extra = format!("{health}dead_path_timeout: 4s\n");
     let (a, file) = lab.fake_and_config(&rt, "stall.yaml", &extra);
-    let p = process::Proc::start(&file);
+    let p = Running::start(&file);
     rt.block_on(poll("ready", || {
         blocking_get(p.admin, "/status").1.contains("\"ready\"")
     }));

@@ -1,7 +1,7 @@
 //! The cause of a NotReady node readable without Kubernetes: the status file follows `/status`,
 //! `readyprism status --file` renders it, a status file that cannot be written never stops the
 //! balancer (nor does a FIFO or a stalled pipe stop `status --file`), an unready backend's
-//! changed reason is logged once, and `/config` shows the resolved config. All on the real binary.
+//! changed reason is logged once, and `/config` shows the resolved config. All on the app run from its config file (the binary where a test needs the process).
 //!
 //! Blocking code on OS threads, not driven by tokio's clock: std's `Instant` is right here.
 #![allow(clippy::disallowed_types)]
@@ -23,8 +23,8 @@ fn read_doc(path: &Path) -> Option<StatusDoc> {
     serde_json::from_slice(&std::fs::read(path).ok()?).ok()
 }
 
-fn status(p: &Proc) -> StatusDoc {
-    serde_json::from_str(&blocking_get(p.admin, "/status").1).expect("status")
+fn status(p: &impl Balancer) -> StatusDoc {
+    serde_json::from_str(&blocking_get(p.admin(), "/status").1).expect("status")
 }
 
 /// Polls `f` until it gives a value, within [`patience`].
@@ -54,7 +54,7 @@ fn the_status_file_follows_a_backend_turning_unready() {
     let file = lab.path("state").join("status.json");
     let extra = format!("status_file: {}\n", file.display());
     let (a, config) = lab.fake_and_config(&rt, "node.yaml", &extra);
-    let p = Proc::start(&config);
+    let p = Running::start(&config);
     let ready = wait_file(&file, "the backend ready", |d| {
         d.backends.first().is_some_and(|b| b.state == State::Ready)
     });
@@ -100,7 +100,7 @@ fn status_file_renders_the_admin_ports_table_from_a_path_or_stdin() {
     let file = lab.path("status.json");
     let extra = format!("status_file: {}\n", file.display());
     let (a, config) = lab.fake_and_config(&rt, "node.yaml", &extra);
-    let p = Proc::start(&config);
+    let p = Running::start(&config);
     wait_file(&file, "the backend ready", |d| {
         d.backends.first().is_some_and(|b| b.state == State::Ready)
     });
@@ -222,7 +222,7 @@ fn status_file_from_a_fifo_or_a_stalled_pipe_gives_up_saying_so() {
 
 /// The balancer that may not write its status `file`: one WARN naming the file, and it serves
 /// and probes on, several probes later still with that one WARN.
-fn runs_on_with_one_warn(p: &Proc, file: &Path) {
+fn runs_on_with_one_warn(p: &impl Balancer, file: &Path) {
     let warned = p.wait_log(
         "the status file cannot be written; the balancer runs on without it",
         |_| true,
@@ -236,7 +236,7 @@ fn runs_on_with_one_warn(p: &Proc, file: &Path) {
     let first = wait_for("the backend ready", || {
         Some(status(p)).filter(|s| s.backends[0].state == State::Ready)
     });
-    assert_eq!(blocking_get(p.admin, "/readyz").0, 200);
+    assert_eq!(blocking_get(p.admin(), "/readyz").0, 200);
     let probed = |s: &StatusDoc| s.backends[0].last_check.clone();
     let seen = probed(&first);
     wait_for("a new probe", || (probed(&status(p)) != seen).then_some(()));
@@ -259,7 +259,7 @@ fn an_unwritable_status_directory_is_one_warn_while_the_service_runs_on() {
     let file = dir.join("status.json");
     let extra = format!("status_file: {}\n", file.display());
     let (_a, config) = lab.fake_and_config(&rt, "node.yaml", &extra);
-    let p = Proc::start(&config);
+    let p = Running::start(&config);
     runs_on_with_one_warn(&p, &file);
     // Once the directory exists, the file is written (retried within a second or so).
     std::fs::create_dir(&dir).expect("mkdir");
@@ -283,7 +283,7 @@ fn a_read_only_status_directory_is_one_warn_while_the_service_runs_on() {
     let read_only = Unwritable::new(&dir);
     let extra = format!("status_file: {}\n", file.display());
     let (_a, config) = lab.fake_and_config(&rt, "node.yaml", &extra);
-    let p = Proc::start(&config);
+    let p = Running::start(&config);
     runs_on_with_one_warn(&p, &file);
     assert!(!file.exists(), "nothing written into a read-only directory");
     drop(read_only);
@@ -298,7 +298,7 @@ fn an_unready_backend_failing_for_another_reason_is_logged_once() {
     let rt = tokio::runtime::Runtime::new().expect("runtime");
     let lab = Lab::new();
     let (a, config) = lab.fake_and_config(&rt, "node.yaml", "status_file: \"\"\n");
-    let p = Proc::start(&config);
+    let p = Running::start(&config);
     p.wait_log("backend state changed", |v| v["fields"]["to"] == "ready");
     a.control.set_ready(false);
     p.wait_log("backend state changed", |v| v["fields"]["to"] == "unready");
@@ -344,26 +344,27 @@ fn an_unready_backend_failing_for_another_reason_is_logged_once() {
     drop(p);
 }
 
-/// The binary run with no status file from `node.yaml` in `lab`: its runtime and fake apiserver
-/// (kept for the test's length), its config file, and the process.
-fn running_without_a_status_file(
+/// The balancer started by `start` with no status file from `node.yaml` in `lab`: its runtime
+/// and fake apiserver (kept for the test's length), its config file, and the balancer.
+fn running_without_a_status_file<P>(
     lab: &Lab,
+    start: impl FnOnce(&Path) -> P,
 ) -> (
     tokio::runtime::Runtime,
     FakeApiserver,
     std::path::PathBuf,
-    Proc,
+    P,
 ) {
     let rt = tokio::runtime::Runtime::new().expect("runtime");
     let (a, config) = lab.fake_and_config(&rt, "node.yaml", "status_file: \"\"\n");
-    let p = Proc::start(&config);
+    let p = start(&config);
     (rt, a, config, p)
 }
 
 #[test]
 fn the_admin_port_shows_the_running_config() {
     let lab = Lab::new();
-    let (_rt, _a, _, p) = running_without_a_status_file(&lab);
+    let (_rt, _a, _, p) = running_without_a_status_file(&lab, Running::start);
     let (code, yaml) = blocking_get(p.admin, "/config");
     assert_eq!(code, 200);
     assert!(
@@ -381,7 +382,8 @@ fn the_admin_port_shows_the_running_config() {
 #[test]
 fn a_rejected_reload_shows_in_status_with_its_error() {
     let lab = Lab::new();
-    let (_rt, _a, config, p) = running_without_a_status_file(&lab);
+    // A process: the reload is a hang-up.
+    let (_rt, _a, config, p) = running_without_a_status_file(&lab, Proc::start);
     // A rejected reload shows in /status with its error; the running config stays.
     let good = std::fs::read_to_string(&config).expect("read");
     std::fs::write(&config, format!("{good}health: {{ rise: 0 }}\n")).expect("write");

@@ -1,4 +1,4 @@
-//! How often the status file is written, on the real binary: in steady state once per refresh
+//! How often the status file is written, on the app run from its config file: in steady state once per refresh
 //! (30 s), not at every published snapshot. Each write renames a new file over the old one, so a
 //! write shows as a new (inode, mtime) at the path.
 //!
@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 use readyprism::admin::StatusDoc;
 use readyprism::verdict::State;
 
-use crate::support::process::Proc;
+use crate::support::Running;
 use crate::support::*;
 
 /// The refresh period (`admin::status_file::REFRESH`), and a little more: the window watched.
@@ -35,7 +35,7 @@ fn a_steady_status_file_is_written_once_per_refresh_not_every_second() {
     let extra = format!("status_file: {}\n", file.display());
     let yaml = lab.yaml("dc-a", &[(addr(&a), "dc-a"), (addr(&b), "dc-b")], &extra);
     let config = lab.write("node.yaml", &yaml);
-    let p = Proc::start(Path::new(&config));
+    let p = Running::start(Path::new(&config));
     rt.block_on(poll("the file shows both ready", || {
         std::fs::read(&file)
             .ok()

@@ -1,9 +1,9 @@
-//! The certificate and CA files on the real binary: a path that turns into a FIFO never blocks
+//! The certificate and CA files on the app run from its config file: a path that turns into a FIFO never blocks
 //! the runtime thread, a file over 1 MiB is refused with one line naming file and field, and the
 //! directory holding the client certificate replaced whole (as Talos does on a CA rotation or a
 //! node rename) is followed.
 
-use crate::support::process::Proc;
+use crate::support::Running;
 use crate::support::*;
 
 const CANNOT_LOAD: &str =
@@ -19,7 +19,7 @@ fn a_ca_path_that_becomes_a_fifo_is_warned_about_once_with_livez_answering() {
     let rt = tokio::runtime::Runtime::new().expect("runtime");
     let lab = Lab::new();
     let (_a, file) = lab.fake_and_config(&rt, "fifo.yaml", "");
-    let p = Proc::start(&file);
+    let p = Running::start(&file);
     p.wait_log("backend state changed", |v| v["fields"]["to"] == "ready");
     let ca = lab.path("ca.crt");
     std::fs::remove_file(&ca).expect("remove ca");
@@ -117,7 +117,7 @@ fn the_client_certificate_directory_replaced_whole_is_followed() {
         &cert.display().to_string(),
     );
     let file = lab.write("pki.yaml", &yaml);
-    let p = Proc::start(std::path::Path::new(&file));
+    let p = Running::start(std::path::Path::new(&file));
     let presented = |what: &str, der: &[u8]| {
         rt.block_on(poll(what, || {
             a.control

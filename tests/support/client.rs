@@ -94,3 +94,31 @@ pub fn on_own_thread<T: Send, F: Future<Output = T>>(make: impl FnOnce() -> F + 
         .expect("the thread of its own")
     })
 }
+
+/// Every backend's state, in config order, from `/status` at `admin` (blocking).
+pub fn admin_states(admin: SocketAddr) -> Vec<readyprism::verdict::State> {
+    admin_status(admin)
+        .backends
+        .iter()
+        .map(|b| b.state)
+        .collect()
+}
+
+/// The `/status` document at `admin` (blocking).
+pub fn admin_status(admin: SocketAddr) -> readyprism::admin::StatusDoc {
+    serde_json::from_str(&blocking_get(admin, "/status").1).expect("status")
+}
+
+/// One sample from `/metrics` at `admin` (`labels` matched as a substring), 0 when absent
+/// (blocking).
+pub fn admin_metric(admin: SocketAddr, name: &str, labels: &str) -> f64 {
+    let text = blocking_get(admin, "/metrics").1;
+    super::metric(&text, name, labels).unwrap_or(0.0)
+}
+
+/// Connections to the backend at `address` closed for `reason`, from `/metrics` at `admin`
+/// (blocking).
+pub fn admin_closes(admin: SocketAddr, address: &str, reason: &str) -> u64 {
+    let labels = format!("backend=\"{address}\",reason=\"{reason}\"");
+    admin_metric(admin, "readyprism_connections_closed_total", &labels) as u64
+}

@@ -99,8 +99,9 @@ impl Lab {
             .await
     }
 
-    /// For tests of the real binary: a fake `a` started on `rt`, and a config file `name` in the
-    /// lab's directory that routes to it (zone dc-a, the lab's fast probes, then `extra`).
+    /// For a balancer run from its config file (`Running`, `Proc`): a fake `a` started on `rt`,
+    /// and a config file `name` in the lab's directory that routes to it (zone dc-a, the lab's
+    /// fast probes, then `extra`).
     pub fn fake_and_config(
         &self,
         rt: &tokio::runtime::Runtime,
@@ -113,8 +114,9 @@ impl Lab {
         (a, file)
     }
 
-    /// For tests of the real binary: a config file `name` in the lab's directory that routes to
-    /// `local` in the node's zone dc-a and `remote` in dc-b (the lab's fast probes, then `extra`).
+    /// For a balancer run from its config file (`Running`, `Proc`): a config file `name` in the
+    /// lab's directory that routes to `local` in the node's zone dc-a and `remote` in dc-b (the
+    /// lab's fast probes, then `extra`).
     pub fn two_zone_config(
         &self,
         name: &str,

@@ -3,7 +3,8 @@
 //!
 //! The files: `lab.rs` the [`Lab`] (a `readyprism::testing::Cluster` with its files on disk,
 //! config YAML, starting a balancer), `wait.rs` the waits and [`patience`], `metrics.rs` reading
-//! `/metrics`, `client.rs` raw connections and admin GETs, `process.rs` the real binary as a child
+//! `/metrics`, `client.rs` raw connections and admin GETs, `running.rs` the app in process started from a
+//! config file with its own log capture (`logs.rs`), `process.rs` the real binary as a child
 //! process, `netns.rs` network namespaces (a test's own, and the primitives the partition lab
 //! builds on), `installer.rs` Talos installers as the imager lays them out, `iptables.rs` rule
 //! text. This file holds the rest: addresses (a fake's, one that
@@ -20,16 +21,20 @@ pub mod unwritable;
 
 mod client;
 mod lab;
+mod logs;
 mod metrics;
+mod running;
 mod wait;
 
 pub use client::{
-    admin_get, blocking_get, echoes, echoing, landed, on_own_thread, raw, read_to_end,
+    admin_closes, admin_get, admin_metric, admin_states, admin_status, blocking_get, echoes,
+    echoing, landed, on_own_thread, raw, read_to_end,
 };
 pub use lab::{Lab, SLOW_PROBES};
 pub use metrics::{
     backend_metric, dial_failures, failed_checks, metric, state_changes, unready_closes,
 };
+pub use running::Running;
 pub use wait::{eventually, patience, poll, wait_probed, wait_states, wait_until};
 
 /// An address that refuses connections for as long as the returned socket lives, as text
@@ -76,4 +81,59 @@ pub fn readyprism(args: &[&str]) -> std::process::Output {
 /// A finished command's stderr as text.
 pub fn stderr(o: &std::process::Output) -> String {
     String::from_utf8_lossy(&o.stderr).to_string()
+}
+
+/// A balancer seen from outside, in process ([`Running`]) or as a process
+/// ([`process::Proc`]): for helpers shared by tests of both.
+pub trait Balancer {
+    /// The bound admin listener.
+    fn admin(&self) -> std::net::SocketAddr;
+    /// The first bound client listener.
+    fn listen(&self) -> std::net::SocketAddr;
+    /// Every JSON log line so far.
+    fn logs(&self) -> Vec<serde_json::Value>;
+    /// Waits for a log line with `message` for which `pred` holds; returns it.
+    fn wait_log(
+        &self,
+        message: &str,
+        pred: impl Fn(&serde_json::Value) -> bool,
+    ) -> serde_json::Value;
+}
+
+impl Balancer for Running {
+    fn admin(&self) -> std::net::SocketAddr {
+        self.admin
+    }
+    fn listen(&self) -> std::net::SocketAddr {
+        self.listen
+    }
+    fn logs(&self) -> Vec<serde_json::Value> {
+        Running::logs(self)
+    }
+    fn wait_log(
+        &self,
+        message: &str,
+        pred: impl Fn(&serde_json::Value) -> bool,
+    ) -> serde_json::Value {
+        Running::wait_log(self, message, pred)
+    }
+}
+
+impl Balancer for process::Proc {
+    fn admin(&self) -> std::net::SocketAddr {
+        self.admin
+    }
+    fn listen(&self) -> std::net::SocketAddr {
+        self.listen
+    }
+    fn logs(&self) -> Vec<serde_json::Value> {
+        process::Proc::logs(self)
+    }
+    fn wait_log(
+        &self,
+        message: &str,
+        pred: impl Fn(&serde_json::Value) -> bool,
+    ) -> serde_json::Value {
+        process::Proc::wait_log(self, message, pred)
+    }
 }

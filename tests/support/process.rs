@@ -1,4 +1,5 @@
 //! The real binary as a child process: JSON logs collected from stderr, signals sent with `kill`.
+//! What only the process shows; the app in process with its logs is `running.rs`.
 //!
 //! Blocking code on OS threads, not driven by tokio's clock: std's `Instant` is right here.
 #![allow(clippy::disallowed_types)]
@@ -7,15 +8,15 @@ use std::io::{BufRead, BufReader};
 use std::net::SocketAddr;
 use std::os::unix::process::CommandExt;
 use std::process::{Child, Command, ExitStatus, Stdio};
-use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use super::logs::Logs;
 use super::patience;
 
 /// A running `readyprism run`.
 pub struct Proc {
     child: Child,
-    lines: Arc<Mutex<Vec<String>>>,
+    logs: Logs,
     /// Bound client listeners, in config order.
     pub listens: Vec<SocketAddr>,
     /// The first bound client listener.
@@ -71,16 +72,16 @@ impl Proc {
             .spawn()
             .expect("spawn readyprism");
         let stderr = child.stderr.take().expect("stderr");
-        let lines = Arc::new(Mutex::new(Vec::new()));
-        let sink = lines.clone();
+        let logs = Logs::default();
+        let sink = logs.clone();
         std::thread::spawn(move || {
             for line in BufReader::new(stderr).lines().map_while(Result::ok) {
-                sink.lock().expect("lines").push(line);
+                sink.push(line);
             }
         });
         let mut p = Proc {
             child,
-            lines,
+            logs,
             listens: Vec::new(),
             listen: "0.0.0.0:0".parse().expect("addr"),
             admin: "0.0.0.0:0".parse().expect("addr"),
@@ -104,12 +105,7 @@ impl Proc {
 
     /// Every JSON log line so far.
     pub fn logs(&self) -> Vec<serde_json::Value> {
-        self.lines
-            .lock()
-            .expect("lines")
-            .iter()
-            .filter_map(|l| serde_json::from_str(l).ok())
-            .collect()
+        self.logs.logs()
     }
 
     /// Waits for a log line with `message` for which `pred` holds; returns it.
@@ -118,51 +114,12 @@ impl Proc {
         message: &str,
         pred: impl Fn(&serde_json::Value) -> bool,
     ) -> serde_json::Value {
-        let deadline = Instant::now() + patience();
-        loop {
-            if let Some(v) = self
-                .logs()
-                .into_iter()
-                .find(|v| v["fields"]["message"] == message && pred(v))
-            {
-                return v;
-            }
-            assert!(
-                Instant::now() < deadline,
-                "no log {message:?}; logs:\n{}",
-                self.lines.lock().expect("lines").join("\n")
-            );
-            std::thread::sleep(Duration::from_millis(20));
-        }
-    }
-
-    /// Every backend's state, in config order, from `/status`.
-    pub fn states(&self) -> Vec<readyprism::verdict::State> {
-        self.status().backends.iter().map(|b| b.state).collect()
+        self.logs.wait_log(message, pred)
     }
 
     /// The `/status` document.
     pub fn status(&self) -> readyprism::admin::StatusDoc {
-        serde_json::from_str(&super::blocking_get(self.admin, "/status").1).expect("status")
-    }
-
-    /// One sample from `/metrics` (`labels` matched as a substring), 0 when absent.
-    pub fn metric(&self, name: &str, labels: &str) -> f64 {
-        let text = super::blocking_get(self.admin, "/metrics").1;
-        super::metric(&text, name, labels).unwrap_or(0.0)
-    }
-
-    /// Connections to the backend at `address` closed for `reason`, from `/metrics`.
-    pub fn closes(&self, address: &str, reason: &str) -> u64 {
-        let labels = format!("backend=\"{address}\",reason=\"{reason}\"");
-        self.metric("readyprism_connections_closed_total", &labels) as u64
-    }
-
-    /// Whether a log line with `message` for which `pred` holds was written so far.
-    pub fn logged(&self, message: &str, pred: impl Fn(&serde_json::Value) -> bool) -> bool {
-        self.logs()
-            .iter()
-            .any(|v| v["fields"]["message"] == message && pred(v))
+        super::admin_status(self.admin)
     }
 
     /// The process id (to read `/proc/<pid>/`).
