@@ -5,8 +5,9 @@
 //! The rule, for one backend's window `[opened, opened + window)`:
 //! - nothing before the node's **gate**, `opened + phase × window`, with `phase` drawn per node
 //!   and backend in [0, 1): the fleet's first re-dials spread evenly over the window;
-//! - from the gate, a bucket of [`BURST`] tokens (a node's handful of clients: kubelet and its
-//!   static pods), refilled at [`BURST`] per window (GCRA: one theoretical arrival time);
+//! - from the gate, a bucket of [`BURST`] tokens (more than a node's handful of clients: kubelet,
+//!   kube-proxy, the CNI and the static pods, so a node's re-dials go at its gate together),
+//!   refilled at [`BURST`] per window (GCRA: one theoretical arrival time);
 //! - from the window's end on, nothing is paced.
 //!
 //! A paced backend is ranked after the ready ones that are not (`pick`); when every ready backend
@@ -20,7 +21,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 /// Tokens in a full bucket, and tokens refilled per window.
-pub const BURST: u32 = 8;
+pub const BURST: u32 = 16;
 
 /// One backend's re-entry window, as this node paces it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -4,6 +4,8 @@
 //! else ready, held until the gate (counted, never past the window). The phase is pinned
 //! (`READYPRISM_REENTRY_PHASE`) so the gate falls half-way through the window.
 //!
+//! On the process, not in it: the pinned phase is read once per process.
+//!
 //! Blocking code on OS threads beside the child process: std's `Instant` is right here.
 #![allow(clippy::disallowed_types)]
 

@@ -23,7 +23,7 @@ pub fn always(scenarios: &[Scenario], kinds: &[Kind], outcomes: &[Outcome]) -> V
                     k.name()
                 ));
             }
-            if *k != Kind::Readyprism {
+            if !matches!(k, Kind::Readyprism | Kind::Paced) {
                 continue;
             }
             // Every scenario leaves at least two apiservers accepting and answering, and
@@ -31,15 +31,17 @@ pub fn always(scenarios: &[Scenario], kinds: &[Kind], outcomes: &[Outcome]) -> V
             // could have avoided.
             if o.dials_failed > 0 {
                 bad.push(format!(
-                    "{} / readyprism: refused {} client dial(s) while apiservers accepted",
+                    "{} / {}: refused {} client dial(s) while apiservers accepted",
                     s.name(),
+                    k.name(),
                     o.dials_failed
                 ));
             }
             if o.connected_at_end < o.clients {
                 bad.push(format!(
-                    "{} / readyprism: {} of {} clients not connected at the end",
+                    "{} / {}: {} of {} clients not connected at the end",
                     s.name(),
+                    k.name(),
                     o.clients - o.connected_at_end,
                     o.clients
                 ));
@@ -90,6 +92,23 @@ pub fn goals(outcomes: &[Outcome]) -> Vec<String> {
                         o.peak_per_s,
                         crate::measure::HANDOFF_WINDOW_S
                     ));
+                }
+            }
+            "return" => {
+                if o.client_errors > 0 {
+                    miss(format!("{} client error(s)", o.client_errors));
+                }
+                // Paced re-entry, when it ran: a third of today's peak at most.
+                let paced = outcomes
+                    .iter()
+                    .find(|p| p.scenario == "return" && p.balancer == Kind::Paced.name());
+                if let Some(p) = paced {
+                    if p.peak_per_100ms * 3 > o.peak_per_100ms {
+                        miss(format!(
+                            "paced re-entry's peak {}/100 ms over a third of today's {}/100 ms",
+                            p.peak_per_100ms, o.peak_per_100ms
+                        ));
+                    }
                 }
             }
             "quorum" if o.all_off_victim_s.is_none() => {

@@ -17,6 +17,9 @@ use crate::process::{self, free_port, http_status};
 pub enum Kind {
     /// The `readyprism` binary.
     Readyprism,
+    /// The same with paced re-entry on (`reentry_window: 5s`; off by default). Runs only when
+    /// `HERD_KINDS` names it.
+    Paced,
     /// HAProxy, configured as OpenShift runs it.
     Haproxy,
     /// Talos's KubePrism (go-loadbalancer with Talos's options), built by `tests/real/build`.
@@ -25,12 +28,18 @@ pub enum Kind {
 
 impl Kind {
     /// Every kind, in the order of the run and of the table's columns.
-    pub const ALL: [Kind; 3] = [Kind::Readyprism, Kind::Haproxy, Kind::Kubeprism];
+    pub const ALL: [Kind; 4] = [
+        Kind::Readyprism,
+        Kind::Paced,
+        Kind::Haproxy,
+        Kind::Kubeprism,
+    ];
 
     /// Name in `HERD_KINDS`, the output and the JSON.
     pub fn name(self) -> &'static str {
         match self {
             Kind::Readyprism => "readyprism",
+            Kind::Paced => "readyprism-paced",
             Kind::Haproxy => "haproxy",
             Kind::Kubeprism => "kubeprism",
         }
@@ -40,6 +49,7 @@ impl Kind {
     pub fn label(self) -> &'static str {
         match self {
             Kind::Readyprism => "readyprism",
+            Kind::Paced => "readyprism, reentry_window 5s",
             Kind::Haproxy => "HAProxy",
             Kind::Kubeprism => "KubePrism",
         }
@@ -85,11 +95,14 @@ impl Balancer {
         let listen = free_port();
         let log_path = dir.join(format!("{}.log", kind.name()));
         let (mut cmd, readiness) = match kind {
-            Kind::Readyprism => {
+            Kind::Readyprism | Kind::Paced => {
                 let admin = free_port();
                 let cfg = dir.join("readyprism.yaml");
-                std::fs::write(&cfg, readyprism_config(listen, admin, apiservers, env))
-                    .expect("write readyprism config");
+                let mut text = readyprism_config(listen, admin, apiservers, env);
+                if kind == Kind::Paced {
+                    text.push_str("reentry_window: 5s\n");
+                }
+                std::fs::write(&cfg, text).expect("write readyprism config");
                 let mut c = Command::new(&env.readyprism);
                 c.args(["--log-level", "info", "run", "--config"]).arg(&cfg);
                 (c, Readiness::AdminReadyz(admin))

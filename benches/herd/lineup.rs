@@ -84,6 +84,7 @@ pub fn choose() -> Result<Lineup, String> {
         .filter(|k| match k {
             // `wants` has made sure of it.
             Kind::Readyprism => true,
+            Kind::Paced => want(Kind::Paced) != Want::Left,
             Kind::Haproxy => haproxy.is_some(),
             Kind::Kubeprism => kubeprism.is_some(),
         })
@@ -105,6 +106,7 @@ fn wants(kinds_var: Option<&str>, require_kubeprism: bool) -> Result<Vec<(Kind, 
         };
         return Ok(vec![
             (Kind::Readyprism, Want::Required),
+            (Kind::Paced, Want::Left),
             (Kind::Haproxy, Want::Required),
             (Kind::Kubeprism, kubeprism),
         ]);
@@ -115,7 +117,7 @@ fn wants(kinds_var: Option<&str>, require_kubeprism: bool) -> Result<Vec<(Kind, 
             .into_iter()
             .find(|k| k.name() == name)
             .ok_or_else(|| {
-                format!("HERD_KINDS: unknown kind {name:?} (readyprism, haproxy, kubeprism)")
+                format!("HERD_KINDS: unknown kind {name:?} (readyprism, readyprism-paced, haproxy, kubeprism)")
             })?;
         named.push(kind);
     }

@@ -8,11 +8,12 @@
 //! connected and settled, counts zeroed, the fault played, then watched. `target/herd/results.json`
 //! has every number, `target/herd/herd.svg` the new connections per 100 ms; the table is printed.
 //!
-//! Knobs: `HERD_N` (balancers, default 50), `HERD_SCENARIOS=blink3,blink8,drain,quorum` (a
-//! subset), `HERD_OBSERVE` (seconds watched after each fault's end, default 30),
+//! Knobs: `HERD_N` (balancers, default 50), `HERD_SCENARIOS=blink3,blink8,drain,quorum,return`
+//! (a subset), `HERD_OBSERVE` (seconds watched after each fault's end, default 30),
 //! `HERD_READYPRISM=/path` (that binary instead of building `target/release/readyprism`),
 //! `HERD_ASSERT_GOALS=1` (fail unless readyprism meets its goals on every fault),
-//! `HERD_KINDS=readyprism,haproxy,kubeprism` (a subset, each one required),
+//! `HERD_KINDS=readyprism,haproxy,kubeprism` (a subset, each one required; `readyprism-paced`,
+//! readyprism with `reentry_window: 5s`, runs only when named),
 //! `HERD_REQUIRE_KUBEPRISM=1` (fail when KubePrism is not built, rather than run without it),
 //! `HERD_KUBEPRISM=/path` (that binary instead of `tests/real/build`'s).
 //!

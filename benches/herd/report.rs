@@ -139,6 +139,7 @@ pub fn svg(path: &Path, scenarios: &[Scenario], outcomes: &[Outcome]) -> Result<
     let panels = root.split_evenly((rows, 1));
     let colours = [
         (Kind::Readyprism, RGBColor(200, 40, 40)),
+        (Kind::Paced, RGBColor(230, 150, 30)),
         (Kind::Haproxy, RGBColor(30, 90, 200)),
         (Kind::Kubeprism, RGBColor(30, 150, 60)),
     ];

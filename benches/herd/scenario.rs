@@ -45,18 +45,26 @@ pub enum Scenario {
     Drain,
     /// One apiserver loses etcd quorum for good: `[-]etcd failed` until the end.
     Quorum,
+    /// Every apiserver fails `/readyz` with `[-]etcd failed` for [`RETURN_SPELL`]; then one comes
+    /// back and the others fail on: the spell with none ready ends, and the connections that
+    /// failed open to the others move to the one that returned (the re-entry herd).
+    Return,
 }
+
+/// How long nothing is ready in the return scenario.
+pub const RETURN_SPELL: Duration = Duration::from_secs(10);
 
 /// kube-apiserver's `--shutdown-delay-duration` in the drain scenario.
 pub const DRAIN_DELAY: Duration = Duration::from_secs(15);
 
 impl Scenario {
     /// Every scenario, in run order.
-    pub const ALL: [Scenario; 4] = [
+    pub const ALL: [Scenario; 5] = [
         Scenario::Blink3,
         Scenario::Blink8,
         Scenario::Drain,
         Scenario::Quorum,
+        Scenario::Return,
     ];
 
     /// Name in `HERD_SCENARIOS`, the output and the JSON.
@@ -66,6 +74,7 @@ impl Scenario {
             Scenario::Blink8 => "blink8",
             Scenario::Drain => "drain",
             Scenario::Quorum => "quorum",
+            Scenario::Return => "return",
         }
     }
 
@@ -76,6 +85,7 @@ impl Scenario {
             Scenario::Blink8 => "(a) every apiserver fails /readyz [-]etcd for 8 s",
             Scenario::Drain => "(b) one apiserver's graceful shutdown, 15 s delay",
             Scenario::Quorum => "(c) one apiserver loses etcd quorum for good",
+            Scenario::Return => "(d) none ready for 10 s, then one apiserver comes back first",
         }
     }
 
@@ -86,6 +96,7 @@ impl Scenario {
             Scenario::Blink8 => Duration::from_secs(8),
             Scenario::Drain => DRAIN_DELAY,
             Scenario::Quorum => Duration::ZERO,
+            Scenario::Return => RETURN_SPELL,
         }
     }
 
@@ -107,7 +118,7 @@ impl Scenario {
                     .into_iter()
                     .find(|c| c.name() == s)
                     .ok_or_else(|| {
-                        format!("unknown scenario {s:?} (blink3, blink8, drain, quorum)")
+                        format!("unknown scenario {s:?} (blink3, blink8, drain, quorum, return)")
                     })
             })
             .collect()
@@ -234,6 +245,13 @@ pub fn run(scenario: Scenario, kind: Kind, s: &Setup) -> Run {
             s.servers.block_on(v.stop());
         }
         Scenario::Quorum => set_readyz(&fakes[victim.unwrap_or(0)], ETCD_FAILED),
+        Scenario::Return => {
+            for f in &fakes {
+                set_readyz(f, ETCD_FAILED);
+            }
+            sleep_until(fault_start + RETURN_SPELL);
+            fakes[0].control.readyz_answer.store(None);
+        }
     }
     sleep_until(fault_start + scenario.fault_len() + s.observe);
 

@@ -37,8 +37,9 @@ pub struct Routing {
     pub reentry_window: Duration,
 }
 
-/// `reentry_window` unless the config says otherwise. Why 5 s: `docs/config.md`, "Paced re-entry".
-pub const DEFAULT_REENTRY_WINDOW: Duration = Duration::from_secs(5);
+/// `reentry_window` unless the config says otherwise: off. Why, and why 5 s when on:
+/// `docs/config.md`, "Paced re-entry".
+pub const DEFAULT_REENTRY_WINDOW: Duration = Duration::ZERO;
 
 /// `dead_path_timeout` unless the config says otherwise. Why 10 s: `docs/config.md`, "Dead paths".
 pub const DEFAULT_DEAD_PATH_TIMEOUT: Duration = Duration::from_secs(10);

@@ -31,7 +31,7 @@ const FAILBACK_AFTER: (Duration, Duration) = (Duration::from_secs(60), Duration:
 /// `handoff_window`: 5 s, at most 10 minutes; 0 s closes a draining backend's connections at
 /// once. Must be shorter than the apiservers' `--shutdown-delay-duration` (not known here).
 const HANDOFF_WINDOW: (Duration, Duration) = (Duration::from_secs(5), Duration::from_secs(600));
-/// `reentry_window`: 5 s, at most 10 minutes; 0 s paces nothing.
+/// `reentry_window`: 0 s (off), at most 10 minutes.
 const REENTRY_WINDOW: (Duration, Duration) = (
     crate::backend::DEFAULT_REENTRY_WINDOW,
     Duration::from_secs(600),

@@ -60,8 +60,8 @@ pub enum Effect {
     /// Tell each backend's monitor whether it may probe at the remote cadence
     /// ([`super::cadence`]).
     Cadence(Vec<(Arc<BackendLive>, bool)>),
-    /// Open the backend's re-entry window at this instant: it turned ready from unready
-    /// ([`crate::pacing`]).
+    /// Open the backend's re-entry window at this instant: it turned ready from unready, or a
+    /// recovery moves connections to it ([`crate::pacing`]).
     Reentry(Arc<BackendLive>, Instant),
     /// Keep these state transitions for the admin page.
     Recent(Vec<recent::Transition>),
@@ -368,6 +368,18 @@ impl Writer {
             .iter()
             .map(|&i| (i, CloseReason::LeftNoneReady))
             .collect();
+        // Their clients re-dial the ready backends, as every node's do about now: paced, from
+        // a window opened afresh (the one opened when they turned ready is about over).
+        if !evict.is_empty() && !self.snap.routing.reentry_window.is_zero() {
+            for b in self
+                .snap
+                .backends
+                .iter()
+                .filter(|b| b.health.state == State::Ready)
+            {
+                fx.push(Effect::Reentry(b.live.clone(), now));
+            }
+        }
         self.evict(&evict, fx);
     }
 

@@ -122,6 +122,16 @@ impl Proc {
         super::admin_status(self.admin)
     }
 
+    /// Every backend's state, in config order, from `/status`.
+    pub fn states(&self) -> Vec<readyprism::verdict::State> {
+        super::admin_states(self.admin)
+    }
+
+    /// One sample from `/metrics` (`labels` matched as a substring), 0 when absent.
+    pub fn metric(&self, name: &str, labels: &str) -> f64 {
+        super::admin_metric(self.admin, name, labels)
+    }
+
     /// The process id (to read `/proc/<pid>/`).
     pub fn pid(&self) -> u32 {
         self.child.id()

@@ -512,3 +512,48 @@ fn a_zero_window_paces_nothing() {
     let h = back_from_unready(&[(DC_A, "dc-a"), (DC_B, "dc-b")], DC_B, Duration::ZERO);
     assert_eq!(h.first_pick(), (DC_B.to_string(), false));
 }
+
+/// A spell with none ready ends with dc-b back and dc-a still failing: one probe interval later
+/// the recovery moves the connections that failed open to dc-a, and their re-dials (every
+/// node's, about then) meet dc-b paced afresh, though the window opened when it turned ready is
+/// over.
+#[test]
+fn a_recovery_moves_connections_onto_a_backend_paced_afresh() {
+    let window = s(5.0);
+    let mut h = Step::new("dc-b", &[(DC_A, "dc-a"), (DC_B, "dc-b")], |r| {
+        r.reentry_window = window
+    });
+    h.run_to(s(1.0));
+    h.set(DC_A, Truth::Unready);
+    h.set(DC_B, Truth::Unready);
+    h.run_to(s(12.0));
+    assert_eq!(
+        (h.state(DC_A), h.state(DC_B)),
+        (State::Unready, State::Unready)
+    );
+    h.connect(DC_A, 4);
+    h.set(DC_B, Truth::Ready);
+    let mut at = s(12.0);
+    while !h
+        .bumps
+        .iter()
+        .any(|b| b.0 == DC_A && b.1 == CloseReason::LeftNoneReady)
+    {
+        at += s(0.01);
+        assert!(at < s(40.0), "no recovery: {:?}", h.bumps);
+        h.run_to(at);
+    }
+    let moved = h.elapsed();
+    let back = turned(&h, DC_B, State::Ready);
+    assert!(
+        moved >= back + window,
+        "moved {moved:?}, back {back:?}: after the first window"
+    );
+    assert_eq!(
+        h.first_pick(),
+        (DC_B.to_string(), true),
+        "the moved connections' re-dials wait for the node's gate"
+    );
+    h.run_to(moved + window.mul_f64(h.phase(DC_B)));
+    assert_eq!(h.first_pick(), (DC_B.to_string(), false));
+}
