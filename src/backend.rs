@@ -15,7 +15,7 @@ use tokio::time::Instant;
 pub use crate::eviction::Eviction;
 pub use inbox::{Inbox, News};
 pub use learned_window::LearnedWindow;
-pub use reentry::Reentry;
+pub use reentry::{draw as reentry_draw, Reentry};
 pub use routing::{
     NodeZone, Routing, ZoneSource, DEFAULT_DEAD_PATH_TIMEOUT, DEFAULT_REENTRY_WINDOW,
 };
@@ -252,9 +252,9 @@ impl Snapshot {
         self.candidates_at(None)
     }
 
-    /// [`Snapshot::candidates`] for a new connection at `now`: ready backends in a re-entry
-    /// window that paces them now are marked so.
-    fn candidates_at(&self, now: Option<Instant>) -> Vec<Candidate> {
+    /// [`Snapshot::candidates`] for a new connection at `now` with re-entry `draw`: ready
+    /// backends in a re-entry window that paces it now are marked so.
+    fn candidates_at(&self, now: Option<(Instant, f64)>) -> Vec<Candidate> {
         let zone = self.routing.zone_name();
         let len = self.routing.reentry_window;
         self.backends
@@ -266,7 +266,7 @@ impl Snapshot {
                 latency: b.health.latency,
                 active: b.live.active.load(Ordering::Relaxed),
                 paced: b.health.state == State::Ready
-                    && now.is_some_and(|now| b.live.reentry.paces(len, now)),
+                    && now.is_some_and(|(now, draw)| b.live.reentry.paces(len, now, draw)),
             })
             .collect()
     }
@@ -278,10 +278,11 @@ impl Snapshot {
 
     /// A new connection's whole dial order: [`Snapshot::pick`], and the backends it goes on to
     /// when every ready one fails to dial (failing open), worked out only if it comes to that.
-    /// Ready backends whose re-entry paces them at `now` are ranked after the others.
-    pub fn order(&self, rr: usize, now: Instant) -> Order {
+    /// Ready backends whose re-entry paces the connection (its `draw`) at `now` are ranked
+    /// after the others.
+    pub fn order(&self, rr: usize, now: Instant, draw: f64) -> Order {
         Order::new(
-            self.candidates_at(Some(now)),
+            self.candidates_at(Some((now, draw))),
             self.routing.when_none_ready,
             rr,
         )

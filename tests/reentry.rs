@@ -1,10 +1,10 @@
 //! Paced re-entry on the real binary: an apiserver of this node's zone comes back from unready,
-//! and this node's new connections reach it only from the node's gate in `reentry_window`:
-//! sent to the remote apiserver meanwhile (counted against the paced one), or, with nothing
-//! else ready, held until the gate (counted, never past the window). The phase is pinned
-//! (`READYPRISM_REENTRY_PHASE`) so the gate falls half-way through the window.
+//! and a new connection reaches it only from the connection's own point of `reentry_window`:
+//! sent to the remote apiserver before it (counted against the paced one), or, with nothing
+//! else ready, held until it (counted, never past the window). Every draw is pinned
+//! (`READYPRISM_REENTRY_DRAW`) so the point falls half-way through the window.
 //!
-//! On the process, not in it: the pinned phase is read once per process.
+//! On the process, not in it: the pinned draw is read once per process.
 //!
 //! Blocking code on OS threads beside the child process: std's `Instant` is right here.
 #![allow(clippy::disallowed_types)]
@@ -18,11 +18,11 @@ use tokio::runtime::Runtime;
 use crate::support::process::Proc;
 use crate::support::*;
 
-/// The window, and the gate half-way through it.
+/// The window, and every connection's point half-way through it.
 const WINDOW: Duration = Duration::from_secs(4);
-const PHASE: &str = "0.5";
+const DRAW: &str = "0.5";
 
-/// A connection counts as at the gate this close before it: `/status` rounds to 1 ms.
+/// A connection counts as at its point this close before it: `/status` rounds to 1 ms.
 const SLACK: Duration = Duration::from_millis(5);
 
 /// Fast probes; `rise: 2`.
@@ -41,7 +41,8 @@ struct Back {
     _fakes: Vec<FakeApiserver>,
     p: Proc,
     local: String,
-    /// The local one's gate, from `/status` read right after it showed ready again.
+    /// Every connection's point in the local one's window, from `/status` read right after it
+    /// showed ready again.
     gate: Instant,
 }
 
@@ -64,7 +65,7 @@ fn back_from_unready(with_remote: bool) -> Back {
     let file = lab.write("reentry.yaml", &lab.yaml("dc-a", &backends, &extra()));
     let p = Proc::start_with_env(
         std::path::Path::new(&file),
-        &[("READYPRISM_REENTRY_PHASE", PHASE)],
+        &[("READYPRISM_REENTRY_DRAW", DRAW)],
     );
     let all = |s| vec![s; fakes.len()];
     rt.block_on(poll("every backend ready", || p.states() == all(Ready)));
@@ -78,8 +79,11 @@ fn back_from_unready(with_remote: bool) -> Back {
     }));
     let read = Instant::now();
     let doc = p.status();
-    let paced = doc.backends[0].reentry_paced_for_s;
-    let gate = read + Duration::from_secs_f64(paced.expect("paced right after it turned ready"));
+    let left = doc.backends[0].reentry_window_left_s;
+    let left = Duration::from_secs_f64(left.expect("in its window right after it turned ready"));
+    // Opened at `read - (WINDOW - left)`; the point is half-way.
+    let gate = read + left - WINDOW / 2;
+    assert!(gate > read, "looked too late: {left:?} of the window left");
     Back {
         local: addr(&fakes[0]),
         _lab: lab,
@@ -91,7 +95,7 @@ fn back_from_unready(with_remote: bool) -> Back {
 }
 
 #[test]
-fn a_local_apiserver_back_from_unready_takes_connections_from_the_nodes_gate() {
+fn a_local_apiserver_back_from_unready_takes_a_connection_from_its_point_of_the_window() {
     let h = back_from_unready(true);
     let mut landed = Vec::new();
     let home = loop {
@@ -125,7 +129,7 @@ fn a_local_apiserver_back_from_unready_takes_connections_from_the_nodes_gate() {
 }
 
 #[test]
-fn with_nothing_else_ready_a_new_connection_waits_for_the_gate() {
+fn with_nothing_else_ready_a_new_connection_waits_for_its_point() {
     let h = back_from_unready(false);
     let (_, name) = h.rt.block_on(raw(h.p.listen)).expect("relayed");
     let answered = Instant::now();

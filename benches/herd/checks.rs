@@ -95,9 +95,6 @@ pub fn goals(outcomes: &[Outcome]) -> Vec<String> {
                 }
             }
             "return" => {
-                if o.client_errors > 0 {
-                    miss(format!("{} client error(s)", o.client_errors));
-                }
                 // Paced re-entry, when it ran: a third of today's peak at most.
                 let paced = outcomes
                     .iter()

@@ -144,9 +144,9 @@ pub struct BackendStatus {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub shutdown_window_s: Option<f64>,
     /// Back from unready, this node's new connections to it are paced (`reentry_window`): the
-    /// seconds until it takes the next one. Omitted when not paced.
+    /// seconds left of its window. Omitted when not paced.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub reentry_paced_for_s: Option<f64>,
+    pub reentry_window_left_s: Option<f64>,
 }
 
 fn is_zero(n: &u32) -> bool {
@@ -253,12 +253,12 @@ impl StatusDoc {
                     .shutdown_window
                     .get()
                     .map(|w| (w.as_secs_f64() * 10.0).round() / 10.0),
-                reentry_paced_for_s: b
+                reentry_window_left_s: b
                     .live
                     .reentry
-                    .admits_at(snap.routing.reentry_window, now)
+                    .window(snap.routing.reentry_window, now)
                     .filter(|_| b.health.state == State::Ready)
-                    .map(|at| ((at - now).as_secs_f64() * 1000.0).round() / 1000.0),
+                    .map(|w| ((w.end() - now).as_secs_f64() * 1000.0).round() / 1000.0),
             })
             .collect();
         StatusDoc {
@@ -358,7 +358,7 @@ impl BackendStatus {
             failing_checks: Vec::new(),
             failing_checks_more: 0,
             shutdown_window_s: None,
-            reentry_paced_for_s: None,
+            reentry_window_left_s: None,
         }
     }
 }

@@ -1,6 +1,7 @@
 //! A backend's re-entry window as this node paces it ([`crate::pacing`]), kept lock-free: opened
-//! by the table writer when the backend turns ready from unready, read and drawn from by the
-//! proxy on the accept path, shown by the status document, counted by the metrics.
+//! by the table writer when the backend turns ready from unready (or a recovery moves
+//! connections to it), read by the proxy on the accept path, shown by the status document,
+//! counted by the metrics. Also each new connection's draw of its point in a window.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
@@ -9,102 +10,63 @@ use tokio::time::Instant;
 
 use crate::pacing::Window;
 
-/// No window opened, or no token taken.
+/// No window opened.
 const NONE: u64 = 0;
 
-/// When the backend's latest window opened and the bucket's arrival time, as nanoseconds after
-/// `base` (plus one, so 0 means none); the node's phase for this backend, drawn once.
+/// Pins every connection's draw to one fraction in [0, 1): for labs and tests that must know
+/// where in a window a connection passes.
+pub const DRAW_ENV: &str = "READYPRISM_REENTRY_DRAW";
+
+/// When the backend's latest window opened, as nanoseconds after `base` plus one (0: none), and
+/// the connections sent elsewhere because of it.
 #[derive(Debug)]
 pub struct Reentry {
     base: Instant,
-    phase: f64,
     opened: AtomicU64,
-    tat: AtomicU64,
     deferred: AtomicU64,
 }
 
-/// Pins every backend's phase to one fraction in [0, 1): for labs and tests that must know
-/// where the gate falls (a herd bench gives its nodes phases spread evenly).
-pub const PHASE_ENV: &str = "READYPRISM_REENTRY_PHASE";
-
 impl Default for Reentry {
-    /// A phase drawn afresh (per node and backend), unless [`PHASE_ENV`] pins it.
     fn default() -> Self {
-        use std::hash::BuildHasher;
-        let drawn = || {
-            let bits = std::collections::hash_map::RandomState::new().hash_one("reentry");
-            crate::jitter::unit(crate::jitter::mix(bits))
-        };
-        Reentry::with_phase(pinned_phase().unwrap_or_else(drawn))
-    }
-}
-
-/// [`PHASE_ENV`] as read once, if it holds a fraction in [0, 1).
-fn pinned_phase() -> Option<f64> {
-    static PINNED: std::sync::OnceLock<Option<f64>> = std::sync::OnceLock::new();
-    *PINNED.get_or_init(|| {
-        std::env::var(PHASE_ENV)
-            .ok()
-            .and_then(|v| v.parse::<f64>().ok())
-            .filter(|p| (0.0..1.0).contains(p))
-    })
-}
-
-impl Reentry {
-    /// A backend whose gate falls at `phase` (in [0, 1)) of every window.
-    pub fn with_phase(phase: f64) -> Reentry {
         Reentry {
             base: Instant::now(),
-            phase,
             opened: AtomicU64::new(NONE),
-            tat: AtomicU64::new(NONE),
             deferred: AtomicU64::new(0),
         }
     }
+}
 
-    /// This node's phase for the backend: its gate falls this far into every window.
-    pub fn phase(&self) -> f64 {
-        self.phase
-    }
-
-    /// Opens a window at `at` (the backend turned ready then); its bucket starts full.
+impl Reentry {
+    /// Opens a window at `at` (the backend turned ready then, or connections move to it).
     pub fn open(&self, at: Instant) {
-        self.tat.store(NONE, Ordering::Relaxed);
-        self.opened.store(self.encode(at), Ordering::Release);
+        let ns = at.saturating_duration_since(self.base).as_nanos();
+        let raw = u64::try_from(ns).unwrap_or(u64::MAX - 1).saturating_add(1);
+        self.opened.store(raw, Ordering::Relaxed);
     }
 
     /// The latest window, `len` long, if one was opened and `now` is before its end.
     pub fn window(&self, len: Duration, now: Instant) -> Option<Window> {
-        let opened = self.decode(self.opened.load(Ordering::Acquire))?;
-        let w = Window::new(opened, len, self.phase);
-        (now < w.end).then_some(w)
-    }
-
-    /// Whether a new connection at `now` must wait or go elsewhere (`len`: `reentry_window`).
-    pub fn paces(&self, len: Duration, now: Instant) -> bool {
-        self.window(len, now)
-            .is_some_and(|w| w.paces(now, self.arrival()))
-    }
-
-    /// When a new connection may go to the backend, if it is paced at `now`.
-    pub fn admits_at(&self, len: Duration, now: Instant) -> Option<Instant> {
-        let w = self.window(len, now)?;
-        w.paces(now, self.arrival())
-            .then(|| w.admits_at(self.arrival()))
-    }
-
-    /// Takes a token for a connection dialed at `now`, if a window is open. A connection that
-    /// lost a race for the last token still goes: the overshoot is bounded by the connections
-    /// picked at one instant, and the next pick sees the bucket empty.
-    pub fn take(&self, len: Duration, now: Instant) {
-        let Some(w) = self.window(len, now) else {
-            return;
+        let raw = self.opened.load(Ordering::Relaxed);
+        if raw == NONE || len.is_zero() {
+            return None;
+        }
+        let w = Window {
+            opened: self.base + Duration::from_nanos(raw - 1),
+            len,
         };
-        let _ = self
-            .tat
-            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |raw| {
-                Some(self.encode(w.take(now, self.decode(raw))))
-            });
+        (now < w.end()).then_some(w)
+    }
+
+    /// Whether a new connection with `draw` must wait or go elsewhere at `now` (`len`:
+    /// `reentry_window`).
+    pub fn paces(&self, len: Duration, now: Instant, draw: f64) -> bool {
+        self.window(len, now).is_some_and(|w| w.paces(now, draw))
+    }
+
+    /// When a new connection with `draw` may go to the backend, if it is paced at `now`.
+    pub fn admits_at(&self, len: Duration, now: Instant, draw: f64) -> Option<Instant> {
+        let w = self.window(len, now)?;
+        w.paces(now, draw).then(|| w.admits_at(draw))
     }
 
     /// Counts a connection sent elsewhere because the backend was paced.
@@ -116,19 +78,22 @@ impl Reentry {
     pub fn deferred(&self) -> u64 {
         self.deferred.load(Ordering::Relaxed)
     }
+}
 
-    fn arrival(&self) -> Option<Instant> {
-        self.decode(self.tat.load(Ordering::Relaxed))
-    }
-
-    fn encode(&self, at: Instant) -> u64 {
-        let ns = at.saturating_duration_since(self.base).as_nanos();
-        u64::try_from(ns).unwrap_or(u64::MAX - 1).saturating_add(1)
-    }
-
-    fn decode(&self, raw: u64) -> Option<Instant> {
-        (raw != NONE).then(|| self.base + Duration::from_nanos(raw - 1))
-    }
+/// Connection `seq`'s draw of its point in any window: spread over [0, 1) from a seed drawn per
+/// process, unless [`DRAW_ENV`] pins it.
+pub fn draw(seq: usize) -> f64 {
+    static SEED: std::sync::OnceLock<(u64, Option<f64>)> = std::sync::OnceLock::new();
+    let (seed, pinned) = *SEED.get_or_init(|| {
+        use std::hash::BuildHasher;
+        let seed = std::collections::hash_map::RandomState::new().hash_one("reentry");
+        let pinned = std::env::var(DRAW_ENV)
+            .ok()
+            .and_then(|v| v.parse::<f64>().ok())
+            .filter(|p| (0.0..1.0).contains(p));
+        (seed, pinned)
+    });
+    pinned.unwrap_or_else(|| crate::jitter::unit(crate::jitter::mix(seed ^ seq as u64)))
 }
 
 #[cfg(test)]
@@ -139,48 +104,43 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn no_window_paces_nothing() {
-        let r = Reentry::with_phase(0.5);
-        assert!(!r.paces(LEN, Instant::now()));
-        assert_eq!(r.admits_at(LEN, Instant::now()), None);
+        let r = Reentry::default();
+        assert!(!r.paces(LEN, Instant::now(), 0.5));
+        assert_eq!(r.admits_at(LEN, Instant::now(), 0.5), None);
     }
 
     #[tokio::test(start_paused = true)]
-    async fn an_opened_window_paces_until_the_gate_then_a_burst_then_per_interval() {
-        let r = Reentry::with_phase(0.5);
+    async fn an_opened_window_paces_each_draw_until_its_point() {
+        let r = Reentry::default();
         let t0 = Instant::now();
         r.open(t0);
-        assert!(r.paces(LEN, t0));
-        let gate = t0 + Duration::from_millis(2500);
-        assert_eq!(r.admits_at(LEN, t0), Some(gate));
-        for _ in 0..crate::pacing::BURST {
-            assert!(!r.paces(LEN, gate));
-            r.take(LEN, gate);
-        }
-        assert_eq!(
-            r.admits_at(LEN, gate),
-            Some(gate + LEN / crate::pacing::BURST)
+        let half = t0 + LEN / 2;
+        assert_eq!(r.admits_at(LEN, t0, 0.5), Some(half));
+        assert!(!r.paces(LEN, half, 0.5));
+        assert!(r.paces(LEN, half, 0.9));
+        assert!(!r.paces(LEN, t0 + LEN, 0.9), "over at the window's end");
+        assert!(
+            !r.paces(Duration::ZERO, t0, 0.9),
+            "a zero window paces nothing"
         );
-        assert!(!r.paces(LEN, t0 + LEN), "over at the window's end");
     }
 
     #[tokio::test(start_paused = true)]
-    async fn opening_again_refills_the_bucket() {
-        let r = Reentry::with_phase(0.0);
+    async fn opening_again_starts_a_new_window() {
+        let r = Reentry::default();
         let t0 = Instant::now();
         r.open(t0);
-        for _ in 0..crate::pacing::BURST {
-            r.take(LEN, t0);
-        }
-        assert!(r.paces(LEN, t0));
-        let t1 = t0 + Duration::from_secs(1);
+        let t1 = t0 + Duration::from_secs(7);
+        assert!(!r.paces(LEN, t1, 0.5));
         r.open(t1);
-        assert!(!r.paces(LEN, t1));
+        assert!(r.paces(LEN, t1, 0.5));
     }
 
     #[test]
-    fn phases_are_drawn_per_backend() {
-        let phases: Vec<f64> = (0..16).map(|_| Reentry::default().phase()).collect();
-        assert!(phases.iter().all(|p| (0.0..1.0).contains(p)));
-        assert!(phases.windows(2).any(|w| w[0] != w[1]), "{phases:?}");
+    fn draws_spread_over_the_unit_interval() {
+        let draws: Vec<f64> = (0..1000).map(draw).collect();
+        assert!(draws.iter().all(|d| (0.0..1.0).contains(d)));
+        let low = draws.iter().filter(|&&d| d < 0.5).count();
+        assert!((350..650).contains(&low), "{low} of 1000 under 0.5");
     }
 }

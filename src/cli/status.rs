@@ -321,7 +321,7 @@ pub(crate) fn sample() -> StatusDoc {
             failing_checks: Vec::new(),
             failing_checks_more: 0,
             shutdown_window_s: None,
-            reentry_paced_for_s: None,
+            reentry_window_left_s: None,
         }
     };
     StatusDoc {

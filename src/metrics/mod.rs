@@ -67,8 +67,8 @@ pub struct Metrics {
     pub rejected_all_dials_failed: Counter,
     /// Client connections relayed to a backend known to fail its checks (failing open).
     pub failed_open: Counter,
-    /// Client connections that waited for a re-entry token because every ready backend's
-    /// re-entry was paced ([`crate::pacing`]).
+    /// Client connections that waited for their point of a re-entry window because every
+    /// ready backend paced them ([`crate::pacing`]).
     pub reentry_waits: Counter,
     /// Seconds those connections waited, in all.
     pub reentry_wait_seconds: Counter<f64, std::sync::atomic::AtomicU64>,
@@ -130,9 +130,9 @@ impl Metrics {
                 rejected;
             "connections_failed_open", "Client connections relayed to a backend failing its checks because none was ready",
                 m.failed_open.clone();
-            "reentry_waits", "Client connections that waited for a re-entry token because every ready backend had just turned ready again and was paced (reentry_window); at most the window each",
+            "reentry_waits", "Client connections that waited for their point of a re-entry window because every ready backend had just turned ready again (reentry_window); at most the window each",
                 m.reentry_waits.clone();
-            "reentry_wait_seconds", "Seconds client connections waited for a re-entry token, in all",
+            "reentry_wait_seconds", "Seconds client connections waited for their point of a re-entry window, in all",
                 m.reentry_wait_seconds.clone();
             "admin_connections_shed", "Admin connections closed at the connection cap to let a newcomer in (the one longest without a request)",
                 m.admin_shed.clone();

@@ -197,18 +197,18 @@ impl Proxy {
     fn plan(&self, seq: usize) -> Picked {
         let snap = self.table.load();
         Picked {
-            order: snap.order(seq, Instant::now()),
+            order: snap.order(seq, Instant::now(), crate::backend::reentry_draw(seq)),
             snap,
         }
     }
 
-    /// A new connection's first plan. When every ready backend's re-entry is paced, the plan
-    /// made after waiting for the soonest token: at most the re-entry window, once per
+    /// A new connection's first plan. When every ready backend's re-entry paces it, the plan
+    /// made after waiting for its soonest point: at most the re-entry window, once per
     /// connection, counted. `None` if shutdown cuts the wait.
     async fn paced_plan(&self, seq: usize) -> Option<Picked> {
         let plan = self.plan(seq);
         let began = Instant::now();
-        let Some(at) = plan.paced_until(began) else {
+        let Some(at) = plan.paced_until(began, crate::backend::reentry_draw(seq)) else {
             plan.count_deferred();
             return Some(plan);
         };
@@ -248,7 +248,6 @@ impl Proxy {
                 continue;
             };
             record.dialing();
-            plan.take_token(index, Instant::now());
             let tally = Tally::default();
             let dial = crate::dial::connect(
                 &t.spec.host,

@@ -446,63 +446,83 @@ fn back_from_unready(backends: &[(&str, &str)], back: &str, window: Duration) ->
     h
 }
 
-/// The node's own apiserver comes back from unready: new connections from this node go on to
-/// the remote one until the node's gate in the re-entry window, then home again; a backend seen
-/// ready for the first time (start-up) is not paced. (The gate's phase is drawn per backend:
-/// in (0, 1) but for a 2^-53 chance.)
+/// The node's own apiserver comes back from unready: a new connection goes on to the remote
+/// one until its own point of the re-entry window (a draw of 0.4: 2 s in), then home; a
+/// connection that drew 0 goes home at once; a backend seen ready for the first time (start-up)
+/// is not paced.
 #[test]
-fn a_backend_back_from_unready_is_paced_until_the_nodes_gate() {
+fn a_backend_back_from_unready_takes_each_connection_from_its_point_of_the_window() {
     let window = s(5.0);
     let mut start = Step::new("dc-b", &[(DC_A, "dc-a"), (DC_B, "dc-b")], |r| {
         r.reentry_window = window
     });
     start.run_to(s(1.0));
     assert_eq!(
-        start.first_pick(),
+        start.first_pick(0.99),
         (DC_B.to_string(), false),
         "start-up is not paced"
     );
     let mut h = back_from_unready(&[(DC_A, "dc-a"), (DC_B, "dc-b")], DC_B, window);
     let back = h.elapsed();
-    let gate = back + window.mul_f64(h.phase(DC_B));
     assert_eq!(
-        h.first_pick(),
+        h.first_pick(0.4),
         (DC_A.to_string(), false),
         "paced: to the remote one"
     );
-    h.run_to(back + (gate - back) / 2);
     assert_eq!(
-        h.first_pick(),
-        (DC_A.to_string(), false),
-        "still before the gate"
-    );
-    h.run_to(gate);
-    assert_eq!(
-        h.first_pick(),
+        h.first_pick(0.0),
         (DC_B.to_string(), false),
-        "home from the gate on"
+        "a draw of 0 passes"
+    );
+    h.run_to(back + s(1.99));
+    assert_eq!(
+        h.first_pick(0.4),
+        (DC_A.to_string(), false),
+        "before its point"
+    );
+    h.run_to(back + s(2.0));
+    assert_eq!(
+        h.first_pick(0.4),
+        (DC_B.to_string(), false),
+        "home from its point on"
+    );
+    assert_eq!(
+        h.first_pick(0.9),
+        (DC_A.to_string(), false),
+        "a later draw still waits"
+    );
+    h.run_to(back + window);
+    assert_eq!(
+        h.first_pick(0.999),
+        (DC_B.to_string(), false),
+        "nothing paced at the end"
     );
 }
 
 /// Every ready backend just back (a spell with none ready ends): a new connection waits for
-/// the soonest gate, never past the window.
+/// its point, never past the window.
 #[test]
-fn after_a_spell_with_none_ready_the_first_connections_wait_at_most_the_window() {
+fn after_a_spell_with_none_ready_a_connection_waits_for_its_point_at_most_the_window() {
     let window = s(5.0);
     let mut h = back_from_unready(&[(DC_B, "dc-b")], DC_B, window);
     let back = h.elapsed();
-    let gate = back + window.mul_f64(h.phase(DC_B));
-    assert!(gate <= back + window);
     assert_eq!(
-        h.first_pick(),
+        h.first_pick(0.5),
         (DC_B.to_string(), true),
         "waits at {back:?}"
     );
-    h.run_to(gate);
+    h.run_to(back + s(2.5));
     assert_eq!(
-        h.first_pick(),
+        h.first_pick(0.5),
         (DC_B.to_string(), false),
-        "goes at the gate, {gate:?}"
+        "goes at its point"
+    );
+    assert_eq!(h.first_pick(0.999), (DC_B.to_string(), true));
+    h.run_to(back + window);
+    assert_eq!(
+        h.first_pick(0.999),
+        (DC_B.to_string(), false),
+        "at most the window"
     );
 }
 
@@ -510,7 +530,7 @@ fn after_a_spell_with_none_ready_the_first_connections_wait_at_most_the_window()
 #[test]
 fn a_zero_window_paces_nothing() {
     let h = back_from_unready(&[(DC_A, "dc-a"), (DC_B, "dc-b")], DC_B, Duration::ZERO);
-    assert_eq!(h.first_pick(), (DC_B.to_string(), false));
+    assert_eq!(h.first_pick(0.999), (DC_B.to_string(), false));
 }
 
 /// A spell with none ready ends with dc-b back and dc-a still failing: one probe interval later
@@ -550,10 +570,10 @@ fn a_recovery_moves_connections_onto_a_backend_paced_afresh() {
         "moved {moved:?}, back {back:?}: after the first window"
     );
     assert_eq!(
-        h.first_pick(),
+        h.first_pick(0.5),
         (DC_B.to_string(), true),
-        "the moved connections' re-dials wait for the node's gate"
+        "the moved connections' re-dials wait for their points"
     );
-    h.run_to(moved + window.mul_f64(h.phase(DC_B)));
-    assert_eq!(h.first_pick(), (DC_B.to_string(), false));
+    h.run_to(moved + window / 2);
+    assert_eq!(h.first_pick(0.5), (DC_B.to_string(), false));
 }

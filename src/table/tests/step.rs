@@ -259,23 +259,16 @@ impl Step {
         self.conns.iter().filter(|c| c.backend == id).count()
     }
 
-    /// Where a new connection would go now: the first of its dial order (re-entry paced as the
-    /// proxy paces it), and whether every ready backend is paced (the connection would wait).
-    pub fn first_pick(&self) -> (String, bool) {
+    /// Where a new connection with re-entry `draw` would go now: the first of its dial order
+    /// (paced as the proxy paces it), and whether every ready backend paces it (it would wait).
+    pub fn first_pick(&self, draw: f64) -> (String, bool) {
         let snap = self.table.load();
-        let order = snap.order(0, self.now);
+        let order = snap.order(0, self.now, draw);
         let first = order.pick().order()[0];
         let len = snap.routing.reentry_window;
         let waits = matches!(order.pick(), crate::pick::Pick::Ready(o)
-            if o.iter().all(|&i| snap.backends[i].live.reentry.paces(len, self.now)));
+            if o.iter().all(|&i| snap.backends[i].live.reentry.paces(len, self.now, draw)));
         (snap.backends[first].spec.id.to_string(), waits)
-    }
-
-    /// This node's re-entry phase for `address`.
-    pub fn phase(&self, address: &str) -> f64 {
-        let snap = self.table.load();
-        let i = snap.position(&BackendId::new(address)).expect("configured");
-        snap.backends[i].live.reentry.phase()
     }
 
     /// The time since the start.
