@@ -467,7 +467,8 @@ async fn the_sim_apiserver_shuts_down_as_the_real_one_with_and_without_a_delay()
         for f in r.failing.iter().chain(&sm.failing) {
             assert!(
                 f.is_empty() || f == &["shutdown"],
-                "{name}: failing {f:?} besides shutdown: real {r:?}, sim {sm:?}"
+                "{name}: failing {f:?} besides shutdown: real {r:?}, sim {sm:?}; etcd's logs: {:?}",
+                rig.etcd.troubles(rig.dir.path())
             );
         }
     }
