@@ -437,12 +437,9 @@ fn back_from_unready(backends: &[(&str, &str)], back: &str, window: Duration) ->
     h.run_to(s(12.0));
     assert_eq!(h.state(back), State::Unready);
     h.set(back, Truth::Ready);
-    let mut at = s(12.0);
-    while h.state(back) != State::Ready {
-        at += s(0.01);
-        assert!(at < s(30.0), "{back} never turned ready");
-        h.run_to(at);
-    }
+    h.run_until(&format!("{back} turns ready"), s(30.0), |h| {
+        h.state(back) == State::Ready
+    });
     h
 }
 
@@ -553,16 +550,11 @@ fn a_recovery_moves_connections_onto_a_backend_paced_afresh() {
     );
     h.connect(DC_A, 4);
     h.set(DC_B, Truth::Ready);
-    let mut at = s(12.0);
-    while !h
-        .bumps
-        .iter()
-        .any(|b| b.0 == DC_A && b.1 == CloseReason::LeftNoneReady)
-    {
-        at += s(0.01);
-        assert!(at < s(40.0), "no recovery: {:?}", h.bumps);
-        h.run_to(at);
-    }
+    h.run_until("a recovery moves dc-a's connections", s(40.0), |h| {
+        h.bumps
+            .iter()
+            .any(|b| b.0 == DC_A && b.1 == CloseReason::LeftNoneReady)
+    });
     let moved = h.elapsed();
     let back = turned(&h, DC_B, State::Ready);
     assert!(

@@ -283,6 +283,17 @@ impl Step {
         snap.backends[i].health.state
     }
 
+    /// Runs in 10 ms steps until `done` holds; fails naming `what` if it does not by `limit`
+    /// (from the start).
+    pub fn run_until(&mut self, what: &str, limit: Duration, done: impl Fn(&Step) -> bool) {
+        let step = Duration::from_millis(10);
+        while !done(self) {
+            let next = self.elapsed() + step;
+            assert!(next < limit, "{what}: not by {limit:?}");
+            self.run_to(next);
+        }
+    }
+
     /// Runs every event up to `at` (from the start), in time order, and stops the clock there.
     pub fn run_to(&mut self, at: Duration) {
         let end = self.t0 + at;
