@@ -5,7 +5,7 @@
 use std::hint::black_box;
 
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion};
-use readyprism::bench_support::SnapshotBench;
+use readyprism::testing::snapshot_bench::SnapshotBench;
 
 fn bench_snapshot(c: &mut Criterion) {
     let mut g = c.benchmark_group("snapshot");

@@ -49,7 +49,7 @@
 //! layer 6: admin discovery health proxy
 //! layer 7: app
 //! layer 8: sim
-//! layer 9: bench_support cli testing
+//! layer 9: cli testing
 //! ```
 //!
 //! Nothing below `metrics` holds a Prometheus handle: the domain keeps plain atomics, which
@@ -63,9 +63,6 @@ pub mod admin;
 pub mod app;
 pub(crate) mod atomic_write;
 pub(crate) mod backend;
-#[cfg(feature = "bench-internals")]
-#[doc(hidden)]
-pub mod bench_support;
 pub mod cli;
 pub mod config;
 pub(crate) mod dial;
@@ -84,7 +81,7 @@ pub mod signals;
 pub mod sim;
 pub(crate) mod stall;
 pub(crate) mod table;
-#[cfg(any(test, feature = "sim"))]
+#[cfg(any(test, feature = "sim", feature = "bench-internals"))]
 pub mod testing;
 pub(crate) mod tls;
 pub mod verdict;

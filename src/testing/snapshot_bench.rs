@@ -1,12 +1,13 @@
-//! Hooks for `benches/snapshot.rs` (feature `bench-internals`, off by default): building and
-//! swapping a routing snapshot through the crate's own types, which stay `pub(crate)`.
-//!
-//! Not an API: hidden from the docs, and only what the benchmark needs.
+//! The snapshot benchmark's fixture (`benches/snapshot.rs`, feature `bench-internals`, off by
+//! default): a table of ready backends built with the domain fixtures, and the writer's copy,
+//! publish and the accept path's load and pick through the crate's own types, which stay
+//! `pub(crate)`. Not an API: only what the benchmark needs.
 
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::backend::{Backend, BackendId, BackendLive, BackendSpec, Routing, Snapshot};
+use super::fixtures;
+use crate::backend::{Routing, Snapshot};
 use crate::table::Table;
 use crate::verdict::{Health, Reach, State};
 
@@ -22,29 +23,18 @@ impl SnapshotBench {
     pub fn new(n: usize) -> SnapshotBench {
         let backends = (0..n)
             .map(|i| {
-                let id = BackendId::new(&format!("10.0.{}.{}:6443", i / 250, i % 250));
-                let live = Arc::new(BackendLive::default());
+                let zone = if i % 3 == 0 { "dc-a" } else { "dc-b" };
+                let address = format!("10.0.{}.{}:6443", i / 250, i % 250);
+                let mut b = fixtures::backend(fixtures::spec(&address, Some(zone)), State::Ready);
                 let latency = Duration::from_micros(1000 + (i as u64 * 7919) % 39_000);
-                Backend {
-                    spec: Arc::new(BackendSpec {
-                        id,
-                        host: format!("10.0.{}.{}", i / 250, i % 250),
-                        port: 6443,
-                        zone: Some(if i % 3 == 0 { "dc-a" } else { "dc-b" }.into()),
-                        server_name: rustls_pki_types::ServerName::try_from("kubernetes")
-                            .expect("a valid DNS name"),
-                        source: crate::backend::BackendSource::Config,
-                    }),
-                    health: Health {
-                        state: State::Ready,
-                        latency: Some(latency),
-                        reach: Some(Reach::answered(200, latency)),
-                        last_failure: None,
-                        pending: None,
-                    },
-                    evict_epoch: live.eviction.epoch(),
-                    live,
-                }
+                b.health = Health {
+                    state: State::Ready,
+                    latency: Some(latency),
+                    reach: Some(Reach::answered(200, latency)),
+                    ..Health::UNKNOWN
+                };
+                b.evict_epoch = b.live.eviction.epoch();
+                b
             })
             .collect();
         let snap = Snapshot {
