@@ -18,7 +18,7 @@ const REJECTED: &str = "config reload rejected; the running config stays";
 
 fn backends(p: &impl Balancer) -> Vec<(String, Option<String>)> {
     let doc: readyprism::admin::StatusDoc =
-        serde_json::from_str(&blocking_get(p.admin(), "/status").1).expect("status");
+        serde_json::from_str(&blocking_get(p.admin, "/status").1).expect("status");
     doc.backends
         .into_iter()
         .map(|b| (b.address, b.zone))
@@ -30,7 +30,7 @@ fn addresses(p: &impl Balancer) -> Vec<String> {
 }
 
 fn reloads(p: &impl Balancer, result: &str) -> Option<f64> {
-    let t = blocking_get(p.admin(), "/metrics").1;
+    let t = blocking_get(p.admin, "/metrics").1;
     metric(
         &t,
         "readyprism_config_reloads_total",

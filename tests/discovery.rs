@@ -25,7 +25,7 @@ const DISCOVERY: &str =
     "zones: { dc-a: [\"127.0.0.0/8\"] }\ndiscovery:\n  endpoints: true\n  interval: 1s\n";
 
 fn status(p: &impl Balancer) -> StatusDoc {
-    serde_json::from_str(&blocking_get(p.admin(), "/status").1).expect("status")
+    serde_json::from_str(&blocking_get(p.admin, "/status").1).expect("status")
 }
 
 fn backend(p: &impl Balancer, f: &FakeApiserver) -> Option<BackendStatus> {
@@ -36,7 +36,7 @@ fn backend(p: &impl Balancer, f: &FakeApiserver) -> Option<BackendStatus> {
 }
 
 fn polls(p: &impl Balancer, result: &str) -> u64 {
-    let t = blocking_get(p.admin(), "/metrics").1;
+    let t = blocking_get(p.admin, "/metrics").1;
     let labels = format!("result=\"{result}\"");
     metric(&t, "readyprism_discovery_polls_total", &labels).unwrap_or(-1.0) as u64
 }
@@ -70,7 +70,7 @@ fn held_on(
     rt.block_on(eventually(
         "a connection lands on the discovered backend",
         || async {
-            raw(p.listen())
+            raw(p.listen)
                 .await
                 .filter(|(_, n)| n == name)
                 .map(|(s, _)| s)
@@ -149,7 +149,7 @@ fn a_discovered_backend_is_listed_until_three_good_answers_without_it() {
         table.lines().nth(1).is_some_and(|h| h.contains("SOURCE")),
         "{table}"
     );
-    let text = blocking_get(p.admin(), "/metrics").1;
+    let text = blocking_get(p.admin, "/metrics").1;
     assert_eq!(
         metric(&text, "readyprism_backends", "source=\"discovered\""),
         Some(1.0)
@@ -198,7 +198,7 @@ fn a_discovered_backend_is_listed_until_three_good_answers_without_it() {
 /// The `/metrics` lines that name `f` (as a label value).
 fn series_naming(p: &impl Balancer, f: &FakeApiserver) -> Vec<String> {
     let needle = format!("\"{}\"", addr(f));
-    blocking_get(p.admin(), "/metrics")
+    blocking_get(p.admin, "/metrics")
         .1
         .lines()
         .filter(|l| !l.starts_with('#') && l.contains(&needle))
@@ -257,7 +257,7 @@ fn every_bad_answer_is_counted_leaving_the_list_alone() {
     serve(&[&a, &b], &[&a, &b]);
     let p = Running::start(&file);
     // Every result is exported from start-up (the first poll may already have been made).
-    let text = blocking_get(p.admin(), "/metrics").1;
+    let text = blocking_get(p.admin, "/metrics").1;
     for result in readyprism::discovery::Poll::labels() {
         let labels = format!("result=\"{result}\"");
         let n = metric(&text, "readyprism_discovery_polls_total", &labels);

@@ -19,15 +19,14 @@ use crate::support::*;
 const STREAMS: usize = 30;
 
 fn states(p: &impl Balancer) -> Vec<State> {
-    let doc: StatusDoc =
-        serde_json::from_str(&blocking_get(p.admin(), "/status").1).expect("status");
+    let doc: StatusDoc = serde_json::from_str(&blocking_get(p.admin, "/status").1).expect("status");
     doc.backends.iter().map(|b| b.state).collect()
 }
 
 /// Connections to `f` closed for `reason`, from `/metrics`.
 fn closes(p: &impl Balancer, f: &FakeApiserver, reason: &str) -> usize {
     let labels = format!("backend=\"{}\",reason=\"{reason}\"", addr(f));
-    let text = blocking_get(p.admin(), "/metrics").1;
+    let text = blocking_get(p.admin, "/metrics").1;
     metric(&text, "readyprism_connections_closed_total", &labels).unwrap_or(0.0) as usize
 }
 
@@ -92,7 +91,7 @@ fn far_streams<P: Balancer>(
     }));
     let mut streams = Vec::new();
     for _ in 0..STREAMS {
-        let (c, name) = rt.block_on(raw(p.listen())).expect("relayed");
+        let (c, name) = rt.block_on(raw(p.listen)).expect("relayed");
         assert_eq!(name, "remote", "the only ready backend");
         streams.push(c);
     }

@@ -11,7 +11,7 @@ use crate::support::*;
 /// Waits until `/status` shows two backends ready.
 async fn both_ready(p: &impl Balancer) {
     poll("both ready", || {
-        blocking_get(p.admin(), "/status")
+        blocking_get(p.admin, "/status")
             .1
             .matches("\"ready\"")
             .count()

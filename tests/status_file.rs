@@ -24,7 +24,7 @@ fn read_doc(path: &Path) -> Option<StatusDoc> {
 }
 
 fn status(p: &impl Balancer) -> StatusDoc {
-    serde_json::from_str(&blocking_get(p.admin(), "/status").1).expect("status")
+    serde_json::from_str(&blocking_get(p.admin, "/status").1).expect("status")
 }
 
 /// Polls `f` until it gives a value, within [`patience`].
@@ -236,7 +236,7 @@ fn runs_on_with_one_warn(p: &impl Balancer, file: &Path) {
     let first = wait_for("the backend ready", || {
         Some(status(p)).filter(|s| s.backends[0].state == State::Ready)
     });
-    assert_eq!(blocking_get(p.admin(), "/readyz").0, 200);
+    assert_eq!(blocking_get(p.admin, "/readyz").0, 200);
     let probed = |s: &StatusDoc| s.backends[0].last_check.clone();
     let seen = probed(&first);
     wait_for("a new probe", || (probed(&status(p)) != seen).then_some(()));

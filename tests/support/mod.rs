@@ -5,7 +5,7 @@
 //! config YAML, starting a balancer), `wait.rs` the waits and [`patience`], `metrics.rs` reading
 //! `/metrics`, `client.rs` raw connections and admin GETs, `running.rs` the app in process started from a
 //! config file with its own log capture (`logs.rs`), `process.rs` the real binary as a child
-//! process, `netns.rs` network namespaces (a test's own, and the primitives the partition lab
+//! process, `observed.rs` what tests read of either (listeners, logs, admin answers), `netns.rs` network namespaces (a test's own, and the primitives the partition lab
 //! builds on), `installer.rs` Talos installers as the imager lays them out, `iptables.rs` rule
 //! text. This file holds the rest: addresses (a fake's, one that
 //! refuses, from `readyprism::testing`), whether `kubectl` is there, and `readyprism ARGS...` run
@@ -23,6 +23,7 @@ mod client;
 mod lab;
 mod logs;
 mod metrics;
+mod observed;
 mod running;
 mod wait;
 
@@ -34,6 +35,7 @@ pub use lab::{Lab, SLOW_PROBES};
 pub use metrics::{
     backend_metric, dial_failures, failed_checks, metric, state_changes, unready_closes,
 };
+pub use observed::Balancer;
 pub use running::Running;
 pub use wait::{eventually, patience, poll, wait_probed, wait_states, wait_until};
 
@@ -81,59 +83,4 @@ pub fn readyprism(args: &[&str]) -> std::process::Output {
 /// A finished command's stderr as text.
 pub fn stderr(o: &std::process::Output) -> String {
     String::from_utf8_lossy(&o.stderr).to_string()
-}
-
-/// A balancer seen from outside, in process ([`Running`]) or as a process
-/// ([`process::Proc`]): for helpers shared by tests of both.
-pub trait Balancer {
-    /// The bound admin listener.
-    fn admin(&self) -> std::net::SocketAddr;
-    /// The first bound client listener.
-    fn listen(&self) -> std::net::SocketAddr;
-    /// Every JSON log line so far.
-    fn logs(&self) -> Vec<serde_json::Value>;
-    /// Waits for a log line with `message` for which `pred` holds; returns it.
-    fn wait_log(
-        &self,
-        message: &str,
-        pred: impl Fn(&serde_json::Value) -> bool,
-    ) -> serde_json::Value;
-}
-
-impl Balancer for Running {
-    fn admin(&self) -> std::net::SocketAddr {
-        self.admin
-    }
-    fn listen(&self) -> std::net::SocketAddr {
-        self.listen
-    }
-    fn logs(&self) -> Vec<serde_json::Value> {
-        Running::logs(self)
-    }
-    fn wait_log(
-        &self,
-        message: &str,
-        pred: impl Fn(&serde_json::Value) -> bool,
-    ) -> serde_json::Value {
-        Running::wait_log(self, message, pred)
-    }
-}
-
-impl Balancer for process::Proc {
-    fn admin(&self) -> std::net::SocketAddr {
-        self.admin
-    }
-    fn listen(&self) -> std::net::SocketAddr {
-        self.listen
-    }
-    fn logs(&self) -> Vec<serde_json::Value> {
-        process::Proc::logs(self)
-    }
-    fn wait_log(
-        &self,
-        message: &str,
-        pred: impl Fn(&serde_json::Value) -> bool,
-    ) -> serde_json::Value {
-        process::Proc::wait_log(self, message, pred)
-    }
 }

@@ -5,24 +5,25 @@
 #![allow(clippy::disallowed_types)]
 
 use std::io::{BufRead, BufReader};
-use std::net::SocketAddr;
 use std::os::unix::process::CommandExt;
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::time::{Duration, Instant};
 
 use super::logs::Logs;
+use super::observed::Observed;
 use super::patience;
 
-/// A running `readyprism run`.
+/// A running `readyprism run`; what it logs and answers is [`Observed`], which it derefs to.
 pub struct Proc {
     child: Child,
-    logs: Logs,
-    /// Bound client listeners, in config order.
-    pub listens: Vec<SocketAddr>,
-    /// The first bound client listener.
-    pub listen: SocketAddr,
-    /// Bound admin listener.
-    pub admin: SocketAddr,
+    observed: Observed,
+}
+
+impl std::ops::Deref for Proc {
+    type Target = Observed;
+    fn deref(&self) -> &Observed {
+        &self.observed
+    }
 }
 
 impl Proc {
@@ -79,14 +80,7 @@ impl Proc {
                 sink.push(line);
             }
         });
-        let mut p = Proc {
-            child,
-            logs,
-            listens: Vec::new(),
-            listen: "0.0.0.0:0".parse().expect("addr"),
-            admin: "0.0.0.0:0".parse().expect("addr"),
-        };
-        let started = p.wait_log("readyprism started", |_| true);
+        let started = logs.wait_log("readyprism started", |_| true);
         let field = |k: &str| {
             started["fields"][k]
                 .as_str()
@@ -94,42 +88,15 @@ impl Proc {
                 .to_string()
         };
         // `listen` is the bound addresses joined by commas, e.g. `127.0.0.1:41234,[::1]:41235`.
-        p.listens = field("listen")
+        let listens: Vec<_> = field("listen")
             .split(',')
             .map(|a| a.parse().expect("listen addr in log"))
             .collect();
-        p.listen = p.listens[0];
-        p.admin = field("admin").parse().expect("admin addr in log");
-        p
-    }
-
-    /// Every JSON log line so far.
-    pub fn logs(&self) -> Vec<serde_json::Value> {
-        self.logs.logs()
-    }
-
-    /// Waits for a log line with `message` for which `pred` holds; returns it.
-    pub fn wait_log(
-        &self,
-        message: &str,
-        pred: impl Fn(&serde_json::Value) -> bool,
-    ) -> serde_json::Value {
-        self.logs.wait_log(message, pred)
-    }
-
-    /// The `/status` document.
-    pub fn status(&self) -> readyprism::admin::StatusDoc {
-        super::admin_status(self.admin)
-    }
-
-    /// Every backend's state, in config order, from `/status`.
-    pub fn states(&self) -> Vec<readyprism::verdict::State> {
-        super::admin_states(self.admin)
-    }
-
-    /// One sample from `/metrics` (`labels` matched as a substring), 0 when absent.
-    pub fn metric(&self, name: &str, labels: &str) -> f64 {
-        super::admin_metric(self.admin, name, labels)
+        let admin = field("admin").parse().expect("admin addr in log");
+        Proc {
+            child,
+            observed: Observed::new(logs, &listens, admin),
+        }
     }
 
     /// The process id (to read `/proc/<pid>/`).

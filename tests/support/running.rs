@@ -8,7 +8,6 @@
 #![allow(clippy::disallowed_types)]
 
 use std::cell::RefCell;
-use std::net::SocketAddr;
 use std::path::Path;
 use std::thread::JoinHandle;
 
@@ -17,6 +16,7 @@ use readyprism::config::Source;
 use tokio_util::sync::CancellationToken;
 
 use super::logs::Logs;
+use super::observed::Observed;
 use super::patience;
 
 thread_local! {
@@ -24,15 +24,19 @@ thread_local! {
     static SUBSCRIBED: RefCell<Option<tracing::dispatcher::DefaultGuard>> = const { RefCell::new(None) };
 }
 
-/// A balancer running in process; dropping it ends it at once, as a kill ends the binary.
+/// A balancer running in process; dropping it ends it at once, as a kill ends the binary. What
+/// it logs and answers is [`Observed`], which it derefs to.
 pub struct Running {
-    logs: Logs,
+    observed: Observed,
     kill: CancellationToken,
     thread: Option<JoinHandle<()>>,
-    /// The first bound client listener.
-    pub listen: SocketAddr,
-    /// Bound admin listener.
-    pub admin: SocketAddr,
+}
+
+impl std::ops::Deref for Running {
+    type Target = Observed;
+    fn deref(&self) -> &Observed {
+        &self.observed
+    }
 }
 
 impl Running {
@@ -86,51 +90,10 @@ impl Running {
             .recv_timeout(patience())
             .expect("the app did not start listening (its thread panicked or hung)");
         Running {
-            logs,
+            observed: Observed::new(logs, &listens, admin),
             kill,
             thread: Some(thread),
-            listen: listens[0],
-            admin,
         }
-    }
-
-    /// Every JSON log line so far.
-    pub fn logs(&self) -> Vec<serde_json::Value> {
-        self.logs.logs()
-    }
-
-    /// Waits for a log line with `message` for which `pred` holds; returns it.
-    pub fn wait_log(
-        &self,
-        message: &str,
-        pred: impl Fn(&serde_json::Value) -> bool,
-    ) -> serde_json::Value {
-        self.logs.wait_log(message, pred)
-    }
-
-    /// Whether a log line with `message` for which `pred` holds was written so far.
-    pub fn logged(&self, message: &str, pred: impl Fn(&serde_json::Value) -> bool) -> bool {
-        self.logs.logged(message, pred)
-    }
-
-    /// Every backend's state, in config order, from `/status`.
-    pub fn states(&self) -> Vec<readyprism::verdict::State> {
-        super::admin_states(self.admin)
-    }
-
-    /// The `/status` document.
-    pub fn status(&self) -> readyprism::admin::StatusDoc {
-        super::admin_status(self.admin)
-    }
-
-    /// One sample from `/metrics` (`labels` matched as a substring), 0 when absent.
-    pub fn metric(&self, name: &str, labels: &str) -> f64 {
-        super::admin_metric(self.admin, name, labels)
-    }
-
-    /// Connections to the backend at `address` closed for `reason`, from `/metrics`.
-    pub fn closes(&self, address: &str, reason: &str) -> u64 {
-        super::admin_closes(self.admin, address, reason)
     }
 }
 
