@@ -27,6 +27,7 @@ fn cluster(n: usize) -> Vec<Candidate> {
             latency: Some(Duration::from_micros(1000 + (i as u64 * 7919) % 39_000)),
             active: (i * 13) % 4,
             paced: false,
+            degraded: false,
         })
         .collect()
 }

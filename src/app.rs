@@ -395,6 +395,7 @@ impl App {
                 spec: b.spec.clone(),
                 health: config.health.clone(),
                 initial: b.health.clone(),
+                degraded: b.degraded.clone(),
                 table: self.writer.clone(),
                 live: b.live.clone(),
             };

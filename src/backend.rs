@@ -151,6 +151,9 @@ pub struct BackendLive {
     /// Its latest re-entry window, which paces this node's new connections to it after it
     /// turned ready again.
     pub reentry: Reentry,
+    /// Its request checks by what they found, in [`crate::overload::Found::ALL`]'s order;
+    /// `metrics` exports them at scrape time.
+    pub request_checks: [AtomicU64; crate::overload::Found::ALL.len()],
 }
 
 /// The proxy's per-backend counts: plain atomics (the relay path touches nothing else), read by
@@ -218,6 +221,10 @@ pub struct Backend {
     pub spec: Arc<BackendSpec>,
     /// Health at the time the snapshot was made.
     pub health: Health,
+    /// Why its request check finds it overloaded (`crate::overload`), while it does: ranked
+    /// after the healthy ready backends for new connections, nothing closed. `None`: healthy, or
+    /// not checked.
+    pub degraded: Option<Arc<str>>,
     /// Live state, shared with the previous and next snapshots of the same backend.
     pub live: Arc<BackendLive>,
     /// The eviction epoch this snapshot was stamped with (see [`Eviction`]).
@@ -267,6 +274,7 @@ impl Snapshot {
                 active: b.live.active.load(Ordering::Relaxed),
                 paced: b.health.state == State::Ready
                     && now.is_some_and(|(now, draw)| b.live.reentry.paces(len, now, draw)),
+                degraded: b.degraded.is_some(),
             })
             .collect()
     }

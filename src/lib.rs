@@ -6,7 +6,8 @@
 //!  ┌─ backend::Inbox, one per backend: News::{DialFailed, Connected, ConfirmAsked} ◀─────────┐
 //!  ▼                                                                                         │
 //!  health::Monitor ─probe─▶ rise_fall ─TableCmd::Health─▶ table::Writer ─ transitions (pure) │
-//!    probe → fold → publish → wait                        │ Effects: publish, then bump;     │
+//!    probe → fold → publish → request check → wait        │ Effects: publish, then bump;     │
+//!    request check ─overload (pure)─TableCmd::Degraded───▶│                                  │
 //!                                                         │ call-offs; confirm asks ─────────┤ (2)
 //!  discovery ─TableCmd::Configure (via app) ─────────────▶│ (3)                              │
 //!                                                         ▼                                  │
@@ -26,7 +27,8 @@
 //! [`verdict`] (a backend's health as decided), [`eviction`] (closing a backend's connections,
 //! and why), [`table`] (the one `ArcSwap`, its writer and its pure transitions), [`health`]
 //! (probe, rise/fall, monitor), [`https`] (the apiserver client the probe and discovery share),
-//! [`pick`] (pure), [`proxy`] (and its per-connection record) + [`relay`] (and [`stall`]: why its writes to a
+//! [`pick`] (pure), [`overload`] (pure: a request check's answer finds a ready apiserver
+//! degraded, ranked after the healthy ones), [`pacing`] (pure: paced re-entry), [`proxy`] (and its per-connection record) + [`relay`] (and [`stall`]: why its writes to a
 //! backend are stuck), [`dial`] (and what a
 //! failed dial means), [`jitter`], [`accept`], [`admin`] (and the `/status` type), [`metrics`],
 //! [`tls`], [`discovery`] (the backend list following the cluster's Endpoints object), [`app`]
@@ -40,7 +42,7 @@
 //! the import that breaks it, and a module missing from the list:
 //!
 //! ```text
-//! layer 0: accept eviction jitter pacing signals stall verdict visible watched_file
+//! layer 0: accept eviction jitter overload pacing signals stall verdict visible watched_file
 //! layer 1: atomic_write dial pick relay
 //! layer 2: backend
 //! layer 3: config metrics
@@ -72,6 +74,7 @@ pub mod health;
 pub(crate) mod https;
 pub(crate) mod jitter;
 pub(crate) mod metrics;
+pub mod overload;
 pub mod pacing;
 pub mod pick;
 pub(crate) mod proxy;

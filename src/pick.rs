@@ -44,6 +44,9 @@ pub struct Candidate {
     pub active: usize,
     /// Its re-entry is paced now ([`crate::pacing`]): ranked after the ready backends that are not.
     pub paced: bool,
+    /// Its request check finds it overloaded ([`crate::overload`]): ranked after the healthy
+    /// ready backends, before the paced ones.
+    pub degraded: bool,
 }
 
 /// The picker's answer: indices into the candidate slice, best first.
@@ -83,7 +86,7 @@ impl Pick {
 ///
 /// let ms = |n| Some(Duration::from_millis(n));
 /// let reach = Some(Reach::answered(200, Duration::ZERO));
-/// let c = |state, local, latency| Candidate { state, reach, local, latency, active: 0, paced: false };
+/// let c = |state, local, latency| Candidate { state, reach, local, latency, active: 0, paced: false, degraded: false };
 /// let local_no_quorum = c(State::Unready, true, ms(0));
 /// let remote_near = c(State::Ready, false, ms(23));
 /// let remote_far = c(State::Ready, false, ms(43));
@@ -95,9 +98,7 @@ pub fn pick(cands: &[Candidate], when_none_ready: WhenNoneReady, rr: usize) -> P
         .filter(|&i| cands[i].state == State::Ready)
         .collect();
     if !ready.is_empty() {
-        let mut o = order(cands, ready, rr);
-        o.sort_by_key(|&i| cands[i].paced); // stable: each part keeps its order
-        return Pick::Ready(o);
+        return Pick::Ready(ranked(cands, order(cands, ready, rr), true));
     }
     let out = not_ready(cands, when_none_ready, rr);
     if out.is_empty() {
@@ -105,6 +106,14 @@ pub fn pick(cands: &[Candidate], when_none_ready: WhenNoneReady, rr: usize) -> P
     } else {
         Pick::NoneReady(out)
     }
+}
+
+/// Ready backends in `o`'s order, split stably: the healthy ones, then the degraded ones, then
+/// (with `pacing`) those whose re-entry is paced, degraded or not. Pacing is the stronger rule: a
+/// paced backend takes a connection only from its point of the window on.
+fn ranked(cands: &[Candidate], mut o: Vec<usize>, pacing: bool) -> Vec<usize> {
+    o.sort_by_key(|&i| (pacing && cands[i].paced, cands[i].degraded)); // stable
+    o
 }
 
 /// Where a connection goes when every ready candidate failed to dial: failing open, on to the
@@ -116,7 +125,7 @@ pub fn pick(cands: &[Candidate], when_none_ready: WhenNoneReady, rr: usize) -> P
 /// use readyprism::verdict::{Reach, State};
 /// use readyprism::pick::{fallback, Candidate, WhenNoneReady};
 ///
-/// let c = |state, reach| Candidate { state, reach: Some(reach), local: false, latency: None, active: 0, paced: false };
+/// let c = |state, reach| Candidate { state, reach: Some(reach), local: false, latency: None, active: 0, paced: false, degraded: false };
 /// let answered = Reach::answered(500, Duration::ZERO);
 /// let cands = [c(State::Ready, answered), c(State::Unready, Reach::Unreached), c(State::Unready, answered)];
 /// assert_eq!(fallback(&cands, WhenNoneReady::FailOpen, 0), vec![2, 1]);
@@ -165,7 +174,7 @@ impl Order {
     /// use readyprism::pick::{Candidate, Order, WhenNoneReady};
     ///
     /// let reach = Some(Reach::answered(200, std::time::Duration::ZERO));
-    /// let c = |local, paced| Candidate { state: State::Ready, reach, local, latency: None, active: 0, paced };
+    /// let c = |local, paced| Candidate { state: State::Ready, reach, local, latency: None, active: 0, paced, degraded: false };
     /// let o = Order::new(vec![c(false, false), c(true, true)], WhenNoneReady::FailOpen, 0);
     /// assert_eq!(o.pick().order(), &[0, 1]);
     /// assert_eq!(o.deferred(), Some(1));
@@ -178,7 +187,7 @@ impl Order {
         if self.cands[first].paced || !o.iter().any(|&i| self.cands[i].paced) {
             return None;
         }
-        let unpaced = order(&self.cands, o.clone(), self.rr);
+        let unpaced = ranked(&self.cands, order(&self.cands, o.clone(), self.rr), false);
         unpaced.first().copied().filter(|&i| self.cands[i].paced)
     }
 
@@ -190,7 +199,7 @@ impl Order {
     /// use readyprism::pick::{Candidate, Order, WhenNoneReady};
     ///
     /// let reach = Some(Reach::answered(200, std::time::Duration::ZERO));
-    /// let c = |state| Candidate { state, reach, local: false, latency: None, active: 0, paced: false };
+    /// let c = |state| Candidate { state, reach, local: false, latency: None, active: 0, paced: false, degraded: false };
     /// let some_ready = Order::new(vec![c(State::Ready), c(State::Unready)], WhenNoneReady::FailOpen, 0);
     /// assert_eq!(some_ready.fallback(), vec![1]);
     /// let none_ready = Order::new(vec![c(State::Unready)], WhenNoneReady::FailOpen, 0);
@@ -295,6 +304,7 @@ mod tests {
             latency: ms.map(Duration::from_millis),
             active,
             paced: false,
+            degraded: false,
         }
     }
 
@@ -390,6 +400,51 @@ mod tests {
                 Pick::Ready(vec![1, 0]),
             ),
             (
+                "a degraded local backend after the healthy ready remote ones, before the failing ones",
+                vec![
+                    Candidate {
+                        degraded: true,
+                        ..c(true, true, Some(1), 0)
+                    },
+                    c(true, false, Some(43), 0),
+                    c(false, false, Some(2), 0),
+                    c(true, false, Some(23), 0),
+                ],
+                FailOpen,
+                Pick::Ready(vec![3, 1, 0]),
+            ),
+            (
+                "every ready backend degraded: still the ready order",
+                vec![
+                    Candidate {
+                        degraded: true,
+                        ..c(true, false, Some(43), 0)
+                    },
+                    Candidate {
+                        degraded: true,
+                        ..c(true, true, Some(40), 0)
+                    },
+                ],
+                FailOpen,
+                Pick::Ready(vec![1, 0]),
+            ),
+            (
+                "pacing is the stronger rule: a degraded backend before a paced healthy one",
+                vec![
+                    Candidate {
+                        paced: true,
+                        ..c(true, true, Some(1), 0)
+                    },
+                    Candidate {
+                        degraded: true,
+                        ..c(true, false, Some(43), 0)
+                    },
+                    c(true, false, Some(60), 0),
+                ],
+                FailOpen,
+                Pick::Ready(vec![2, 1, 0]),
+            ),
+            (
                 "unchecked before known failing when failing open",
                 vec![
                     c(false, true, Some(1), 0),
@@ -462,6 +517,21 @@ mod tests {
             None
         );
         assert_eq!(order(vec![c(true, true, Some(1), 0)]).deferred(), None);
+        // Paced and degraded, local: the healthy remote one would have had it unpaced too.
+        let worn = Candidate {
+            degraded: true,
+            ..paced(true, 1)
+        };
+        assert_eq!(
+            order(vec![worn, c(true, false, Some(40), 0)]).deferred(),
+            None
+        );
+        // Paced and healthy, ahead of a degraded one once unpaced: deferred by its pacing.
+        let degraded = Candidate {
+            degraded: true,
+            ..c(true, false, Some(40), 0)
+        };
+        assert_eq!(order(vec![paced(true, 1), degraded]).deferred(), Some(0));
     }
 
     #[test]

@@ -48,6 +48,7 @@ fn candidate() -> impl Strategy<Value = Candidate> {
             latency: us.map(Duration::from_micros),
             active,
             paced: false,
+            degraded: false,
         })
 }
 
@@ -109,6 +110,27 @@ proptest! {
             }
             // Pacing marks only matter among ready backends.
             _ => prop_assert_eq!(&unpaced, &got),
+        }
+    }
+
+    #[test]
+    fn degraded_ready_backends_follow_the_healthy_ones_and_nothing_else_moves(
+        cands in proptest::collection::vec(candidate(), 0..12),
+        degraded in proptest::collection::vec(any::<bool>(), 12),
+        policy in policy(), rr in 0usize..100
+    ) {
+        let healthy = pick(&cands, policy, rr);
+        let marked: Vec<Candidate> = cands.iter().zip(&degraded).map(|(c, &d)| Candidate { degraded: d, ..*c }).collect();
+        let got = pick(&marked, policy, rr);
+        match (&healthy, &got) {
+            (Pick::Ready(before), Pick::Ready(after)) => {
+                // The same backends (nothing dropped or closed), split stably: healthy, then degraded.
+                let (mut want, behind): (Vec<usize>, Vec<usize>) = before.iter().partition(|&&i| !degraded[i]);
+                want.extend(behind);
+                prop_assert_eq!(after, &want);
+            }
+            // Degraded marks only matter among ready backends: failing open is unchanged.
+            _ => prop_assert_eq!(&healthy, &got),
         }
     }
 

@@ -29,6 +29,7 @@ mod hostile;
 mod installer;
 mod lifecycle;
 mod observability;
+mod overload;
 mod own_addresses;
 mod partition;
 mod passive;

@@ -147,6 +147,11 @@ pub struct BackendStatus {
     /// seconds left of its window. Omitted when not paced.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reentry_window_left_s: Option<f64>,
+    /// Why its request check finds it overloaded (`HTTP 429 Too Many Requests, Retry-After: 1s`):
+    /// ranked after the healthy ready backends for new connections, nothing closed. Omitted when
+    /// it is not degraded.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub degraded: Option<String>,
 }
 
 fn is_zero(n: &u32) -> bool {
@@ -259,6 +264,7 @@ impl StatusDoc {
                     .window(snap.routing.reentry_window, now)
                     .filter(|_| b.health.state == State::Ready)
                     .map(|w| ((w.end() - now).as_secs_f64() * 1000.0).round() / 1000.0),
+                degraded: b.degraded.as_deref().map(crate::visible::escaped),
             })
             .collect();
         StatusDoc {
@@ -359,6 +365,7 @@ impl BackendStatus {
             failing_checks_more: 0,
             shutdown_window_s: None,
             reentry_window_left_s: None,
+            degraded: None,
         }
     }
 }

@@ -259,6 +259,12 @@ pub fn backend_cells(b: &BackendStatus) -> [String; 8] {
             .collect::<Vec<_>>()
             .join("; ")
     });
+    // A degraded backend says so where its error would be (its checks pass).
+    let degraded = b.degraded.as_deref().map(|d| format!("degraded: {d}"));
+    let error = match (error.filter(|e| !e.is_empty()), degraded) {
+        (Some(e), Some(d)) => Some(format!("{d}; {e}")),
+        (e, d) => e.or(d),
+    };
     [
         cut(&b.address),
         b.zone.as_deref().map_or_else(dash, cut),
@@ -267,9 +273,7 @@ pub fn backend_cells(b: &BackendStatus) -> [String; 8] {
         b.latency_ms.map(format_ms).unwrap_or_else(dash),
         b.active_connections.to_string(),
         b.rank.map(|r| r.to_string()).unwrap_or_else(dash),
-        error
-            .filter(|e| !e.is_empty())
-            .map_or_else(dash, |e| cell::cell(&e, MAX_ERROR)),
+        error.map_or_else(dash, |e| cell::cell(&e, MAX_ERROR)),
     ]
 }
 
@@ -322,6 +326,7 @@ pub(crate) fn sample() -> StatusDoc {
             failing_checks_more: 0,
             shutdown_window_s: None,
             reentry_window_left_s: None,
+            degraded: None,
         }
     };
     StatusDoc {

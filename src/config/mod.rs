@@ -96,6 +96,11 @@ pub struct HealthConfig {
     /// connections while a backend of the node's own zone is ready (±10 % jitter): no pick would
     /// choose it (`table::cadence`). `interval` by default: off.
     pub remote_interval: Duration,
+    /// Time between request checks of a ready backend (±10 %; `crate::overload`); zero: off.
+    pub request_check_interval: Duration,
+    /// The path a request check `GET`s, through priority and fairness with the kubelet's
+    /// identity (`/version` by default).
+    pub request_check_path: String,
     /// Consecutive passes to turn unready → ready.
     pub rise: u32,
     /// Consecutive failures to turn ready → unready.
@@ -238,6 +243,8 @@ impl Config {
                 timeout: d(self.health.timeout),
                 fast_interval: d(self.health.fast_interval),
                 remote_interval: d(self.health.remote_interval),
+                request_check_interval: Some(DurationValue(self.health.request_check_interval)),
+                request_check_path: Some(self.health.request_check_path.clone()),
                 rise: Some(self.health.rise),
                 fall: Some(self.health.fall),
             }),

@@ -73,6 +73,10 @@ pub struct RawHealth {
     pub fast_interval: Option<DurationValue>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub remote_interval: Option<DurationValue>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub request_check_interval: Option<DurationValue>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub request_check_path: Option<String>,
     pub rise: Option<u32>,
     pub fall: Option<u32>,
 }

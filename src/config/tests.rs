@@ -27,6 +27,8 @@ fn defaults_are_filled_in() {
     );
     assert_eq!((c.health.rise, c.health.fall), (2, 2));
     assert_eq!(c.health.path, "/readyz");
+    assert_eq!(c.health.request_check_interval, Duration::from_secs(30));
+    assert_eq!(c.health.request_check_path, "/version");
     assert_eq!(c.routing.connect_timeout, Duration::from_secs(1));
     assert_eq!(c.shutdown_grace, Duration::from_secs(5));
     assert_eq!(c.routing.handoff_window, Duration::from_secs(5));
@@ -132,6 +134,9 @@ fn errors_name_where_they_are() {
         ("backends:\n  - address: a:1\ntls:\n  ca: /ca\nhealth:\n  fall: 0\n", vec!["node.yaml:6:", "health.fall", "at least 1"]),
         ("backends:\n  - address: a:1\ntls:\n  ca: /ca\nhealth:\n  interval: 5s\n  remote_interval: 4s\n", vec!["node.yaml:7:", "health.remote_interval", "4s must not be less than health.interval (5s)"]),
         ("backends:\n  - address: a:1\ntls:\n  ca: /ca\nhealth:\n  remote_interval: 11m\n", vec!["node.yaml:6:", "health.remote_interval", "maximum of 10m"]),
+        ("backends:\n  - address: a:1\ntls:\n  ca: /ca\nhealth:\n  request_check_interval: 10s\n", vec!["node.yaml:6:", "health.request_check_interval", "10s is less than the minimum of 30s", "0s turns the checks off"]),
+        ("backends:\n  - address: a:1\ntls:\n  ca: /ca\nhealth:\n  request_check_interval: 11m\n", vec!["node.yaml:6:", "health.request_check_interval", "maximum of 10m"]),
+        ("backends:\n  - address: a:1\ntls:\n  ca: /ca\nhealth:\n  rise: 2\n  request_check_path: version\n", vec!["node.yaml:7:", "health.request_check_path", "must start with '/'"]),
         ("backends:\n  - address: \"[fd00::zz]:6443\"\ntls:\n  ca: /ca\n", vec!["node.yaml:2:", "backends[0].address", "not an IPv6 address"]),
         ("backends:\n  - address: a:1\ntls:\n  ca: /ca\nhealth:\n  interval: 5\n", vec!["node.yaml:6:", "health.interval", "invalid duration"]),
         ("backends:\n  - address: a:1\ntls:\n  ca: /ca\nhealth:\n  interval: 5 s\n", vec!["node.yaml:6:", "health.interval", "invalid duration"]),

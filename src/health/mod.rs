@@ -3,10 +3,12 @@
 //!
 //! `probe` owns the kept `/readyz` connection (over the shared `https` client), `rise_fall` the
 //! pure hysteresis (the values it produces are `verdict`'s), `passive` what the proxy's client
-//! dials say; this file owns the schedule ([`next_probe_due`], pure) and the loop.
+//! dials say; `request_check` a second, rarer `GET` through priority and fairness that finds an
+//! overloaded apiserver (`overload`'s rule); this file owns the schedule ([`next_probe_due`], pure) and the loop.
 
 pub(crate) mod passive;
 pub(crate) mod probe;
+pub(crate) mod request_check;
 pub(crate) mod rise_fall;
 pub(crate) mod shutdown_window;
 
@@ -26,6 +28,7 @@ use crate::tls::TlsSource;
 use crate::verdict::{Health, State};
 use passive::Passive;
 use probe::{HttpsProbe, Inconclusive, Probe};
+use request_check::RequestChecks;
 use rise_fall::{Outcome, RiseFall, Step};
 use shutdown_window::{Learned, ShutdownWindow};
 
@@ -54,6 +57,8 @@ struct Running {
     /// When the latest confirm probe was made: at most one per interval.
     confirmed: Option<Instant>,
     shutdown: ShutdownWindow,
+    /// The request checks, when on.
+    requests: Option<RequestChecks>,
 }
 
 /// One backend's health loop: everything it needs besides the probe itself.
@@ -65,6 +70,8 @@ pub(crate) struct Monitor {
     pub health: HealthConfig,
     /// Health to start from (kept across reloads).
     pub initial: Health,
+    /// The request checks' verdict to start from (kept across reloads).
+    pub degraded: Option<Arc<str>>,
     /// The table's writer.
     pub table: mpsc::Sender<TableCmd>,
     /// The backend's live state: the failed client dials the proxy reports, the probe counts.
@@ -106,6 +113,9 @@ impl Monitor {
             else {
                 return;
             };
+            if !self.request_check(&mut probe, &mut r, &cancel).await {
+                return;
+            }
             if !self
                 .wait(started, pending, &mut probe, &mut r, &cancel)
                 .await
@@ -126,6 +136,12 @@ impl Monitor {
             short: false,
             confirmed: None,
             shutdown: ShutdownWindow::default(),
+            requests: RequestChecks::new(
+                &self.health,
+                self.spec.id.as_str(),
+                self.degraded.clone(),
+                Instant::now(),
+            ),
         }
     }
 
@@ -189,6 +205,51 @@ impl Monitor {
         self.publish(&r.machine, step, started, cancel)
             .await
             .then_some(step.pending)
+    }
+
+    /// Right after a probe: the request check when one is due and the backend is ready (on the
+    /// probe's connection, folding in what the proxy tells meanwhile), and its verdict sent to
+    /// the table when it changed. False once stopped.
+    async fn request_check<P: Probe>(
+        &self,
+        probe: &mut P,
+        r: &mut Running,
+        cancel: &CancellationToken,
+    ) -> bool {
+        let now = Instant::now();
+        let changed = match &mut r.requests {
+            None => return true,
+            Some(checks) if r.machine.health().state != State::Ready => checks.not_ready(),
+            Some(checks) if !checks.due(now) => None,
+            Some(checks) => {
+                let path = checks.path.clone();
+                let getting = probe.get(&path, self.health.timeout);
+                tokio::pin!(getting);
+                let got = loop {
+                    match self.heed(&mut getting, r, cancel, false).await {
+                        Heard::Done(got) => break got,
+                        Heard::Failed(_) | Heard::Confirm | Heard::Wanted => {}
+                        Heard::Stop => return false,
+                    }
+                };
+                let live = &self.live;
+                r.requests
+                    .as_mut()
+                    .and_then(|c| c.fold(got, self.health.timeout, live, Instant::now()))
+            }
+        };
+        let Some(degraded) = changed else {
+            return true;
+        };
+        request_check::log(self.spec.id.as_str(), &degraded);
+        let cmd = TableCmd::Degraded {
+            id: self.spec.id.clone(),
+            degraded,
+        };
+        tokio::select! {
+            _ = cancel.cancelled() => false,
+            sent = self.table.send(cmd) => sent.is_ok(),
+        }
     }
 
     /// Waits until the next probe is due (the previous one started at `started`; `pending`: a

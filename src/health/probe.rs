@@ -1,5 +1,7 @@
 //! One backend's `/readyz` probe: the shared HTTPS client (`https`), its connection kept alive
-//! between probes so steady state costs no TLS handshake, re-dialled when stale.
+//! between probes so steady state costs no TLS handshake, re-dialled when stale. The request check
+//! (`request_check`) is one more `GET` on the same kept connection right after a probe
+//! ([`HttpsProbe::get`]): it adds no connection and no handshake to the apiserver.
 //!
 //! Owns keeping the connection, one retry on a stale one, and what an answer means for the
 //! check. Does not own the client (`https`), the schedule (`health`) or the state (`verdict`).
@@ -55,6 +57,8 @@ enum Failure {
     ThisNode(String),
     /// The backend failed the check (an [`Outcome::Fail`]: how far it got, and why).
     Backend(Outcome),
+    /// A `GET` that may not dial found no usable kept connection.
+    NotKept,
 }
 
 /// A failed check that got no HTTP answer; `reach` says whether its dial connected.
@@ -82,6 +86,16 @@ pub trait Probe: Send {
 
     /// Drops any kept connection, so the next probe dials afresh.
     fn reset(&mut self);
+
+    /// One `GET` of `path` on the kept connection, never dialling ([`HttpsProbe::get`]); a
+    /// scripted probe has none to make.
+    fn get(
+        &mut self,
+        _path: &str,
+        _timeout: Duration,
+    ) -> impl std::future::Future<Output = Result<Answer, Unanswered>> + Send {
+        std::future::ready(Err(Unanswered::NotKept))
+    }
 }
 
 impl Probe for HttpsProbe {
@@ -94,6 +108,14 @@ impl Probe for HttpsProbe {
 
     fn reset(&mut self) {
         self.conn = None;
+    }
+
+    fn get(
+        &mut self,
+        path: &str,
+        timeout: Duration,
+    ) -> impl std::future::Future<Output = Result<Answer, Unanswered>> + Send {
+        HttpsProbe::get(self, path, timeout)
     }
 }
 
@@ -116,7 +138,57 @@ impl HttpsProbe {
 
     /// One probe, bounded by `timeout` end to end. Any failure drops the connection.
     pub async fn probe(&mut self, timeout: Duration) -> Result<Outcome, Inconclusive> {
-        let result = match tokio::time::timeout(timeout, self.attempt(timeout)).await {
+        let path = std::mem::take(&mut self.path);
+        let fetched = self.fetch(&path, timeout, true).await;
+        self.path = path;
+        let result = match fetched {
+            Ok(answer) => self.readyz(answer),
+            Err(e) => Err(e),
+        };
+        match result {
+            Ok(latency) => Ok(Outcome::Pass { latency }),
+            Err(Failure::ThisNode(reason)) => Err(Inconclusive(reason)),
+            // A second stale failure (on the fresh connection) is the backend's.
+            Err(Failure::Stale(reason)) => Ok(unanswered(reason, Reach::Connected)),
+            Err(Failure::Backend(outcome)) => Ok(outcome),
+            // A probe always may dial.
+            Err(Failure::NotKept) => Err(Inconclusive("no connection kept".to_string())),
+        }
+    }
+
+    /// One `GET` of `path` on the kept connection, bounded by `timeout` end to end: the answer
+    /// whatever its status, or why there was none. It never dials: with no usable connection kept
+    /// (the latest probe failed, or it is due for its five-minute re-dial) no `GET` is made. Any
+    /// failure drops the connection.
+    pub async fn get(&mut self, path: &str, timeout: Duration) -> Result<Answer, Unanswered> {
+        match self.fetch(path, timeout, false).await {
+            Ok(answer) => Ok(answer),
+            Err(Failure::ThisNode(reason)) => Err(Unanswered::ThisNode(reason)),
+            // Closed idle under us: no news of the backend.
+            Err(Failure::Stale(_) | Failure::NotKept) => Err(Unanswered::NotKept),
+            Err(Failure::Backend(Outcome::Fail {
+                reach: Reach::Unreached,
+                ..
+            })) => Err(Unanswered::Unreached),
+            Err(Failure::Backend(Outcome::Fail { reason, .. })) => {
+                Err(Unanswered::NoAnswer(reason.to_string()))
+            }
+            Err(Failure::Backend(Outcome::Pass { .. })) => {
+                Err(Unanswered::NoAnswer("no answer".to_string()))
+            }
+        }
+    }
+
+    /// One `GET` of `path` bounded by `timeout` on the kept connection, dialled if need be and
+    /// `dials`; the failure as the probe classes it.
+    async fn fetch(
+        &mut self,
+        path: &str,
+        timeout: Duration,
+        dials: bool,
+    ) -> Result<Answer, Failure> {
+        let attempt = self.attempt(path, timeout, dials);
+        let result = match tokio::time::timeout(timeout, attempt).await {
             Ok(r) => r,
             Err(_) => Err(Failure::Backend(unanswered(
                 Reason {
@@ -129,16 +201,15 @@ impl HttpsProbe {
         if result.is_err() {
             self.conn = None;
         }
-        match result {
-            Ok(latency) => Ok(Outcome::Pass { latency }),
-            Err(Failure::ThisNode(reason)) => Err(Inconclusive(reason)),
-            // A second stale failure (on the fresh connection) is the backend's.
-            Err(Failure::Stale(reason)) => Ok(unanswered(reason, Reach::Connected)),
-            Err(Failure::Backend(outcome)) => Ok(outcome),
-        }
+        result
     }
 
-    async fn attempt(&mut self, timeout: Duration) -> Result<Duration, Failure> {
+    async fn attempt(
+        &mut self,
+        path: &str,
+        timeout: Duration,
+        dials: bool,
+    ) -> Result<Answer, Failure> {
         let tls = self.tls.current();
         let now = Instant::now();
         let reusable = self
@@ -147,12 +218,16 @@ impl HttpsProbe {
             .is_some_and(|c| reusable(c, tls.generation, now));
         if !reusable {
             self.conn = None;
+            if !dials {
+                return Err(Failure::NotKept);
+            }
             self.conn = Some(self.dial(&tls, timeout).await?);
         }
-        match self.request(reusable).await {
+        match self.request(path, reusable).await {
+            Err(Failure::Stale(reason)) if !dials => Err(Failure::Stale(reason)),
             Err(Failure::Stale(_)) => {
                 self.conn = Some(self.dial(&tls, timeout).await?);
-                self.request(false).await
+                self.request(path, false).await
             }
             r => r,
         }
@@ -172,7 +247,7 @@ impl HttpsProbe {
             })
     }
 
-    async fn request(&mut self, reused: bool) -> Result<Duration, Failure> {
+    async fn request(&mut self, path: &str, reused: bool) -> Result<Answer, Failure> {
         let conn = self.conn.as_mut().ok_or_else(|| {
             let reason = Reason {
                 text: "HTTP: no connection".to_string(),
@@ -181,7 +256,7 @@ impl HttpsProbe {
             Failure::Backend(unanswered(reason, Reach::Connected))
         })?;
         let answer = conn
-            .get(&self.path, self.spec.id.as_str(), "*/*", MAX_READYZ_BODY)
+            .get(path, self.spec.id.as_str(), "*/*", MAX_READYZ_BODY)
             .await
             .map_err(|e| match e {
                 GetError::NoAnswer(reason) if reused => Failure::Stale(reason),
@@ -199,6 +274,11 @@ impl HttpsProbe {
         if !answer.complete() {
             self.conn = None; // unread bytes would poison the next request
         }
+        Ok(answer)
+    }
+
+    /// What an answer means for the `/readyz` check: its latency when it passed.
+    fn readyz(&self, answer: Answer) -> Result<Duration, Failure> {
         if answer.status == StatusCode::OK {
             return Ok(answer.latency);
         }
@@ -219,6 +299,19 @@ impl HttpsProbe {
             answer.latency,
         )))
     }
+}
+
+/// Why [`HttpsProbe::get`] got no answer.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Unanswered {
+    /// For want of something on this node (descriptors, memory): no news of the backend.
+    ThisNode(String),
+    /// No usable connection was kept: no `GET` made.
+    NotKept,
+    /// The connection could not be made.
+    Unreached,
+    /// Connected, and no answer in time (or a broken one): why.
+    NoAnswer(String),
 }
 
 /// The check a graceful shutdown fails, as kube-apiserver names it.

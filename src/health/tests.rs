@@ -76,11 +76,14 @@ fn monitor(tx: mpsc::Sender<TableCmd>) -> Monitor {
         // The remote cadence at 15 s, used only once the test says the backend may wait.
         health: HealthConfig {
             remote_interval: Duration::from_secs(15),
+            request_check_interval: Duration::from_secs(30),
+            request_check_path: "/version".into(),
             ..crate::testing::fixtures::health_config()
         },
         live: Arc::new(BackendLive::default()),
         spec,
         initial: Health::UNKNOWN,
+        degraded: None,
         table: tx,
     }
 }

@@ -18,6 +18,7 @@ use prometheus_client::metrics::MetricType;
 use super::SnapshotSource;
 use crate::backend::{Backend, BackendSource};
 use crate::eviction::CloseReason;
+use crate::overload::Found;
 use crate::verdict::{FailClass, State};
 
 /// The collector: the current snapshot's backends, encoded on every scrape.
@@ -206,6 +207,32 @@ impl Collector for Backends {
                     reason: class.label(),
                 };
                 ConstCounter::new(load(n)).encode(m.encode_family(&labels)?)?;
+            }
+        }
+        let mut m = encoder.encode_descriptor(
+            "backend_degraded",
+            "1 while the backend's request check finds it overloaded (a 429, no answer, or an answer far slower than its average): ranked after the healthy ready backends for new connections, nothing closed",
+            None,
+            MetricType::Gauge,
+        )?;
+        for b in backends {
+            let degraded = i64::from(b.degraded.is_some());
+            ConstGauge::new(degraded).encode(m.encode_family(&Labels { backend: id(b) })?)?;
+        }
+        let mut m = encoder.encode_descriptor(
+            "request_checks",
+            "Request checks (a GET through priority and fairness with the kubelet's identity, at most one per backend per request_check_interval) by what they found",
+            None,
+            MetricType::Counter,
+        )?;
+        for b in backends {
+            for found in Found::ALL {
+                let labels = WithResult {
+                    backend: id(b),
+                    result: found.label(),
+                };
+                let n = load(&b.live.request_checks[found.index()]);
+                ConstCounter::new(n).encode(m.encode_family(&labels)?)?;
             }
         }
         let mut m = encoder.encode_descriptor(

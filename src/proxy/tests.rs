@@ -25,6 +25,7 @@ fn backend(addr: SocketAddr, state: State) -> Backend {
             pending: None,
         },
         evict_epoch: live.eviction.epoch(),
+        degraded: None,
         live,
     }
 }

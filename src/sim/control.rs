@@ -83,6 +83,13 @@ pub struct Control {
     pub last_client_cert: ArcSwapOption<Vec<u8>>,
     /// When set, `/readyz` also needs a linearizable read from this etcd client URL to pass.
     pub(super) etcd: ArcSwapOption<String>,
+    /// While set, every request but the health endpoints' is refused `429` with `Retry-After:
+    /// 1`, as priority and fairness refuses what a saturated priority level cannot queue.
+    pub(super) throttled: AtomicBool,
+    /// Every request but the health endpoints' waits this long first (a loaded request path).
+    pub(super) request_delay_us: AtomicU64,
+    /// `/version` requests answered (the request check's default path).
+    pub version_gets: AtomicU64,
     /// kube-apiserver's two rate-limited etcd checks on that URL: `etcd`, `etcd-readiness`.
     pub(super) etcd_checks: [super::etcd_check::EtcdCheck; 2],
 }
@@ -122,6 +129,9 @@ impl Control {
             last_client_cert: ArcSwapOption::empty(),
             etcd: ArcSwapOption::empty(),
             etcd_checks: Default::default(),
+            throttled: AtomicBool::new(false),
+            request_delay_us: AtomicU64::new(0),
+            version_gets: AtomicU64::new(0),
         }
     }
 
@@ -178,6 +188,19 @@ impl Control {
     /// The graceful-shutdown phase, to wait on (`wait_for(|p| *p == Phase::Unlistened)`).
     pub fn shutdown_phase(&self) -> watch::Receiver<Phase> {
         self.phase.subscribe()
+    }
+
+    /// Refuses (`true`) every request but the health endpoints' with `429`, as a saturated
+    /// priority level does; `/readyz` still passes (it is exempt).
+    pub fn set_throttled(&self, throttled: bool) {
+        self.throttled.store(throttled, Ordering::SeqCst);
+    }
+
+    /// Delays every request but the health endpoints' by `d` (a loaded request path; `/readyz`
+    /// stays fast).
+    pub fn set_request_delay(&self, d: Duration) {
+        self.request_delay_us
+            .store(d.as_micros() as u64, Ordering::SeqCst);
     }
 
     /// Delays every `/readyz` answer by `d` (simulated distance or load).

@@ -3,7 +3,8 @@
 //! etcd read, the graceful shutdown), `/whoami` and `/name` (which site this
 //! is), `/version`, `/watch`, a long-lived stream like a kubelet's watch, the `default/kubernetes`
 //! Endpoints object discovery polls (whatever the test or demo set), `PUT` of a node lease (500
-//! where its etcd read fails), and `/slow` (answered after 2 s). Plus the raw echo protocol for
+//! where its etcd read fails), priority and fairness's `429` and a loaded request path (every
+//! path but the health endpoints'), and `/slow` (answered after 2 s). Plus the raw echo protocol for
 //! relay tests.
 
 use std::convert::Infallible;
@@ -46,6 +47,15 @@ pub(super) async fn answer<B>(
     let is_health = Endpoint::of(path).is_some();
     if !is_health && *control.phase.borrow() == Phase::Rejecting {
         return retry_after();
+    }
+    if !is_health {
+        let delay = control.request_delay_us.load(Ordering::SeqCst);
+        if delay > 0 {
+            tokio::time::sleep(Duration::from_micros(delay)).await;
+        }
+        if control.throttled.load(Ordering::SeqCst) {
+            return too_many_requests();
+        }
     }
     // What a graceful shutdown with `--shutdown-send-retry-after` waits for: every request in
     // flight but the health endpoints and the long-running watch.
@@ -96,19 +106,27 @@ pub(super) async fn answer<B>(
                     let body = Ticking::new(Duration::from_millis(1), move |_| sent.take());
                     let mut resp = Response::new(body.boxed());
                     *resp.status_mut() = StatusCode::from_u16(code).unwrap_or(StatusCode::OK);
-                    resp.headers_mut().insert(hyper::header::CONTENT_LENGTH, whole.into());
+                    resp.headers_mut()
+                        .insert(hyper::header::CONTENT_LENGTH, whole.into());
                     return resp;
                 }
                 Some(answer) => {
                     let (code, body) = (*answer).clone();
-                    let code = StatusCode::from_u16(code).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+                    let code =
+                        StatusCode::from_u16(code).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
                     (code, body)
                 }
-                None => (StatusCode::NOT_FOUND, "endpoints \"kubernetes\" not found".to_string()),
+                None => (
+                    StatusCode::NOT_FOUND,
+                    "endpoints \"kubernetes\" not found".to_string(),
+                ),
             }
         }
         "/name" | "/whoami" => (StatusCode::OK, control.name.clone()),
-        "/version" => (StatusCode::OK, format!("{{\"major\":\"1\",\"minor\":\"32\",\"gitVersion\":\"v1.32.0-fake\",\"platform\":\"{}\"}}", control.name)),
+        "/version" => {
+            control.version_gets.fetch_add(1, Ordering::SeqCst);
+            (StatusCode::OK, format!("{{\"major\":\"1\",\"minor\":\"32\",\"gitVersion\":\"v1.32.0-fake\",\"platform\":\"{}\"}}", control.name))
+        }
         p if p.starts_with(LEASES) && req.method() == hyper::Method::PUT => {
             // A node lease renewal: written to etcd, so it fails where a write would.
             match control.etcd.load_full() {
@@ -143,6 +161,24 @@ pub(super) async fn answer<B>(
 /// kube-apiserver's answer to a new request once its shutdown delay is over, with
 /// `--shutdown-send-retry-after` (k8s.io/apiserver v0.37.2 `pkg/server/filters/with_retry_after.go`;
 /// `http.Error` sets the type and adds the newline).
+/// Priority and fairness refusing a request (k8s.io/apiserver `filters/maxinflight.go`
+/// `tooManyRequests`: `Retry-After: 1` and `http.Error`'s text).
+fn too_many_requests() -> Response<AnyBody> {
+    let body = "Too many requests, please try again later.\n";
+    let mut resp = Response::new(Full::new(Bytes::from_static(body.as_bytes())).boxed());
+    *resp.status_mut() = StatusCode::TOO_MANY_REQUESTS;
+    let headers = resp.headers_mut();
+    headers.insert(
+        hyper::header::RETRY_AFTER,
+        hyper::header::HeaderValue::from_static("1"),
+    );
+    headers.insert(
+        hyper::header::CONTENT_TYPE,
+        hyper::header::HeaderValue::from_static("text/plain; charset=utf-8"),
+    );
+    resp
+}
+
 fn retry_after() -> Response<AnyBody> {
     let body = "The apiserver is shutting down, please try again later.\n";
     let mut resp = Response::new(Full::new(Bytes::from_static(body.as_bytes())).boxed());

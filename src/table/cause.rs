@@ -219,6 +219,7 @@ mod tests {
                 spec: crate::testing::fixtures::spec(&format!("10.0.0.{i}:6443"), None),
                 health: health(State::Unready, Some(reason)),
                 evict_epoch: 0,
+                degraded: None,
             })
             .collect();
         Snapshot {

@@ -53,6 +53,7 @@ pub fn configure(
                     live,
                     spec,
                     health: Health::UNKNOWN,
+                    degraded: None,
                     evict_epoch,
                 }
             }

@@ -1,6 +1,6 @@
-//! When connections on other zones go home: once a backend in this node's zone has been ready for
-//! `failback_after`, the connections relayed to backends outside the zone are closed, so their
-//! clients (kubelet's long-lived connection above all) re-dial into the zone instead of crossing
+//! When connections on other zones go home: once a backend in this node's zone has been ready
+//! (and not degraded: `crate::overload`) for `failback_after`, the connections relayed to backends
+//! outside the zone are closed, so their clients (kubelet's long-lived connection above all) re-dial into the zone instead of crossing
 //! the WAN until something breaks them. Latency alone never moves a connection. A failback
 //! whose closes are still spread out is called off once the zone has no ready backend left (the
 //! connections not yet closed would only re-dial away again), and on each backend it closes that
@@ -54,6 +54,9 @@ impl Failback {
             .iter()
             .filter(|b| zone.is_some() && b.spec.zone.as_deref() == zone)
             .filter(|b| b.health.state == State::Ready)
+            // Moving connections onto an overloaded apiserver does not help: its clock starts
+            // once its request check finds it healthy.
+            .filter(|b| b.degraded.is_none())
             .map(|b| &b.spec.id)
             .collect();
         self.ready.retain(|c| ready_here.contains(&&c.id));

@@ -65,6 +65,14 @@ pub enum TableCmd {
         /// were counted (a fall's time; a pass's, for confirming escape routes).
         started: Instant,
     },
+    /// A backend's request check changed its verdict ([`crate::overload`]): degraded, and why,
+    /// or healthy again (`None`).
+    Degraded {
+        /// Which backend; ignored if it is no longer configured.
+        id: BackendId,
+        /// Why it is degraded; `None`: it is not.
+        degraded: Option<Arc<str>>,
+    },
     /// Replace the backend list and routing settings (start-up and reload).
     Configure {
         /// The new routing settings.

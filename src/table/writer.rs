@@ -221,6 +221,19 @@ impl Writer {
                 self.silent(&id, started, &mut fx);
                 self.note(note, id, old.backends[i].spec.zone.as_deref());
             }
+            TableCmd::Degraded { id, degraded } => {
+                let Some(i) = old.position(&id) else {
+                    return fx; // a check of a backend removed by a reload
+                };
+                if old.backends[i].degraded == degraded {
+                    return fx;
+                }
+                let mut next = (*old).clone();
+                next.backends[i].degraded = degraded;
+                // No health changed: only the pick's ranking, and what follows from it (the
+                // escape route, the cadence, failback's clocks).
+                self.apply_and_follow(&old, next, now, now, &mut fx);
+            }
             TableCmd::Configure {
                 routing,
                 backends,

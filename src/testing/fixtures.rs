@@ -40,6 +40,7 @@ pub fn backend(spec: Arc<BackendSpec>, state: State) -> Backend {
         },
         live: Arc::new(BackendLive::default()),
         evict_epoch: 0,
+        degraded: None,
     }
 }
 
@@ -112,6 +113,8 @@ pub fn health_config() -> HealthConfig {
         timeout: Duration::from_secs(3),
         fast_interval: Duration::from_secs(1),
         remote_interval: Duration::from_secs(5),
+        request_check_interval: Duration::from_secs(30),
+        request_check_path: "/version".into(),
         rise: 2,
         fall: 2,
     }

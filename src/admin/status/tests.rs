@@ -22,6 +22,7 @@ fn snapshot(states: &[State], policy: WhenNoneReady) -> Snapshot {
                     ..Health::UNKNOWN
                 },
                 evict_epoch: 0,
+                degraded: None,
             }
         })
         .collect();

@@ -3,7 +3,8 @@
 //! `/readyz` probes, the probes' TLS handshakes and the discovery GETs a second, beside what a
 //! fixed probe interval costs. Computed from the daemon's own schedule: the probe period from
 //! `health::next_probe_due`, which backends wait `remote_interval` from `table::cadence`, the
-//! kept probe connection's age from `health::probe`.
+//! kept probe connection's age from `health::probe`, the request checks at the first probe after
+//! `request_check_interval` (`health::request_check`).
 //!
 //! The fleet's nodes are spread evenly over the zones the backends name, each node in one of
 //! them; without zones, every node probes every backend at `interval`. Discovery polls go to a
@@ -34,6 +35,9 @@ pub struct Load {
     pub handshakes: f64,
     /// Discovery GETs (0 with discovery off).
     pub discovery: f64,
+    /// Request checks (0 with them off): one `GET` on the kept probe connection at the first
+    /// probe after each is due.
+    pub request_checks: f64,
 }
 
 /// The mean steady period of a probe at `interval`: what `next_probe_due` schedules after a
@@ -69,6 +73,7 @@ fn remote_for(config: &Config, zone: Option<&str>) -> Vec<bool> {
                 health: ready.clone(),
                 live: Arc::new(BackendLive::default()),
                 evict_epoch: 0,
+                degraded: None,
             })
             .collect(),
     };
@@ -104,13 +109,21 @@ pub fn loads(config: &Config, nodes: u64) -> Vec<Load> {
             fixed: n / near,
             handshakes: n / MAX_CONN_AGE.as_secs_f64(),
             discovery: 0.0,
+            request_checks: 0.0,
         })
         .collect();
+    // A check waits for the first probe after it is due: on average half a probe period more.
+    let every = config.health.request_check_interval.as_secs_f64();
+    let check_period = |probe_period: f64| every + probe_period / 2.0;
     let polls = config.discovery.interval.as_secs_f64();
     for group in &groups {
         let remote = remote_for(config, *group);
         for (load, far_away) in loads.iter_mut().zip(&remote) {
-            load.probes += share / if *far_away { far } else { near };
+            let probe_period = if *far_away { far } else { near };
+            load.probes += share / probe_period;
+            if every > 0.0 {
+                load.request_checks += share / check_period(probe_period);
+            }
         }
         if config.discovery.endpoints {
             // A node's first pick: its zone's backends (all of them without a zone there).
@@ -141,20 +154,22 @@ pub fn render(config: &Config, nodes: u64) -> String {
             .as_deref()
             .map_or(String::new(), |z| format!(" ({z})"));
         out.push_str(&format!(
-            "#   {}{zone}: /readyz {:.1} (at a fixed interval {:.1}: {:.2}×), TLS handshakes {:.1}, discovery GETs {:.1}\n",
+            "#   {}{zone}: /readyz {:.1} (at a fixed interval {:.1}: {:.2}×), TLS handshakes {:.1}, discovery GETs {:.1}, request checks {:.1}\n",
             l.address,
             l.probes,
             l.fixed,
             l.probes / l.fixed,
             l.handshakes,
             l.discovery,
+            l.request_checks,
         ));
     }
     out.push_str(&format!(
-        "#   Nodes spread evenly over the backends' zones; an idle ready apiserver of another zone is probed every remote_interval {} while the node's own zone has one ready, the others every interval {}; each node's probe connection is re-dialled every {}.\n",
+        "#   Nodes spread evenly over the backends' zones; an idle ready apiserver of another zone is probed every remote_interval {} while the node's own zone has one ready, the others every interval {}; each node's probe connection is re-dialled every {}; a request check rides the first probe after each request_check_interval {} (0s: off).\n",
         DurationValue(config.health.remote_interval),
         DurationValue(config.health.interval),
         DurationValue(MAX_CONN_AGE),
+        DurationValue(config.health.request_check_interval),
     ));
     out
 }
@@ -180,6 +195,20 @@ mod tests {
             assert!((l.handshakes - 300.0).abs() < 1e-6, "{l:?}");
             // 30,000 home nodes polling every 30 s.
             assert!((l.discovery - 1_000.0).abs() < 1e-6, "{l:?}");
+            // 30,000 home nodes every 30 + 2.5 s, 60,000 others every 30 + 7.5 s.
+            let checks = 30_000.0 / 32.5 + 60_000.0 / 37.5;
+            assert!((l.request_checks - checks).abs() < 1e-6, "{l:?}");
+        }
+    }
+
+    #[test]
+    fn request_checks_off_cost_nothing() {
+        let yaml = THREE_ZONES.replace(
+            "discovery:",
+            "health:\n  request_check_interval: 0s\ndiscovery:",
+        );
+        for l in loads(&config(&yaml), 1_000) {
+            assert_eq!(l.request_checks, 0.0, "{l:?}");
         }
     }
 

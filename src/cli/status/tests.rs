@@ -164,3 +164,21 @@ fn a_multi_line_error_is_folded_onto_one_line() {
         "{table}"
     );
 }
+
+#[test]
+fn a_degraded_backend_says_why_where_its_error_would_be() {
+    let mut b = BackendStatus::bare("10.0.0.1:6443", State::Ready);
+    b.degraded = Some("HTTP 429 Too Many Requests, Retry-After: 1s".to_string());
+    let cells = backend_cells(&b);
+    assert_eq!(
+        cells[7],
+        "degraded: HTTP 429 Too Many Requests, Retry-After: 1s"
+    );
+    b.last_error = Some("timeout after 3s".to_string());
+    assert_eq!(
+        backend_cells(&b)[7],
+        "degraded: HTTP 429 Too Many Requests, Retry-After: 1s; timeout after 3s"
+    );
+    b.degraded = None;
+    assert_eq!(backend_cells(&b)[7], "timeout after 3s");
+}

@@ -24,6 +24,7 @@ fn snapshot(checks: &[&str]) -> Snapshot {
             ..Health::UNKNOWN
         },
         evict_epoch: 0,
+        degraded: None,
     };
     Snapshot {
         generation: 1,

@@ -202,6 +202,7 @@ fn snap(states: &str) -> Snapshot {
                     },
                     live,
                     evict_epoch: 0,
+                    degraded: None,
                 }
             })
             .collect(),

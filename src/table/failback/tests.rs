@@ -56,6 +56,22 @@ fn due_only_once_after_a_same_zone_backend_has_been_ready_for_failback_after() {
 }
 
 #[test]
+fn a_degraded_same_zone_backend_starts_its_clock_once_healthy() {
+    let t0 = Instant::now();
+    let s = |secs| t0 + Duration::from_secs(secs);
+    let mut f = Failback::default();
+    let mut worn = snap(&[("dc-a", State::Ready), ("dc-b", State::Ready)]);
+    worn.backends[0].degraded = Some("HTTP 429 Too Many Requests".into());
+    f.observe(&worn, t0);
+    assert_eq!(f.next_due(AFTER), None, "overloaded: no failback onto it");
+    f.observe(
+        &snap(&[("dc-a", State::Ready), ("dc-b", State::Ready)]),
+        s(30),
+    );
+    assert_eq!(f.next_due(AFTER), Some(s(90)));
+}
+
+#[test]
 fn a_flapping_same_zone_backend_restarts_its_clock() {
     let t0 = Instant::now();
     let s = |secs| t0 + Duration::from_secs(secs);

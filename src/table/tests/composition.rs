@@ -569,3 +569,30 @@ fn a_recovery_moves_connections_onto_a_backend_paced_afresh() {
     h.run_to(moved + window / 2);
     assert_eq!(h.first_pick(0.5), (DC_B.to_string(), false));
 }
+
+/// The node's home (dc-b) is overloaded: its request check finds it degraded at 1 s and healthy
+/// again at 40 s. New connections go to a healthy backend meanwhile, the ones on it stay, and
+/// failback waits `failback_after` from when it is healthy.
+#[test]
+fn a_degraded_home_takes_no_new_connections_closes_none_and_is_failed_back_to_once_healthy() {
+    let mut h = cluster(s(10.0));
+    h.run_to(s(1.0));
+    h.connect(DC_B, 4);
+    assert_eq!(h.first_pick(0.0).0, DC_B, "home first while healthy");
+    h.degrade(DC_B, Some("HTTP 429 Too Many Requests, Retry-After: 1s"));
+    assert_ne!(h.first_pick(0.0).0, DC_B, "ranked after the healthy ones");
+    h.run_to(s(20.0));
+    h.connect(DC_A, 3);
+    h.run_to(s(40.0));
+    assert_eq!(h.state(DC_B), State::Ready, "degraded is not unready");
+    assert_eq!(h.open_on(DC_B), 4, "nothing closed on the degraded one");
+    assert!(h.bumps.is_empty(), "no failback onto it: {:?}", h.bumps);
+    h.degrade(DC_B, None);
+    assert_eq!(h.first_pick(0.0).0, DC_B, "home first again");
+    h.run_to(s(60.0));
+    let failback = bump(&h, DC_A, CloseReason::Failback);
+    assert!(
+        failback >= s(50.0) && failback < s(51.0),
+        "failback_after from when it was healthy: {failback:?}"
+    );
+}

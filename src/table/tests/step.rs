@@ -253,6 +253,17 @@ impl Step {
         }
     }
 
+    /// `address`'s request check finds it degraded for `reason` (`None`: healthy again), as its
+    /// monitor tells the writer.
+    pub fn degrade(&mut self, address: &str, reason: Option<&str>) {
+        let cmd = TableCmd::Degraded {
+            id: BackendId::new(address),
+            degraded: reason.map(Into::into),
+        };
+        let fx = self.writer.handle(cmd, self.now);
+        self.apply(fx);
+    }
+
     /// Connections open on `address` now.
     pub fn open_on(&self, address: &str) -> usize {
         let id = BackendId::new(address);
