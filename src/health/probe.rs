@@ -141,10 +141,10 @@ impl HttpsProbe {
         let path = std::mem::take(&mut self.path);
         let fetched = self.fetch(&path, timeout, true).await;
         self.path = path;
-        let result = match fetched {
-            Ok(answer) => self.readyz(answer),
-            Err(e) => Err(e),
-        };
+        let result = fetched.and_then(|answer| self.readyz(answer));
+        if result.is_err() {
+            self.conn = None; // a failed check proves nothing about the connection
+        }
         match result {
             Ok(latency) => Ok(Outcome::Pass { latency }),
             Err(Failure::ThisNode(reason)) => Err(Inconclusive(reason)),
