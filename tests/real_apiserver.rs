@@ -14,6 +14,7 @@ mod etcd;
 mod fall;
 pub(crate) mod kube;
 mod moves;
+mod overload;
 mod peers;
 mod probe;
 mod sim;
@@ -177,6 +178,30 @@ impl Rig {
         let ready = vec![readyprism::verdict::State::Ready; backends.len()];
         crate::support::wait_states(&app, &ready).await;
         app
+    }
+
+    /// A kubeconfig for an admin (`system:masters`, exempt from priority and fairness) of the
+    /// real apiserver at `real_addr`.
+    fn admin_kubeconfig(&self) -> PathBuf {
+        let admin = self
+            .cluster
+            .ca
+            .user("admin", "system:masters")
+            .expect("admin cert");
+        let dir = self.dir.path();
+        let (cert, key) = (dir.join("admin.crt"), dir.join("admin.key"));
+        std::fs::write(&cert, &admin.cert_pem).expect("admin cert");
+        std::fs::write(&key, &admin.key_pem).expect("admin key");
+        let file = dir.join("admin.kubeconfig");
+        let text = format!(
+            "apiVersion: v1\nkind: Config\nclusters:\n- name: real\n  cluster:\n    server: https://{}\n    certificate-authority: {}\nusers:\n- name: admin\n  user:\n    client-certificate: {}\n    client-key: {}\ncontexts:\n- name: real\n  context: {{cluster: real, user: admin}}\ncurrent-context: real\n",
+            self.real_addr,
+            self.files.client_ca,
+            cert.display(),
+            key.display()
+        );
+        std::fs::write(&file, text).expect("kubeconfig");
+        file
     }
 
     fn probers(&self, t0: Instant, every: Duration, deadline: Duration) -> (Prober, Prober) {

@@ -27,6 +27,9 @@ use crate::https::Answer;
 use crate::jitter::Jitter;
 use crate::overload::{Found, Judge, Seen};
 
+/// Healthy checks in a row that take a degraded verdict back (one check makes it).
+pub const HEALTHY_TO_CLEAR: u32 = 2;
+
 /// Pins the interval for labs and tests (a duration such as `2s`), below the 30 s a config may
 /// set, when the checks are on: read where a backend's monitor starts; never for production.
 pub const INTERVAL_ENV: &str = "READYPRISM_REQUEST_CHECK_INTERVAL";
@@ -45,6 +48,8 @@ pub(crate) struct RequestChecks {
     /// What degraded it, as said; `None` when healthy or not known (a verdict kept across a
     /// reload: any new reason then replaces it).
     said_found: Option<Found>,
+    /// Healthy checks in a row while degraded is said: [`HEALTHY_TO_CLEAR`] take it back.
+    healthy: u32,
 }
 
 /// What a check or a change of state did to the verdict: `Some(new)` when it changed.
@@ -71,6 +76,7 @@ impl RequestChecks {
             judge: Judge::default(),
             said,
             said_found: None,
+            healthy: 0,
         })
     }
 
@@ -99,14 +105,26 @@ impl RequestChecks {
         self.say(judged.degraded.map(|why| (judged.found, why)))
     }
 
-    /// The backend is not ready: not ranked among the ready ones, so not degraded either.
+    /// The backend is not ready: not ranked among the ready ones, so not degraded either (at
+    /// once).
     pub fn not_ready(&mut self) -> Changed {
+        self.healthy = HEALTHY_TO_CLEAR;
         self.say(None)
     }
 
     /// Says `verdict` (what degrades it, and why) if it is a change: degraded or not, or
-    /// degraded by something else.
+    /// degraded by something else. Degraded is taken back only after [`HEALTHY_TO_CLEAR`]
+    /// healthy checks in a row, so an apiserver that refuses some requests and serves others
+    /// (a priority level at its limit) is not ranked up and down at every check.
     fn say(&mut self, verdict: Option<(Found, Arc<str>)>) -> Changed {
+        if verdict.is_some() {
+            self.healthy = 0;
+        } else if self.said.is_some() {
+            self.healthy += 1;
+            if self.healthy < HEALTHY_TO_CLEAR {
+                return None;
+            }
+        }
         let found = verdict.as_ref().map(|v| v.0);
         let same = match &verdict {
             None => self.said.is_none(),
@@ -222,8 +240,16 @@ mod tests {
         assert!(throttled.is_some_and(|d| d.is_some_and(|why| why.contains("429"))));
         assert_eq!(
             c.fold(answer(200, 21), t, &live, now),
+            None,
+            "one healthy check: still degraded"
+        );
+        let again = c.fold(answer(429, 1), t, &live, now);
+        assert_eq!(again, None, "degraded again, as it was: no change");
+        assert_eq!(c.fold(answer(200, 22), t, &live, now), None);
+        assert_eq!(
+            c.fold(answer(200, 21), t, &live, now),
             Some(None),
-            "healthy again"
+            "two healthy checks in a row: healthy again"
         );
         assert_eq!(c.not_ready(), None, "nothing to take back");
         let counts: Vec<u64> = live
@@ -233,7 +259,7 @@ mod tests {
             .collect();
         assert_eq!(
             counts,
-            [4, 1, 2, 0, 0],
+            [6, 2, 2, 0, 0],
             "healthy, throttled, slow, no answer, skipped"
         );
     }
@@ -259,6 +285,7 @@ mod tests {
         let mut c = RequestChecks::new(&health, "a:1", kept, now).expect("on");
         let live = BackendLive::default();
         let t = Duration::from_secs(3);
+        assert_eq!(c.fold(answer(200, 2), t, &live, now), None);
         assert_eq!(c.fold(answer(200, 2), t, &live, now), Some(None));
     }
 
