@@ -371,64 +371,6 @@ mod tests {
             ),
             ("empty refuses", vec![], FailOpen, Pick::Refuse),
             (
-                "a paced local backend after the ready remote ones, before the failing ones",
-                vec![
-                    Candidate {
-                        paced: true,
-                        ..c(true, true, Some(1), 0)
-                    },
-                    c(true, false, Some(43), 0),
-                    c(false, false, Some(2), 0),
-                    c(true, false, Some(23), 0),
-                ],
-                FailOpen,
-                Pick::Ready(vec![3, 1, 0]),
-            ),
-            (
-                "every ready backend paced: still the ready order",
-                vec![
-                    Candidate {
-                        paced: true,
-                        ..c(true, false, Some(43), 0)
-                    },
-                    Candidate {
-                        paced: true,
-                        ..c(true, true, Some(40), 0)
-                    },
-                ],
-                FailOpen,
-                Pick::Ready(vec![1, 0]),
-            ),
-            (
-                "a degraded local backend after the healthy ready remote ones, before the failing ones",
-                vec![
-                    Candidate {
-                        degraded: true,
-                        ..c(true, true, Some(1), 0)
-                    },
-                    c(true, false, Some(43), 0),
-                    c(false, false, Some(2), 0),
-                    c(true, false, Some(23), 0),
-                ],
-                FailOpen,
-                Pick::Ready(vec![3, 1, 0]),
-            ),
-            (
-                "every ready backend degraded: still the ready order",
-                vec![
-                    Candidate {
-                        degraded: true,
-                        ..c(true, false, Some(43), 0)
-                    },
-                    Candidate {
-                        degraded: true,
-                        ..c(true, true, Some(40), 0)
-                    },
-                ],
-                FailOpen,
-                Pick::Ready(vec![1, 0]),
-            ),
-            (
                 "pacing is the stronger rule: a degraded backend before a paced healthy one",
                 vec![
                     Candidate {
@@ -491,6 +433,36 @@ mod tests {
         ];
         for (name, cands, policy, want) in cases {
             assert_eq!(pick(&cands, policy, 0), want, "{name}");
+        }
+        // Paced and degraded backends alike go after the other ready ones, never after a
+        // failing one, and keep the ready order among themselves.
+        let paced = |c: Candidate| Candidate { paced: true, ..c };
+        let degraded = |c: Candidate| Candidate {
+            degraded: true,
+            ..c
+        };
+        for (mark, demote) in [
+            ("paced", &paced as &dyn Fn(_) -> _),
+            ("degraded", &degraded),
+        ] {
+            let after_remotes = [
+                demote(c(true, true, Some(1), 0)),
+                c(true, false, Some(43), 0),
+                c(false, false, Some(2), 0),
+                c(true, false, Some(23), 0),
+            ];
+            let want = Pick::Ready(vec![3, 1, 0]);
+            assert_eq!(
+                pick(&after_remotes, FailOpen, 0),
+                want,
+                "a {mark} local backend"
+            );
+            let all = [
+                demote(c(true, false, Some(43), 0)),
+                demote(c(true, true, Some(40), 0)),
+            ];
+            let want = Pick::Ready(vec![1, 0]);
+            assert_eq!(pick(&all, FailOpen, 0), want, "every ready backend {mark}");
         }
     }
 
