@@ -223,15 +223,23 @@ impl Monitor {
             Some(checks) if !checks.due(now) => None,
             Some(checks) => {
                 let path = checks.path.clone();
-                let getting = probe.get(&path, self.health.timeout);
-                tokio::pin!(getting);
-                let got = loop {
-                    match self.heed(&mut getting, r, cancel, false).await {
-                        Heard::Done(got) => break got,
-                        Heard::Failed(_) | Heard::Confirm | Heard::Wanted => {}
-                        Heard::Stop => return false,
+                let mut fresh = false;
+                let got = {
+                    let getting = probe.get(&path, self.health.timeout);
+                    tokio::pin!(getting);
+                    loop {
+                        match self.heed(&mut getting, r, cancel, false).await {
+                            Heard::Done(got) => break got,
+                            // Failed client dials: the next probe dials afresh, as after a probe.
+                            Heard::Failed(_) => fresh = true,
+                            Heard::Confirm | Heard::Wanted => {}
+                            Heard::Stop => return false,
+                        }
                     }
                 };
+                if fresh {
+                    probe.reset();
+                }
                 let live = &self.live;
                 r.requests
                     .as_mut()

@@ -16,6 +16,10 @@ struct Scripted {
     takes: Duration,
     /// Failures are dials that got no connection (SYNs unanswered), not HTTP 500 answers.
     unreached: bool,
+    /// When each request check's `GET` began; each takes `check_takes` and finds no kept
+    /// connection (no verdict).
+    gets: Arc<Mutex<Vec<Instant>>>,
+    check_takes: Duration,
 }
 
 impl Scripted {
@@ -26,6 +30,8 @@ impl Scripted {
             resets: Arc::default(),
             takes: Duration::from_millis(10),
             unreached: false,
+            gets: Arc::default(),
+            check_takes: Duration::ZERO,
         }
     }
 }
@@ -67,6 +73,20 @@ impl Probe for Scripted {
     fn reset(&mut self) {
         self.resets
             .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+    }
+
+    fn get(
+        &mut self,
+        _path: &str,
+        _timeout: Duration,
+    ) -> impl std::future::Future<Output = Result<crate::https::Answer, probe::Unanswered>> + Send
+    {
+        self.gets.lock().expect("gets").push(Instant::now());
+        let takes = self.check_takes;
+        async move {
+            tokio::time::sleep(takes).await;
+            Err(probe::Unanswered::NotKept)
+        }
     }
 }
 
@@ -183,6 +203,58 @@ async fn a_failed_client_dial_counts_as_a_failed_check_that_drops_the_kept_conne
     assert_eq!(h.state, State::Unready);
     assert_eq!(h.last_error(), Some("dial: timeout after 1s"));
     assert_eq!(resets.load(std::sync::atomic::Ordering::SeqCst), 2);
+    cancel.cancel();
+    handle.await.expect("task ends on cancel");
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_client_dial_failing_during_a_request_check_drops_the_kept_connection_too() {
+    let (tx, mut rx) = mpsc::channel(64);
+    let task = monitor(tx);
+    let live = task.live.clone();
+    let calls = Arc::new(Mutex::new(Vec::new()));
+    let mut probe = Scripted::new(&calls, &[true; 20]);
+    probe.check_takes = Duration::from_secs(2);
+    let (resets, gets) = (probe.resets.clone(), probe.gets.clone());
+    let cancel = CancellationToken::new();
+    let handle = tokio::spawn(task.run(probe, cancel.clone()));
+    assert_eq!(next_health(&mut rx).await.state, State::Ready);
+    // The first check is due within 30 s, right after a probe; it takes 2 s.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while gets.lock().expect("gets").is_empty() {
+        assert!(Instant::now() < deadline, "no request check within 60 s");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    live.inbox
+        .tell(News::DialFailed("dial: connection refused".into()));
+    // Every probe so far published its result too: the failure is the first with an error.
+    let mut h = next_health(&mut rx).await;
+    for _ in 0..20 {
+        if h.last_error().is_some() {
+            break;
+        }
+        h = next_health(&mut rx).await;
+    }
+    assert_eq!(
+        h.last_error(),
+        Some("dial: connection refused"),
+        "counted at once"
+    );
+    let began = *gets.lock().expect("gets").last().expect("a check");
+    assert!(
+        Instant::now() < began + Duration::from_secs(2),
+        "during the check"
+    );
+    let probes = calls.lock().expect("calls").len();
+    while calls.lock().expect("calls").len() == probes {
+        assert!(Instant::now() < deadline, "no probe after the check");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(
+        resets.load(std::sync::atomic::Ordering::SeqCst),
+        1,
+        "the next probe dials afresh"
+    );
     cancel.cancel();
     handle.await.expect("task ends on cancel");
 }
