@@ -70,15 +70,19 @@ spec:
 /// Seats held at once: more than the level's 3, so every seat stays taken.
 const HOGS: usize = 8;
 
-/// Holds seats of the node's priority level until `stop`: each hog sends, as the node, the head of
+/// The hogs give up by then even if the test never stops them (it failed first).
+const HOG_LIMIT: Duration = Duration::from_secs(300);
+
+/// Holds seats of the node's priority level until `stop` (at most [`HOG_LIMIT`]): each hog sends, as the node, the head of
 /// a `POST` of an Event and then its body one byte a second (the handler reads the body inside the
 /// seat), starting over when the apiserver answers (a `429` when no seat was free, a timeout).
 fn hog(rig: &Rig, addr: SocketAddr, stop: CancellationToken) {
     let tls = TlsConnector::from(rig.cluster.client_tls());
+    let until = Instant::now() + HOG_LIMIT;
     for _ in 0..HOGS {
         let (tls, stop) = (tls.clone(), stop.clone());
         tokio::spawn(async move {
-            while !stop.is_cancelled() {
+            while !stop.is_cancelled() && Instant::now() < until {
                 let held = async {
                     let tcp = TcpStream::connect(addr).await?;
                     let mut s = tls.connect(ServerName::from(addr.ip()), tcp).await?;
@@ -86,10 +90,11 @@ fn hog(rig: &Rig, addr: SocketAddr, stop: CancellationToken) {
                         "POST /api/v1/namespaces/default/events HTTP/1.1\r\nHost: {addr}\r\nContent-Type: application/json\r\nContent-Length: 100000\r\n\r\n{{"
                     );
                     s.write_all(head.as_bytes()).await?;
-                    loop {
+                    while Instant::now() < until {
                         tokio::time::sleep(Duration::from_secs(1)).await;
                         s.write_all(b" ").await?;
                     }
+                    Ok(())
                 };
                 let r: std::io::Result<()> = tokio::select! {
                     () = stop.cancelled() => Ok(()),
